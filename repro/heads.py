@@ -1,0 +1,72 @@
+"""Pooling and classifier heads shared by every backbone.
+
+One head for all models, as LRA's ``common_layers`` does: pool the encoder's
+token states to one vector per sequence, then classify. Retrieval uses two
+towers: one shared encoder embeds each document separately, and the head
+combines the two vectors (seed 001 section 2.2.3).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+POOLINGS = ("mean", "cls", "first", "max")
+COMBINES = ("concat", "concat_prod_diff")
+
+
+def pool(states: torch.Tensor, mask: torch.Tensor | None, how: str) -> torch.Tensor:
+    """[B, L, D] token states -> [B, D]; padding (mask False) is excluded."""
+    if how in ("cls", "first"):
+        return states[:, 0]
+    if mask is None:
+        return states.mean(1) if how == "mean" else states.amax(1)
+    keep = mask.unsqueeze(-1)
+    if how == "mean":
+        total = states.masked_fill(~keep, 0.0).sum(1)
+        return total / keep.sum(1).clamp_min(1).to(states.dtype)
+    if how == "max":
+        return states.masked_fill(~keep, torch.finfo(states.dtype).min).amax(1)
+    raise ValueError(f"pooling {how!r}: choose one of {', '.join(POOLINGS)}")
+
+
+def classifier(d_in: int, num_classes: int, hidden: int | None) -> nn.Module:
+    """Linear, or LRA's MLP (dense -> ReLU -> dense) when ``hidden`` is set."""
+    if not hidden:
+        return nn.Linear(d_in, num_classes)
+    return nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+
+
+class OneTowerHead(nn.Module):
+    def __init__(self, d_model: int, num_classes: int, pooling: str = "mean", hidden: int | None = None):
+        super().__init__()
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling {pooling!r}: choose one of {', '.join(POOLINGS)}")
+        self.pooling = pooling
+        self.classify = classifier(d_model, num_classes, hidden)
+
+    def forward(self, states: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        return self.classify(pool(states, mask, self.pooling))
+
+
+class TwoTowerHead(nn.Module):
+    """Combine two document vectors and classify.
+
+    ``combine='concat'``: ``[e1, e2]`` as LRA's released code; ``'concat_prod_diff'``:
+    ``[e1, e2, e1*e2, e1-e2]`` as S4 and Nystromformer (the default, see task config).
+    """
+
+    def __init__(self, d_model: int, num_classes: int, pooling: str = "mean", hidden: int | None = None, combine: str = "concat_prod_diff"):
+        super().__init__()
+        if combine not in COMBINES:
+            raise ValueError(f"combine {combine!r}: choose one of {', '.join(COMBINES)}")
+        self.pooling = pooling
+        self.combine = combine
+        width = 2 * d_model if combine == "concat" else 4 * d_model
+        self.classify = classifier(width, num_classes, hidden)
+
+    def embed(self, states: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        return pool(states, mask, self.pooling)
+
+    def forward(self, e1: torch.Tensor, e2: torch.Tensor) -> torch.Tensor:
+        parts = [e1, e2] if self.combine == "concat" else [e1, e2, e1 * e2, e1 - e2]
+        return self.classify(torch.cat(parts, dim=-1))

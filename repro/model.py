@@ -1,0 +1,139 @@
+"""One encoder for every backbone: embedding, residual sublayers, final norm, shared heads.
+
+A backbone is a list of token mixers ``mixer(x [B,L,D], mask [B,L]) -> [B,L,D]``;
+each is wrapped in the same residual sublayer (pre- or post-norm). Backbones
+register by name in ``BACKBONES`` (``module:function`` entries imported on first
+use, so importing this module builds nothing).
+"""
+from __future__ import annotations
+
+import importlib
+import math
+
+import torch
+from torch import nn
+
+from .heads import OneTowerHead, TwoTowerHead
+from .registry import Registry
+
+BACKBONES: Registry = Registry("backbone")
+_BACKBONE_ENTRIES = {
+    "conv": "repro.followup.conv:build_conv_layers",
+}
+
+
+def get_backbone(name: str):
+    if name not in BACKBONES and name in _BACKBONE_ENTRIES:
+        module, function = _BACKBONE_ENTRIES[name].split(":")
+        BACKBONES.register(name)(getattr(importlib.import_module(module), function))
+    if name not in BACKBONES:
+        raise KeyError(f"unknown backbone {name!r}; available: {', '.join(sorted(_BACKBONE_ENTRIES))}")
+    return BACKBONES.get(name)
+
+
+def sinusoidal_table(length: int, dim: int, base: float = 10000.0) -> torch.Tensor:
+    """Vaswani et al.'s sinusoidal positions [length, dim] (base frequency as rotary's, seed 003 A.2)."""
+    position = torch.arange(length, dtype=torch.float64).unsqueeze(1)
+    inv_freq = torch.exp(-math.log(base) * torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    table = torch.zeros(length, dim, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(position * inv_freq)
+    table[:, 1::2] = torch.cos(position * inv_freq[: dim // 2])
+    return table.float()
+
+
+class Embedding(nn.Module):
+    """Token embedding plus an optional summed positional embedding (none | learned | sinusoidal)."""
+
+    def __init__(self, vocab_size: int, d_model: int, max_len: int, positional: str = "none", base: float = 10000.0):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab_size, d_model)
+        self.positional = positional
+        if positional == "learned":
+            self.positions = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
+        elif positional == "sinusoidal":
+            self.register_buffer("positions", sinusoidal_table(max_len, d_model, base), persistent=False)
+        elif positional != "none":
+            raise ValueError(f"positional {positional!r}: choose none, learned or sinusoidal")
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.tokens(ids)
+        if self.positional != "none":
+            x = x + self.positions[: ids.shape[1]]
+        return x
+
+
+class ResidualSublayer(nn.Module):
+    """``x + drop(mixer(norm(x)))`` (pre-norm) or ``norm(x + drop(mixer(x)))`` (post-norm)."""
+
+    def __init__(self, mixer: nn.Module, d_model: int, prenorm: bool = True, dropout: float = 0.0):
+        super().__init__()
+        self.mixer = mixer
+        self.norm = nn.LayerNorm(d_model)
+        self.prenorm = prenorm
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        if self.prenorm:
+            return x + self.drop(self.mixer(self.norm(x), mask))
+        return self.norm(x + self.drop(self.mixer(x, mask)))
+
+
+class Encoder(nn.Module):
+    """Embedding -> residual sublayers -> final norm (pre-norm) -> token states [B, L, D]."""
+
+    def __init__(self, cfg: dict, vocab_size: int, max_len: int):
+        super().__init__()
+        d_model = cfg["d_model"]
+        if cfg.get("norm", "layer") != "layer":
+            raise ValueError(f"model.norm={cfg.get('norm')!r}: only 'layer' is implemented")
+        self.embed = Embedding(vocab_size, d_model, max_len, cfg.get("positional", "none"), cfg.get("positional_base", 10000.0))
+        self.embed_drop = nn.Dropout(cfg.get("dropout", 0.0))
+        prenorm = cfg.get("prenorm", True)
+        self.sublayers = nn.ModuleList(
+            ResidualSublayer(m, d_model, prenorm, cfg.get("dropout", 0.0)) for m in get_backbone(cfg["backbone"])(cfg)
+        )
+        self.final_norm = nn.LayerNorm(d_model) if prenorm else nn.Identity()
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        x = self.embed_drop(self.embed(ids))
+        for sublayer in self.sublayers:
+            x = sublayer(x, mask)
+        return self.final_norm(x)
+
+
+class SequenceClassifier(nn.Module):
+    """Encoder + shared head; two towers (one shared encoder) for inputs [B, 2, L]."""
+
+    def __init__(self, cfg: dict, vocab_size: int, max_len: int, num_classes: int, pad_id: int | None, two_tower: bool, combine: str = "concat_prod_diff"):
+        super().__init__()
+        self.encoder = Encoder(cfg, vocab_size, max_len)
+        self.pad_id = pad_id
+        self.two_tower = two_tower
+        head_args = dict(d_model=cfg["d_model"], num_classes=num_classes, pooling=cfg.get("pooling", "mean"), hidden=cfg.get("head_hidden"))
+        self.head = TwoTowerHead(**head_args, combine=combine) if two_tower else OneTowerHead(**head_args)
+
+    def padding_mask(self, ids: torch.Tensor) -> torch.Tensor | None:
+        return None if self.pad_id is None else ids != self.pad_id
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if not self.two_tower:
+            mask = self.padding_mask(ids)
+            return self.head(self.encoder(ids, mask), mask)
+        # Each document is encoded on its own: no token of one reaches the other's vector.
+        docs = ids.flatten(0, 1)  # [B*2, L], rows alternate document 1, document 2
+        mask = self.padding_mask(docs)
+        vectors = self.head.embed(self.encoder(docs, mask), mask).unflatten(0, (ids.shape[0], 2))
+        return self.head(vectors[:, 0], vectors[:, 1])
+
+
+def build_model(cfg: dict, task) -> SequenceClassifier:
+    """The model ``cfg`` describes, sized for ``task`` (a TaskData)."""
+    return SequenceClassifier(
+        cfg,
+        vocab_size=task.vocab_size,
+        max_len=task.max_len,
+        num_classes=task.num_classes,
+        pad_id=task.pad_id,
+        two_tower=task.two_tower,
+        combine=cfg.get("two_tower_combine", "concat_prod_diff"),
+    )

@@ -1,0 +1,26 @@
+"""Attention mechanisms of the LRA study (seed 001 section 3.1), one module each.
+
+Every mechanism is a token mixer with one interface::
+
+    mixer = ATTENTION.get(name)(d_model=..., n_heads=..., max_len=..., **params)
+    y = mixer(x, mask)   # x [B, L, D]; mask [B, L] bool, True = real token; y [B, L, D]
+
+Modules in this package register themselves in ``ATTENTION``; ``load_all``
+imports them, so the table is filled only when asked for.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from ...registry import Registry
+
+ATTENTION: Registry = Registry("attention")
+
+
+def load_all() -> Registry:
+    """Import every mechanism module of this package and return the filled table."""
+    for module in pkgutil.iter_modules(__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{module.name}")
+    return ATTENTION

@@ -1,0 +1,103 @@
+"""Run records (DESIGN.md "Records are the interface"), written atomically.
+
+A run folder holds ``config.yaml`` (the resolved config), ``history.csv`` (one
+row per logged step or evaluation), ``predictions.csv`` (per test example: index,
+predicted and true label, for paired tests) and, written last, ``metrics.json``.
+A record is complete exactly when ``metrics.json`` exists with status
+``complete``. Every file goes to a temporary name first and is renamed into place.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+RECORD_FILES = ("config.yaml", "history.csv", "predictions.csv", "metrics.json")
+METRIC_FIELDS = (
+    "status", "arm", "task", "seed", "profile",
+    "best_val_acc", "best_val_step", "test_acc", "steps", "epochs",
+    "wall_time_s", "train_time_s", "train_examples_per_s", "peak_gpu_mem_bytes",
+    "device", "versions", "git_commit", "data",
+)
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data.encode() if isinstance(data, str) else data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, obj) -> None:
+    write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=_jsonable) + "\n")
+
+
+def _jsonable(value):
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return float(value)
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
+
+
+def write_csv(path: Path, rows: list[dict], columns: list[str]) -> None:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="raise", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({c: row.get(c, "") for c in columns})
+    write_atomic(path, buffer.getvalue())
+
+
+def read_metrics(run_dir: Path) -> dict | None:
+    """The metrics of a complete record, or None."""
+    path = Path(run_dir) / "metrics.json"
+    if not path.exists():
+        return None
+    metrics = json.loads(path.read_text())
+    return metrics if metrics.get("status") == "complete" else None
+
+
+def git_commit(cwd: Path | None = None) -> str:
+    """HEAD's commit, with ``+dirty`` when tracked files differ; ``unknown`` outside git."""
+    where = str(cwd or Path(__file__).resolve().parent)
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where, capture_output=True, text=True, timeout=10)
+        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def versions() -> dict:
+    import torch
+
+    import repro
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "numpy": np.__version__,
+        "repro": repro.__version__,
+    }

@@ -1,0 +1,141 @@
+"""From a composed config to run records: resolve one (arm, task, profile, seed), train it, write it.
+
+Precedence of settings, lowest first (DESIGN.md "Configs say deltas"):
+arm defaults < the arm's per-task block < the profile < the command line's
+top-level ``model`` / ``train`` blocks. A profile's ``model`` block only
+shrinks keys the arm already has (so ``smoke`` never adds a key a backbone
+does not know).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from . import records
+from .model import build_model
+from .tasks import DataMissing, get_task_builder
+from .train import NonFiniteLoss, RunInterrupted, TrainSettings, seed_everything, train
+
+
+def _plain(node) -> dict:
+    if node is None:
+        return {}
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+
+
+def _merge(*layers: dict) -> dict:
+    """Recursive dict merge, later layers win."""
+    out: dict = {}
+    for layer in layers:
+        for key, value in (layer or {}).items():
+            if isinstance(value, dict) and isinstance(out.get(key), dict):
+                out[key] = _merge(out[key], value)
+            else:
+                out[key] = value
+    return out
+
+
+def arm_tasks(cfg: DictConfig) -> list[str]:
+    return list(cfg.arm.tasks.keys())
+
+
+def resolve(cfg: DictConfig) -> dict:
+    """The full settings of the run ``cfg`` describes (``cfg.task`` selected)."""
+    task_name = cfg.task.name
+    arm = cfg.arm
+    if task_name not in arm.tasks:
+        raise KeyError(f"arm {arm.name!r} defines no settings for task {task_name!r}; it defines: {', '.join(arm_tasks(cfg))}")
+    per_task = _plain(arm.tasks[task_name])
+    profile = cfg.profile
+    arm_model = _merge(_plain(arm.model), per_task.get("model", {}))
+    profile_model = {k: v for k, v in _plain(profile.get("model")).items() if k in arm_model}
+    model = _merge(arm_model, profile_model, _plain(cfg.get("model")))
+    train_cfg = _merge(_plain(arm.train), per_task.get("train", {}), _plain(profile.get("train")), _plain(cfg.get("train")))
+    task_cfg = _merge(_plain(cfg.task), per_task.get("task", {}), _plain(profile.get("tasks", {})).get(task_name, {}))
+    device = cfg.get("device") or profile.device
+    return {
+        "arm": arm.name,
+        "task": task_cfg,
+        "profile": profile.name,
+        "seed": int(cfg.seed),
+        "model": model,
+        "train": train_cfg,
+        "device": device,
+        "arm_source": arm.get("source"),
+    }
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device={name} but CUDA is not available; use device=cpu or profile=smoke")
+    return torch.device(name)
+
+
+def run_dir_for(cfg: DictConfig, run: dict) -> Path:
+    return Path(cfg.output_dir) / "runs" / run["arm"] / run["task"]["name"] / run["profile"] / f"seed{run['seed']}"
+
+
+def execute(cfg: DictConfig) -> int:
+    """Train the run ``cfg`` describes and write its record; returns a process exit status."""
+    run = resolve(cfg)
+    task_name = run["task"]["name"]
+    run_dir = run_dir_for(cfg, run)
+    if records.read_metrics(run_dir) and not cfg.force:
+        print(f"[{run['arm']}/{task_name}] record complete in {run_dir}; skipping (force=true reruns it)")
+        return 0
+    workers = cfg.workers or min(16, os.cpu_count() or 1)
+    try:
+        task = get_task_builder(task_name)(run["task"], Path(cfg.data_dir), Path(cfg.cache_dir), workers)
+    except DataMissing as err:
+        print(f"[{run['arm']}/{task_name}] skipped: data missing: {err}")
+        return 3
+    device = pick_device(run["device"])
+    settings = TrainSettings.from_dict(run["train"])
+    seed_everything(run["seed"])
+    model = build_model(run["model"], task)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"[{run['arm']}/{task_name}] {run['profile']} seed {run['seed']} on {device}: "
+          f"{n_params:,} parameters, {len(task.train)}/{len(task.val)}/{len(task.test)} examples -> {run_dir}")
+    records.write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(run)))
+    try:
+        result = train(model, task, settings, run["seed"], run_dir, device, resume=cfg.resume,
+                       sigterm_at_step=cfg.debug.sigterm_at_step, progress=cfg.progress)
+    except RunInterrupted as err:
+        print(f"[{run['arm']}/{task_name}] {err}", file=sys.stderr)
+        return 128 + err.signum
+    except NonFiniteLoss as err:
+        print(f"[{run['arm']}/{task_name}] stopped: {err}", file=sys.stderr)
+        return 1
+    metrics = {
+        "status": "complete",
+        "arm": run["arm"],
+        "task": task_name,
+        "seed": run["seed"],
+        "profile": run["profile"],
+        "parameters": n_params,
+        **result["metrics"],
+        "versions": records.versions(),
+        "git_commit": records.git_commit(),
+        "data": task.info,
+    }
+    metrics["wall_time_s"] = metrics.pop("wall_time_this_process_s")
+    write_record(run_dir, result["history"], result["predictions"], metrics)
+    print(f"[{run['arm']}/{task_name}] best val {metrics['best_val_acc']:.4f} at step {metrics['best_val_step']}, "
+          f"test {metrics['test_acc']:.4f}, {metrics['train_examples_per_s']:.1f} examples/s")
+    return 0
+
+
+HISTORY_COLUMNS = ["step", "epoch", "lr", "train_loss", "val_loss", "val_acc", "elapsed_s"]
+
+
+def write_record(run_dir: Path, history: list[dict], predictions: list[dict], metrics: dict) -> None:
+    """History and predictions first, metrics last: metrics.json marks the record complete."""
+    records.write_csv(run_dir / "history.csv", history, HISTORY_COLUMNS)
+    records.write_csv(run_dir / "predictions.csv", predictions, ["index", "prediction", "label"])
+    records.write_json(run_dir / "metrics.json", metrics)

@@ -1,0 +1,55 @@
+"""What every task hands the training engine: tokenised splits and their shape facts."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+
+class DataMissing(Exception):
+    """The task's data is not where the config says; the message says what to put where."""
+
+
+class DataError(Exception):
+    """The task's data is there but malformed; the message names the file (and line)."""
+
+
+@dataclass
+class Split:
+    """Token ids ``[N, L]`` (``[N, 2, L]`` for two-tower tasks; 0 is padding) and labels ``[N]``."""
+
+    inputs: np.ndarray
+    labels: np.ndarray
+
+    def __post_init__(self):
+        if len(self.inputs) != len(self.labels):
+            raise ValueError(f"{len(self.inputs)} inputs but {len(self.labels)} labels")
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+@dataclass
+class TaskData:
+    """One task's three splits and the facts a model needs to be built for it."""
+
+    name: str
+    train: Split
+    val: Split
+    test: Split
+    num_classes: int
+    vocab_size: int  # including the padding id 0
+    max_len: int
+    two_tower: bool = False
+    # Id of padding, excluded from attention and pooling; None when every position is a
+    # real token (image and Pathfinder pixels, where 0 is black, not padding).
+    pad_id: Optional[int] = 0
+    # Optional hook run on each batch of inputs (already on the training device) before
+    # the model, e.g. RGB -> LRA grayscale ids for the image task. Must be deterministic.
+    prepare: Optional[Callable] = None
+    # Provenance and counts for the run record: source, truncations, filtered items, notes.
+    info: dict = field(default_factory=dict)
+
+    def splits(self) -> dict[str, Split]:
+        return {"train": self.train, "val": self.val, "test": self.test}

@@ -1,0 +1,232 @@
+"""ListOps (seed 001 section 2.2.1): 10-way classification of nested list operations.
+
+Two sources give the same token ids: the official release files
+``listops-1000/basic_{train,val,test}.tsv`` and our seeded generator
+(``listops_trees``). Tokenisation is the LRA pipeline's (after its March 2021
+fix): parentheses dropped, ``]`` its own token, whitespace split, padded with
+0 to 2000.
+"""
+from __future__ import annotations
+
+import csv
+import multiprocessing as mp
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from . import listops_trees as trees
+from .base import DataError, DataMissing, Split, TaskData
+from .cache import cached_arrays
+
+# 0 is padding; digits, operators and the closing bracket follow.
+VOCAB = ["<pad>"] + [str(v) for v in trees.VALUES] + list(trees.OPERATORS) + [trees.CLOSE]
+TOKEN_ID = {tok: i for i, tok in enumerate(VOCAB)}
+NUM_CLASSES = 10
+SPLITS = ("train", "val", "test")
+OFFICIAL_FILES = {s: f"basic_{s}.tsv" for s in SPLITS}
+CHUNK = 1000  # trees per generation chunk; part of the cache key
+
+
+def encode(token_list: list[str]) -> np.ndarray:
+    """Token strings -> uint8 ids (no padding)."""
+    return np.fromiter((TOKEN_ID[t] for t in token_list), dtype=np.uint8, count=len(token_list))
+
+
+def source_tokens(source: str) -> list[str]:
+    """The model's tokens of a release ``Source`` text: whitespace split, parentheses dropped."""
+    return [t for t in source.split() if t not in ("(", ")")]
+
+
+def pad(rows: list[np.ndarray], max_len: int) -> tuple[np.ndarray, int]:
+    """Stack id rows into ``[N, max_len]`` zero-padded; returns the array and how many were truncated."""
+    out = np.zeros((len(rows), max_len), dtype=np.uint8)
+    truncated = 0
+    for i, row in enumerate(rows):
+        if len(row) > max_len:
+            truncated += 1
+            row = row[:max_len]
+        out[i, : len(row)] = row
+    return out, truncated
+
+
+# ---------------------------------------------------------------- official files
+
+
+def read_official_tsv(path: Path) -> tuple[list[np.ndarray], np.ndarray]:
+    """Read one release TSV (header ``Source\\tTarget``); a bad row fails naming file and line."""
+    rows: list[np.ndarray] = []
+    labels: list[int] = []
+    with open(path, newline="") as handle:
+        reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = next(reader, None)
+        if header != ["Source", "Target"]:
+            raise DataError(f"{path}:1: expected the header 'Source<TAB>Target', found {header!r}")
+        for line_no, fields in enumerate(reader, start=2):
+            if len(fields) != 2:
+                raise DataError(
+                    f"{path}:{line_no}: expected 2 tab-separated fields (Source, Target), found {len(fields)}"
+                )
+            source, target = fields
+            try:
+                label = int(target)
+            except ValueError:
+                raise DataError(f"{path}:{line_no}: Target {target!r} is not an integer") from None
+            if not 0 <= label < NUM_CLASSES:
+                raise DataError(f"{path}:{line_no}: Target {label} is outside 0-9")
+            toks = source_tokens(source)
+            unknown = sorted({t for t in toks if t not in TOKEN_ID or t == "<pad>"})
+            if unknown:
+                raise DataError(f"{path}:{line_no}: unknown token(s) {unknown} in Source")
+            if not toks:
+                raise DataError(f"{path}:{line_no}: empty Source")
+            rows.append(encode(toks))
+            labels.append(label)
+    return rows, np.asarray(labels, dtype=np.int64)
+
+
+def official_dir(data_dir: Path, subdir: str) -> Path:
+    return Path(data_dir) / subdir
+
+
+def official_present(data_dir: Path, subdir: str) -> bool:
+    folder = official_dir(data_dir, subdir)
+    return all((folder / name).is_file() for name in OFFICIAL_FILES.values())
+
+
+def load_official(data_dir: Path, subdir: str, max_len: int) -> tuple[dict[str, np.ndarray], dict]:
+    folder = official_dir(data_dir, subdir)
+    if not official_present(data_dir, subdir):
+        missing = [str(folder / n) for n in OFFICIAL_FILES.values() if not (folder / n).is_file()]
+        raise DataMissing(
+            "ListOps official files not found: " + ", ".join(missing) + ". Get them from the LRA "
+            "release (lra_release/listops-1000/) and point data_dir at the folder holding "
+            f"'{subdir}/', or set task.source=generated to generate ListOps instead."
+        )
+    arrays: dict[str, np.ndarray] = {}
+    meta: dict = {"source": "official", "folder": str(folder), "truncated": {}}
+    for split, name in OFFICIAL_FILES.items():
+        rows, labels = read_official_tsv(folder / name)
+        arrays[f"{split}_x"], meta["truncated"][split] = pad(rows, max_len)
+        arrays[f"{split}_y"] = labels
+    return arrays, meta
+
+
+# ---------------------------------------------------------------- generator
+
+
+def _chunk_ids(args) -> tuple[list[np.ndarray], list[int]]:
+    seed, chunk, spec = args
+    ids, labels = [], []
+    for tree in trees.generate_chunk(seed, chunk, CHUNK, spec):
+        ids.append(encode(trees.tokens(tree)))
+        labels.append(trees.evaluate(tree))
+    return ids, labels
+
+
+def generate(
+    n_train: int, n_val: int, n_test: int, seed: int, spec: trees.TreeSpec, workers: int = 1
+) -> tuple[dict[str, np.ndarray], dict]:
+    """Distinct trees split train/val/test, reproducible by ``seed`` whatever ``workers`` is."""
+    total = n_train + n_val + n_test
+    seen: set[bytes] = set()
+    rows: list[np.ndarray] = []
+    labels: list[int] = []
+    duplicates = 0
+    chunk = 0
+    bar = tqdm(total=total, desc="generating ListOps", unit="tree", leave=False)
+    pool = mp.get_context("spawn").Pool(workers) if workers > 1 else None
+    try:
+        while len(rows) < total:
+            need_chunks = max(1, -(-(total - len(rows)) // CHUNK))
+            batch = [(seed, c, spec) for c in range(chunk, chunk + need_chunks)]
+            chunk += need_chunks
+            results = pool.imap(_chunk_ids, batch) if pool else map(_chunk_ids, batch)
+            for ids, labs in results:
+                for row, label in zip(ids, labs):
+                    if len(rows) == total:
+                        break
+                    key = row.tobytes()
+                    if key in seen:
+                        duplicates += 1
+                        continue
+                    seen.add(key)
+                    rows.append(row)
+                    labels.append(label)
+                    bar.update(1)
+    finally:
+        bar.close()
+        if pool:
+            pool.terminate()
+    x, truncated = pad(rows, spec.max_len)
+    assert truncated == 0, "generated lengths are below max_len by construction"
+    y = np.asarray(labels, dtype=np.int64)
+    cuts = np.cumsum([0, n_train, n_val, n_test])
+    arrays = {}
+    for i, split in enumerate(SPLITS):
+        arrays[f"{split}_x"] = x[cuts[i] : cuts[i + 1]]
+        arrays[f"{split}_y"] = y[cuts[i] : cuts[i + 1]]
+    meta = {
+        "source": "generated",
+        "seed": seed,
+        "duplicates_dropped": duplicates,
+        "truncated": {s: 0 for s in SPLITS},
+    }
+    return arrays, meta
+
+
+def write_tsv(path: Path, sources_and_labels: list[tuple[str, int]]) -> None:
+    """Write trees in the release's TSV layout (for exports and reader tests)."""
+    with open(path, "w", newline="") as handle:
+        handle.write("Source\tTarget\n")
+        for source, label in sources_and_labels:
+            handle.write(f"{source}\t{label}\n")
+
+
+# ---------------------------------------------------------------- task entry
+
+
+def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
+    """The ListOps task from ``cfg`` (see experiments/conf/task/listops.yaml)."""
+    source = cfg["source"]
+    max_len = int(cfg["max_len"])
+    if source not in ("auto", "official", "generated"):
+        raise ValueError(f"task.source={source!r}: use auto, official or generated")
+    if source == "auto":
+        source = "official" if official_present(data_dir, cfg["official_subdir"]) else "generated"
+
+    if source == "official":
+        params = {"source": "official", "folder": str(official_dir(data_dir, cfg["official_subdir"]).resolve()), "max_len": max_len}
+        arrays, meta = cached_arrays(cache_dir, "listops", params, lambda: load_official(data_dir, cfg["official_subdir"], max_len))
+    else:
+        gen = cfg["generate"]
+        spec = trees.TreeSpec(
+            max_depth=int(gen["max_depth"]),
+            max_args=int(gen["max_args"]),
+            min_len=int(gen["min_len"]),
+            max_len=int(gen["max_len"]),
+        )
+        if spec.max_len > max_len:
+            raise ValueError(f"task.generate.max_len={spec.max_len} exceeds task.max_len={max_len}")
+        sizes = {k: int(gen[k]) for k in ("n_train", "n_val", "n_test")}
+        seed = int(cfg["data_seed"])
+        params = {"source": "generated", "seed": seed, "chunk": CHUNK, **sizes, **asdict(spec)}
+
+        def make():
+            arrays, meta = generate(seed=seed, spec=spec, workers=workers, **sizes)
+            if spec.max_len < max_len:
+                arrays = {k: (np.pad(v, ((0, 0), (0, max_len - spec.max_len))) if k.endswith("_x") else v) for k, v in arrays.items()}
+            return arrays, meta
+
+        arrays, meta = cached_arrays(cache_dir, "listops", params, make)
+
+    splits = {s: Split(arrays[f"{s}_x"], arrays[f"{s}_y"]) for s in SPLITS}
+    return TaskData(
+        name="listops",
+        num_classes=NUM_CLASSES,
+        vocab_size=len(VOCAB),
+        max_len=max_len,
+        info={**meta, "sizes": {s: len(v) for s, v in splits.items()}},
+        **splits,
+    )
