@@ -91,7 +91,7 @@ def execute(cfg: DictConfig) -> int:
         return 0
     workers = cfg.workers or min(16, os.cpu_count() or 1)
     try:
-        task = get_task_builder(task_name)(run["task"], Path(cfg.data_dir), Path(cfg.cache_dir), workers)
+        task = get_task_builder(run["task"].get("builder", task_name))(run["task"], Path(cfg.data_dir), Path(cfg.cache_dir), workers)
     except DataMissing as err:
         print(f"[{run['arm']}/{task_name}] skipped: data missing: {err}")
         return 3

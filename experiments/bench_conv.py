@@ -1,0 +1,104 @@
+"""Measure the bounded-conv implementations and the bf16 matmul peak on this GPU.
+
+``python experiments/bench_conv.py --out bench_conv.json``: for each ``impl`` of
+repro.followup.conv (cuDNN in TF32, cuDNN bf16 conv1d, cuDNN bf16 as conv2d) and
+each shape, the median time of forward and of forward+backward of one
+convolution (CUDA events, warm-up excluded), the achieved TFLOP/s (2*MACs forward,
+3x that for forward+backward), and the bf16 8192^3 matmul rate measured in the
+same process as the ceiling. Prints a table and the fastest impl per shape.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from repro.followup.conv import CONV_IMPLS, conv1d_same  # noqa: E402
+
+
+def time_ms(fn, warmup: int = 5, reps: int = 20) -> tuple[float, float]:
+    """Median and spread (max-min) in ms of ``fn`` over ``reps`` timed calls."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times), max(times) - min(times)
+
+
+def matmul_peak_tflops(n: int = 8192) -> float:
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    ms, _ = time_ms(lambda: a @ b, warmup=3, reps=10)
+    return 2 * n**3 / (ms * 1e-3) / 1e12
+
+
+def bench_shape(batch: int, c_in: int, c_out: int, kernel: int, length: int, groups: int) -> list[dict]:
+    rows = []
+    macs = batch * length * c_out * (c_in // groups) * kernel
+    for impl in CONV_IMPLS:
+        x = torch.randn(batch, c_in, length, device="cuda", requires_grad=True)
+        w = (torch.randn(c_out, c_in // groups, kernel, device="cuda") / (c_in * kernel) ** 0.5).requires_grad_()
+        bias = torch.zeros(c_out, device="cuda", requires_grad=True)
+
+        def forward():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return conv1d_same(x, w, bias, groups, impl)
+
+        def forward_backward():
+            forward().float().sum().backward()
+
+        with torch.no_grad():
+            fwd_ms, fwd_spread = time_ms(forward)
+        fb_ms, fb_spread = time_ms(forward_backward)
+        rows.append({
+            "impl": impl, "batch": batch, "c_in": c_in, "c_out": c_out, "kernel": kernel, "length": length, "groups": groups,
+            "fwd_ms": fwd_ms, "fwd_spread_ms": fwd_spread, "fwd_tflops": 2 * macs / (fwd_ms * 1e-3) / 1e12,
+            "fwd_bwd_ms": fb_ms, "fwd_bwd_spread_ms": fb_spread, "fwd_bwd_tflops": 6 * macs / (fb_ms * 1e-3) / 1e12,
+        })
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("bench_conv.json"))
+    parser.add_argument("--kernels", type=int, nargs="+", default=[5, 31, 61])
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench_conv needs a CUDA GPU")
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = True
+    peak = matmul_peak_tflops()
+    rows = []
+    shapes = [(32, 128, 256, k, 2000, 1) for k in args.kernels]  # ListOps, Table 7
+    shapes += [(128, 128, 256, 61, 1024, 32)]  # Pathfinder, groups 32
+    shapes += [(16, 128, 256, 61, 4096, 1)]  # text
+    for shape in shapes:
+        rows += bench_shape(*shape)
+    record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
+              "bf16_matmul_peak_tflops": peak, "rows": rows}
+    args.out.write_text(json.dumps(record, indent=2))
+    print(f"device {record['device']}, bf16 matmul peak {peak:.0f} TFLOP/s")
+    print(f"{'impl':12} {'B':>4} {'K':>3} {'L':>5} {'g':>3} {'fwd ms':>8} {'fwd TF/s':>9} {'f+b ms':>8} {'f+b TF/s':>9}")
+    for r in rows:
+        print(f"{r['impl']:12} {r['batch']:4} {r['kernel']:3} {r['length']:5} {r['groups']:3} {r['fwd_ms']:8.3f} {r['fwd_tflops']:9.1f} {r['fwd_bwd_ms']:8.3f} {r['fwd_bwd_tflops']:9.1f}")
+    for shape in shapes:
+        same = [r for r in rows if (r["batch"], r["c_in"], r["c_out"], r["kernel"], r["length"], r["groups"]) == shape]
+        best = min(same, key=lambda r: r["fwd_bwd_ms"])
+        print(f"fastest for {shape}: {best['impl']} ({best['fwd_bwd_tflops']:.0f} TFLOP/s fwd+bwd, {best['fwd_bwd_tflops'] / peak:.0%} of the bf16 matmul peak)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""Shared helpers: run the Hydra entry point in a subprocess with a private output and cache."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = ROOT / "experiments" / "run.py"
+
+
+def run_cli(*overrides: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``python experiments/run.py <overrides>``; returns the completed process (text output)."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.run([sys.executable, str(RUN), *overrides], cwd=cwd or ROOT, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+@pytest.fixture(scope="session")
+def shared_cache(tmp_path_factory) -> Path:
+    """One data cache for every CLI test of the session (generated ListOps is reused)."""
+    return tmp_path_factory.mktemp("cache")

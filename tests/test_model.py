@@ -1,0 +1,155 @@
+"""Bounded-conv layer, shared encoder and heads, schedules, NaN stop."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from repro.followup.conv import CONV_IMPLS, BoundedConvMixer, conv1d_same
+from repro.model import SequenceClassifier, sinusoidal_table
+from repro.schedule import LRController
+from repro.tasks.base import Split, TaskData
+from repro.train import NonFiniteLoss, TrainSettings, train
+
+CONV_CFG = dict(backbone="conv", d_model=8, d_hidden=12, kernel_size=5, depth=2)
+
+
+def reference_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, groups: int) -> np.ndarray:
+    """Direct 'same' convolution by sums over taps, in float64: x [B,C,L], w [O,C/g,K]."""
+    batch, channels, length = x.shape
+    out_ch, per_group, k = w.shape
+    pad = k // 2
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad)))
+    y = np.zeros((batch, out_ch, length))
+    outs_per_group = out_ch // groups
+    for o in range(out_ch):
+        g = o // outs_per_group
+        for c in range(per_group):
+            for t in range(k):
+                y[:, o] += w[o, c, t] * xp[:, g * per_group + c, t : t + length]
+        y[:, o] += b[o]
+    return y
+
+
+@pytest.mark.parametrize("groups", [1, 4])
+@pytest.mark.parametrize("impl", CONV_IMPLS)
+def test_conv_equals_direct_convolution(groups, impl):
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 23, dtype=torch.float64)
+    w = torch.randn(12, 8 // groups, 7, dtype=torch.float64)
+    b = torch.randn(12, dtype=torch.float64)
+    got = conv1d_same(x, w, b, groups, impl)
+    want = reference_conv(x.numpy(), w.numpy(), b.numpy(), groups)
+    # the tf32 path computes in float32 by design
+    tol = 1e-5 if impl == "tf32" else 1e-10
+    np.testing.assert_allclose(got.double().numpy(), want, rtol=tol, atol=tol)
+
+
+def test_receptive_field_is_k_over_2_per_side():
+    torch.manual_seed(0)
+    mixer = BoundedConvMixer(4, 4, kernel_size=7).double()
+    x = torch.randn(1, 40, 4, dtype=torch.float64)
+    x2 = x.clone()
+    x2[0, 20] += 1.0
+    changed = (mixer(x2, None) - mixer(x, None)).abs().sum(-1)[0] > 0
+    assert changed.nonzero().flatten().tolist() == list(range(17, 24))
+
+
+def test_even_kernel_is_refused_with_a_reason():
+    with pytest.raises(ValueError, match="kernel_size=4: use an odd kernel"):
+        BoundedConvMixer(4, 4, kernel_size=4)
+
+
+def test_padding_does_not_change_a_sequence_output():
+    torch.manual_seed(0)
+    model = SequenceClassifier(CONV_CFG, vocab_size=16, max_len=64, num_classes=10, pad_id=0, two_tower=False).double()
+    ids = torch.randint(1, 16, (1, 30))
+    padded = torch.cat([ids, torch.zeros(1, 25, dtype=torch.long)], dim=1)
+    torch.testing.assert_close(model(ids), model(padded), rtol=1e-10, atol=1e-10)
+
+
+def test_two_tower_documents_do_not_see_each_other():
+    torch.manual_seed(0)
+    model = SequenceClassifier(CONV_CFG, vocab_size=16, max_len=64, num_classes=2, pad_id=0, two_tower=True)
+    pair = torch.randint(1, 16, (3, 2, 40))
+    other = pair.clone()
+    other[:, 1] = torch.randint(1, 16, (3, 40))
+    other[:, 1, 30:] = 0
+
+    def embeddings(ids):
+        docs = ids.flatten(0, 1)
+        mask = docs != 0
+        return model.head.embed(model.encoder(docs, mask), mask).unflatten(0, (ids.shape[0], 2))
+
+    a, b = embeddings(pair), embeddings(other)
+    assert torch.equal(a[:, 0], b[:, 0])
+    assert not torch.equal(a[:, 1], b[:, 1])
+
+
+def test_sinusoidal_table_matches_the_formula():
+    table = sinusoidal_table(50, 8)
+    pos, i = 13, 2
+    assert math.isclose(float(table[pos, 2 * i]), math.sin(pos / 10000 ** (2 * i / 8)), rel_tol=1e-6)
+    assert math.isclose(float(table[pos, 2 * i + 1]), math.cos(pos / 10000 ** (2 * i / 8)), rel_tol=1e-6)
+
+
+def test_followup_schedule_plateau_and_final_decay():
+    c = LRController(1.0, "followup", plateau_factor=0.5, plateau_patience=2)
+    assert c.lr(0, 0.0) == 1.0 and c.lr(0, 0.9) == 1.0
+    assert math.isclose(c.lr(0, 0.95), 0.5) and c.lr(0, 1.0) == 0.0
+    for loss in (1.0, 1.0, 1.0):  # first sets the best, then two bad epochs: within patience
+        assert not c.end_epoch(loss)
+    assert c.end_epoch(1.0) and c.lr(0, 0.0) == 0.5
+
+
+def test_lra_schedule_is_warmup_times_rsqrt():
+    c = LRController(0.05, "lra", warmup_steps=1000)
+    assert math.isclose(c.lr(499, 0), 0.05 * 0.5 / math.sqrt(1000))
+    assert math.isclose(c.lr(3999, 0), 0.05 / math.sqrt(4000))
+
+
+class _NaNAfter(torch.nn.Module):
+    """A model whose logits become NaN from its ``n``-th training call."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+        self.calls, self.n = 0, n
+
+    def forward(self, ids):
+        if self.training:
+            self.calls += 1
+        out = self.linear(ids[:, :4].float())
+        return out * float("nan") if self.training and self.calls >= self.n else out
+
+
+def tiny_task(n: int = 64) -> TaskData:
+    rng = np.random.default_rng(0)
+    def split(m):
+        return Split(rng.integers(1, 5, (m, 8)).astype(np.uint8), rng.integers(0, 2, m))
+    return TaskData("tiny", split(n), split(16), split(16), num_classes=2, vocab_size=5, max_len=8)
+
+
+def test_nan_loss_stops_naming_the_step(tmp_path):
+    settings = TrainSettings(lr=1e-3, weight_decay=0.0, batch_size=8, epochs=3, log_every=4, checkpoint_every_steps=2, checkpoint_every_seconds=None)
+    with pytest.raises(NonFiniteLoss, match=r"training loss is nan at step 7; last good checkpoint: .*last\.pt"):
+        train(_NaNAfter(7), tiny_task(), settings, seed=0, run_dir=tmp_path, device=torch.device("cpu"), progress=False)
+
+
+def test_unknown_train_key_is_named():
+    with pytest.raises(ValueError, match="unknown key\\(s\\) under train: learning_rate"):
+        TrainSettings.from_dict({"lr": 1, "weight_decay": 0, "batch_size": 1, "epochs": 1, "learning_rate": 3})
+
+
+def test_same_seed_same_numbers_on_cpu(tmp_path):
+    def once(folder):
+        torch.manual_seed(0)
+        model = SequenceClassifier(CONV_CFG, vocab_size=5, max_len=8, num_classes=2, pad_id=0, two_tower=False)
+        settings = TrainSettings(lr=1e-2, weight_decay=0.1, batch_size=8, epochs=2, checkpoint_every_seconds=None)
+        return train(model, tiny_task(), settings, seed=3, run_dir=folder, device=torch.device("cpu"), progress=False)
+
+    a, b = once(tmp_path / "a"), once(tmp_path / "b")
+    assert a["predictions"] == b["predictions"]
+    assert [r.get("train_loss") for r in a["history"]] == [r.get("train_loss") for r in b["history"]]

@@ -1,0 +1,129 @@
+"""The Hydra runner end to end on the smoke profile (issue 2, acceptance 2, 4, 6, 7)."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import yaml
+
+from conftest import read_json, run_cli
+
+from repro.records import METRIC_FIELDS
+
+
+def common(tmp_path: Path, cache: Path) -> list[str]:
+    return [f"output_dir={tmp_path / 'out'}", f"cache_dir={cache}", f"data_dir={tmp_path / 'no_data'}", "progress=false"]
+
+
+def run_folder(tmp_path: Path, arm: str = "locality_k61", task: str = "listops") -> Path:
+    return tmp_path / "out" / "runs" / arm / task / "smoke" / "seed0"
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path) as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_smoke_run_writes_a_complete_record(tmp_path, shared_cache):
+    done = run_cli("arm=locality_k61", "task=listops", "profile=smoke", *common(tmp_path, shared_cache))
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = run_folder(tmp_path)
+    metrics = read_json(folder / "metrics.json")
+    missing = [f for f in METRIC_FIELDS if f not in metrics]
+    assert not missing, missing
+    assert metrics["status"] == "complete" and metrics["arm"] == "locality_k61" and metrics["task"] == "listops"
+    assert 0.0 <= metrics["test_acc"] <= 1.0 and metrics["best_val_step"] > 0
+    assert metrics["steps"] == 32 and metrics["device"] == "cpu" and metrics["train_examples_per_s"] > 0
+    assert set(metrics["versions"]) >= {"python", "torch", "numpy", "repro"}
+    config = yaml.safe_load((folder / "config.yaml").read_text())
+    assert config["model"]["kernel_size"] == 61 and config["model"]["d_model"] == 32  # smoke shrinks widths only
+    assert config["train"]["lr"] == 0.001 and config["train"]["weight_decay"] == 0.1  # Table 7, ListOps
+    predictions = read_csv(folder / "predictions.csv")
+    assert len(predictions) == metrics["data"]["sizes"]["test"]
+    accuracy = sum(p["prediction"] == p["label"] for p in predictions) / len(predictions)
+    assert abs(accuracy - metrics["test_acc"]) < 1e-12
+    history = read_csv(folder / "history.csv")
+    assert any(row["val_acc"] for row in history) and any(row["train_loss"] for row in history)
+    leftovers = [p.name for p in folder.rglob(".*")]
+    assert not leftovers, f"temporary files left: {leftovers}"
+    # A second identical command finds the record complete and does not retrain.
+    again = run_cli("arm=locality_k61", "task=listops", "profile=smoke", *common(tmp_path, shared_cache))
+    assert again.returncode == 0 and "record complete" in again.stdout
+
+
+def test_killed_run_resumes_to_the_uninterrupted_metrics(tmp_path, shared_cache):
+    whole = tmp_path / "whole"
+    cut = tmp_path / "cut"
+    args = ["arm=locality_k5", "task=listops", "profile=smoke"]
+    done = run_cli(*args, *common(whole, shared_cache))
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    killed = run_cli(*args, *common(cut, shared_cache), "debug.sigterm_at_step=13")
+    assert killed.returncode == 128 + 15, killed.stderr[-3000:]
+    assert "stopped by SIGTERM at step 13" in killed.stderr
+    assert not (run_folder(cut, "locality_k5") / "metrics.json").exists()
+    assert (run_folder(cut, "locality_k5") / "checkpoints" / "last.pt").exists()
+
+    resumed = run_cli(*args, *common(cut, shared_cache))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming" in resumed.stdout and "from step 13" in resumed.stdout
+
+    a = read_json(run_folder(whole, "locality_k5") / "metrics.json")
+    b = read_json(run_folder(cut, "locality_k5") / "metrics.json")
+    for key in ("best_val_acc", "best_val_step", "test_acc", "test_loss", "steps", "epochs"):
+        assert a[key] == b[key], (key, a[key], b[key])
+    assert read_csv(run_folder(whole, "locality_k5") / "predictions.csv") == read_csv(run_folder(cut, "locality_k5") / "predictions.csv")
+
+
+def test_unknown_arm_exits_nonzero_listing_the_arms(tmp_path, shared_cache):
+    done = run_cli("arm=no_such_arm", "task=listops", *common(tmp_path, shared_cache))
+    assert done.returncode != 0
+    assert "Could not find 'arm/no_such_arm'" in done.stderr
+    for name in ("locality_k5", "locality_k31", "locality_k61"):
+        assert name in done.stderr
+
+
+def test_unknown_profile_and_task_exit_nonzero_listing_names(tmp_path, shared_cache):
+    done = run_cli("arm=locality_k5", "task=listops", "profile=huge", *common(tmp_path, shared_cache))
+    assert done.returncode != 0 and "Available options in 'profile'" in done.stderr and "smoke" in done.stderr
+    done = run_cli("arm=locality_k5", "task=lisstops", *common(tmp_path, shared_cache))
+    assert done.returncode != 0 and "Available options in 'task'" in done.stderr and "listops" in done.stderr
+
+
+def test_an_arm_outside_the_package_runs_through_config_dir(tmp_path, shared_cache):
+    conf = tmp_path / "my_conf"
+    (conf / "arm").mkdir(parents=True)
+    (conf / "arm" / "locality_k9.yaml").write_text(
+        "# @package arm\n"
+        "defaults:\n  - /base/locality@_here_\n  - _self_\n"
+        "name: locality_k9\nmodel:\n  kernel_size: 9\n"
+    )
+    done = run_cli("--config-dir", str(conf), "arm=locality_k9", "task=listops", "profile=smoke", *common(tmp_path, shared_cache))
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = run_folder(tmp_path, "locality_k9")
+    assert read_json(folder / "metrics.json")["arm"] == "locality_k9"
+    assert yaml.safe_load((folder / "config.yaml").read_text())["model"]["kernel_size"] == 9
+
+
+def test_without_task_an_arm_runs_its_tasks_and_skips_missing_data(tmp_path, shared_cache):
+    conf = tmp_path / "my_conf"
+    (conf / "arm").mkdir(parents=True)
+    (conf / "task").mkdir(parents=True)
+    # A task whose official files are absent and which has no generator: ListOps forced to 'official'.
+    (conf / "task" / "listops_official.yaml").write_text(
+        "# @package task\ndefaults:\n  - listops\n  - _self_\n"
+        "name: listops_official\nbuilder: listops\nsource: official\n"
+    )
+    (conf / "arm" / "two_tasks.yaml").write_text(
+        "# @package arm\nname: two_tasks\n"
+        "model: {backbone: conv, d_model: 16, d_hidden: 16, kernel_size: 3, depth: 1}\n"
+        "train: {lr: 0.001, weight_decay: 0.0, batch_size: 8, epochs: 1}\n"
+        "tasks:\n  listops: {}\n  listops_official: {}\n"
+    )
+    done = run_cli("--config-dir", str(conf), "arm=two_tasks", "profile=smoke", *common(tmp_path, shared_cache))
+    assert done.returncode == 0, done.stderr[-3000:]
+    skipped = [line for line in done.stdout.splitlines() if "skipped: data missing" in line]
+    assert len(skipped) == 1 and skipped[0].startswith("[two_tasks/listops_official] skipped"), done.stdout
+    assert "ListOps official files not found" in skipped[0]
+    assert (run_folder(tmp_path, "two_tasks", "listops") / "metrics.json").exists()
+    assert "arm two_tasks: 1 task(s) done, skipped (no data): listops_official" in done.stdout
