@@ -1,0 +1,513 @@
+"""Pathfinder images (Linsley et al. 2018; seed 001 section 2.2.5): contours of dashes and two markers.
+
+Written from the published description and the LRA generator settings in the
+shared reference ``generators.md`` (Pathfinder section); no generator code is
+reused. One image holds
+
+* two *target* contours of ``contour_length`` dashes ("paddles"), grown from two
+  seed dashes whose first ends lie ``seed_distance`` apart;
+* distractor contours of ``distractor_length`` dashes, as many of
+  ``num_distractors`` as fit;
+* two circular markers. Positive: at the first and the last end of one target
+  contour. Negative: at the first end of one target contour and the last end of
+  the other (Linsley et al.: "markers on two different paths").
+
+A contour grows dash by dash: the next dash turns by an angle ``delta`` drawn
+with density ``cos^2(continuity * delta)`` on ``|delta| < pi / (2 continuity)``
+(the generator's continuity weighting: 1.0 allows turns up to 90 degrees, 1.8 up
+to 50), starting ``2 * margin`` past the end of the last dash, with the turn at
+the middle of the gap. Dashes of different contours (and non-consecutive dashes
+of one contour) keep centre lines ``thickness + 2 * margin`` apart: their
+margin-dilated footprints may not overlap, so contours never touch and the gap
+between two contours is always wider than the gap inside one. A contour that
+cannot continue is abandoned: a target pair is grown again from new seeds, a
+distractor is retried a few times and then left out.
+
+Images are drawn at ``antialias_scale`` times the size (distance-to-segment
+coverage on a local patch per dash, vectorised in numpy), box-downsampled,
+min-max normalised to 0-255 (as the release's PNGs are) and stored as uint8.
+
+Where this differs from the release's generator (each choice keeps the label
+well defined or the output reproducible):
+
+* coordinates are real numbers, not whole pixels; downsampling is a box filter
+  (no Lanczos ringing);
+* the clearance between contours is exactly ``thickness + 2 * margin``
+  (the release compares antialiased masks, leaving about a pixel of slack), so a
+  gap between contours is never narrower than a gap inside one;
+* marker discs never touch (checked for all four end pairings, whatever the
+  label, so contour shapes carry no label cue);
+* labels are exactly balanced per chunk (the release flips a coin per image);
+* no single-paddle filler (``use_single_paddles``) is drawn: the LRA table does
+  not list it and the distractor contours already fill the window.
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field, fields, replace
+from typing import Optional
+
+import numpy as np
+
+DIFFICULTIES = ("easy", "intermediate", "hard")
+# generators.md: curv_baseline (6), curv_contour_length_9, curv_contour_length_14.
+CONTOUR_LENGTH = {"easy": 6, "intermediate": 9, "hard": 14}
+DIFFICULTY_CODE = {name: i for i, name in enumerate(DIFFICULTIES)}
+RENDER_VERSION = 2  # bump when the images a seed gives change; part of cache keys
+
+
+@dataclass(frozen=True)
+class PathSpec:
+    """Generator settings for one resolution and difficulty (generators.md, LRA table)."""
+
+    size: int = 32  # window_size (square)
+    padding: float = 1.0  # empty border, pixels
+    paddle_length: float = 2.0  # dash length, pixels
+    paddle_thickness: float = 0.5
+    paddle_margins: tuple = (1.0,)  # paddle_margin_list: one drawn per image
+    marker_radius: float = 1.5
+    contour_length: int = 14  # dashes per target contour
+    continuity: float = 1.0
+    distractor_length: int = 4  # dashes per distractor contour
+    num_distractors: int = 5
+    snake_contrast: float = 2.0  # snake_contrast_list [2]
+    paddle_contrast: float = 0.75  # paddle_contrast_list [0.75]
+    seed_distance: float = 7.0
+    antialias_scale: int = 2
+    # Retry budgets (the generator's max_paddle_retrial / max_distractor_contour_retrial are
+    # 2 and 4 on pre-filtered candidates; ours sample blindly, so allow more tries).
+    turn_trials: int = 32
+    seed_trials: int = 20
+    distractor_retries: int = 5
+    max_restarts: int = 100000
+
+
+DISTRACTOR_BUDGET = {32: 20, 128: 35}  # num_distractor_snakes = budget / distractor_length
+
+
+def lra_spec(resolution: int, difficulty: str, distractor_budget: Optional[int] = None, **overrides) -> PathSpec:
+    """The LRA settings for ``resolution`` 32 (Pathfinder) or 128 (Path-X) at ``difficulty``.
+
+    generators.md: distractor_length = contour_length // 3 and num_distractor_snakes =
+    20 // distractor_length at 32; contour_length / 3 and 35 / distractor_length at 128
+    (floored here: the generator needs whole numbers of dashes and contours). Path-X's
+    paddle_length 5 and paddle_contrast 1 are the generator's defaults.
+    """
+    if difficulty not in CONTOUR_LENGTH:
+        raise ValueError(f"difficulty {difficulty!r}: use one of {DIFFICULTIES}")
+    length = CONTOUR_LENGTH[difficulty]
+    distractor_length = max(1, length // 3)
+    budget = int(distractor_budget if distractor_budget is not None else DISTRACTOR_BUDGET.get(resolution, 20))
+    if resolution == 32:
+        spec = PathSpec(contour_length=length, distractor_length=distractor_length,
+                        num_distractors=budget // distractor_length)
+    elif resolution == 128:
+        spec = PathSpec(
+            size=128, padding=1.0, paddle_length=5.0, paddle_thickness=1.5, paddle_margins=(2.0, 3.0),
+            marker_radius=3.0, contour_length=length, continuity=1.8, distractor_length=distractor_length,
+            num_distractors=budget // distractor_length, snake_contrast=0.9, paddle_contrast=1.0,
+            seed_distance=20.0, antialias_scale=2,
+        )
+    else:
+        raise ValueError(f"resolution {resolution}: LRA has 32 (Pathfinder) and 128 (Path-X)")
+    known = {f.name for f in fields(PathSpec)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(f"unknown generator setting(s) {unknown}; known: {sorted(known)}")
+    return replace(spec, **{k: _like(getattr(spec, k), v) for k, v in overrides.items()})
+
+
+def _like(default, value):
+    """``value`` in the type of ``default`` (so 2 and 2.0 give one spec and one cache key)."""
+    if isinstance(default, tuple):
+        return tuple(float(v) for v in value)
+    if isinstance(default, bool):
+        return bool(value)
+    return type(default)(value)
+
+
+@dataclass
+class Sample:
+    """One image and the geometry it was drawn from (for tests and figures)."""
+
+    image: np.ndarray  # uint8 [size, size]
+    label: int  # 1 = markers on one contour
+    segments: np.ndarray  # float [n, 4]: y0, x0, y1, x1 of each dash, in pixels
+    contour_ids: np.ndarray  # int [n]: 0 and 1 are the target contours, 2.. distractors
+    markers: np.ndarray  # float [2, 2]: (y, x) centres of the two markers
+    margin: float  # the paddle margin drawn for this image
+    restarts: int = 0  # target pairs abandoned before this one grew
+    extra: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- geometry
+
+
+def _point_segment_dist2(py, px, ay, ax, by, bx) -> float:
+    """Squared distance from point p to segment ab."""
+    dy, dx = by - ay, bx - ax
+    den = dy * dy + dx * dx
+    t = 0.0 if den == 0.0 else max(0.0, min(1.0, ((py - ay) * dy + (px - ax) * dx) / den))
+    ey, ex = ay + t * dy - py, ax + t * dx - px
+    return ey * ey + ex * ex
+
+
+def _segments_cross(a, b) -> bool:
+    """Whether segments a and b (y0, x0, y1, x1) properly intersect."""
+    def side(oy, ox, py, px, qy, qx):
+        return (py - oy) * (qx - ox) - (px - ox) * (qy - oy)
+
+    d1 = side(a[0], a[1], a[2], a[3], b[0], b[1])
+    d2 = side(a[0], a[1], a[2], a[3], b[2], b[3])
+    d3 = side(b[0], b[1], b[2], b[3], a[0], a[1])
+    d4 = side(b[0], b[1], b[2], b[3], a[2], a[3])
+    return (d1 > 0) != (d2 > 0) and (d3 > 0) != (d4 > 0)
+
+
+def segment_distance(a, b) -> float:
+    """Distance between segments a and b (each y0, x0, y1, x1)."""
+    if _segments_cross(a, b):
+        return 0.0
+    return math.sqrt(min(
+        _point_segment_dist2(a[0], a[1], *b), _point_segment_dist2(a[2], a[3], *b),
+        _point_segment_dist2(b[0], b[1], *a), _point_segment_dist2(b[2], b[3], *a),
+    ))
+
+
+class DashField:
+    """Placed dashes with a spatial hash, answering "does a new dash keep its clearance?"."""
+
+    def __init__(self, spec: PathSpec, margin: float):
+        self.clearance = spec.paddle_thickness + 2.0 * margin
+        self.cell = self.clearance + spec.paddle_length + 1e-6
+        lo = spec.padding + spec.paddle_thickness / 2
+        self.lo, self.hi = lo, spec.size - lo
+        self.dashes: list[tuple] = []
+        self.owner: list[int] = []
+        self.mids: list[tuple] = []
+        self.grid: dict[tuple, list[int]] = {}
+
+    def _key(self, dash) -> tuple:
+        return (int((dash[0] + dash[2]) * 0.5 // self.cell), int((dash[1] + dash[3]) * 0.5 // self.cell))
+
+    def inside(self, dash) -> bool:
+        lo, hi = self.lo, self.hi
+        return lo <= dash[0] <= hi and lo <= dash[1] <= hi and lo <= dash[2] <= hi and lo <= dash[3] <= hi
+
+    def fits(self, dash, skip: int = -1) -> bool:
+        """In bounds and at least ``clearance`` from every placed dash but number ``skip``.
+
+        Dashes all have one length L, so midpoints further apart than clearance + L rule a
+        pair out and midpoints closer than the clearance rule it in; only pairs in between
+        need the exact segment distance.
+        """
+        if not self.inside(dash):
+            return False
+        my, mx = (dash[0] + dash[2]) * 0.5, (dash[1] + dash[3]) * 0.5
+        ky, kx = int(my // self.cell), int(mx // self.cell)
+        c = self.clearance
+        near2, far2 = c * c, self.cell * self.cell
+        mids, dashes, grid = self.mids, self.dashes, self.grid
+        for gy in (ky - 1, ky, ky + 1):
+            for gx in (kx - 1, kx, kx + 1):
+                for i in grid.get((gy, gx), ()):
+                    oy, ox = mids[i]
+                    d2 = (oy - my) * (oy - my) + (ox - mx) * (ox - mx)
+                    if d2 >= far2 or i == skip:
+                        continue
+                    if d2 < near2 or segment_distance(dash, dashes[i]) < c:
+                        return False
+        return True
+
+    def add(self, dash, owner: int) -> int:
+        index = len(self.dashes)
+        self.dashes.append(dash)
+        self.mids.append(((dash[0] + dash[2]) * 0.5, (dash[1] + dash[3]) * 0.5))
+        self.owner.append(owner)
+        self.grid.setdefault(self._key(dash), []).append(index)
+        return index
+
+    def remove_last(self, count: int) -> None:
+        """Take back the ``count`` most recently added dashes."""
+        for _ in range(count):
+            dash = self.dashes.pop()
+            self.mids.pop()
+            self.owner.pop()
+            self.grid[self._key(dash)].pop()
+
+
+def _dash(y, x, angle, length) -> tuple:
+    """The dash starting at (y, x) heading ``angle`` (radians; y grows downwards)."""
+    return (y, x, y + length * math.sin(angle), x + length * math.cos(angle))
+
+
+def turn_candidates(rng: random.Random, spec: PathSpec, margin: float) -> tuple[list[float], list[float]]:
+    """Candidate turn angles and their weights cos^2(continuity * delta).
+
+    As in the generator, candidates lie about one pixel of arc apart on the circle the new
+    dash's far end can reach (radius paddle_length + margin) and only turns with
+    |delta| < pi / (2 continuity) get weight; a random offset of the whole fan (under one
+    step) keeps angles continuous instead of on a fixed lattice.
+    """
+    step = 1.0 / (spec.paddle_length + margin)
+    half = math.pi / (2.0 * spec.continuity)
+    offset = (rng.random() - 0.5) * step
+    deltas = [i * step + offset for i in range(-int(half / step) - 1, int(half / step) + 2)]
+    deltas = [d for d in deltas if -half < d < half]
+    c = spec.continuity
+    return deltas, [math.cos(c * d) ** 2 for d in deltas]
+
+
+def pick(rng: random.Random, weights: list[float]) -> int:
+    """An index drawn with probability proportional to ``weights`` (at least one positive)."""
+    r = rng.random() * sum(weights)
+    for i, w in enumerate(weights):
+        r -= w
+        if r < 0.0 and w > 0.0:
+            return i
+    return max(i for i, w in enumerate(weights) if w > 0.0)
+
+
+class Contour:
+    """A growing contour: its dash indices in the field and the heading of its last dash."""
+
+    def __init__(self, owner: int):
+        self.owner = owner
+        self.indices: list[int] = []
+        self.angle = 0.0
+
+    def extend(self, rng: random.Random, field_: DashField, spec: PathSpec, margin: float) -> bool:
+        """Add one dash continuing the last: gap 2*margin, turned at the gap's middle.
+
+        The turn is drawn from the continuity weights restricted to turns whose dash fits
+        (the generator likewise zeroes the weight of occupied candidates): candidates are
+        drawn without replacement until one fits, up to ``turn_trials``.
+        """
+        last = field_.dashes[self.indices[-1]]
+        py = last[2] + margin * math.sin(self.angle)
+        px = last[3] + margin * math.cos(self.angle)
+        deltas, weights = turn_candidates(rng, spec, margin)
+        for _ in range(min(spec.turn_trials, len(deltas))):
+            i = pick(rng, weights)
+            weights[i] = 0.0
+            angle = self.angle + deltas[i]
+            dash = _dash(py + margin * math.sin(angle), px + margin * math.cos(angle), angle, spec.paddle_length)
+            if field_.fits(dash, skip=self.indices[-1]):
+                self.indices.append(field_.add(dash, self.owner))
+                self.angle = angle
+                return True
+        return False
+
+
+# ---------------------------------------------------------------- contours
+
+
+def _seed_targets(rng: random.Random, field_: DashField, spec: PathSpec) -> Optional[list[Contour]]:
+    """Two first dashes whose starts lie ``seed_distance`` apart, the first near the centre.
+
+    The generator keeps the first seed 2 * seed_distance from the border (or at the centre
+    when the window is too small for that) and puts the second at seed_distance in a
+    random direction.
+    """
+    lo = 2.0 * spec.seed_distance
+    hi = spec.size - lo
+    if hi <= lo:
+        lo = hi = spec.size / 2.0
+    for _ in range(spec.seed_trials):
+        y1, x1 = rng.uniform(lo, hi), rng.uniform(lo, hi)
+        a1 = rng.uniform(-math.pi, math.pi)
+        first = _dash(y1, x1, a1, spec.paddle_length)
+        if not field_.fits(first):
+            continue
+        phi = rng.uniform(-math.pi, math.pi)
+        y2, x2 = y1 + spec.seed_distance * math.sin(phi), x1 + spec.seed_distance * math.cos(phi)
+        a2 = rng.uniform(-math.pi, math.pi)
+        second = _dash(y2, x2, a2, spec.paddle_length)
+        if not field_.fits(second) or segment_distance(first, second) < field_.clearance:
+            continue
+        contours = [Contour(0), Contour(1)]
+        for contour, dash, angle in ((contours[0], first, a1), (contours[1], second, a2)):
+            contour.indices.append(field_.add(dash, contour.owner))
+            contour.angle = angle
+        return contours
+    return None
+
+
+def _markers_apart(field_: DashField, contours: list[Contour], spec: PathSpec, margin: float) -> bool:
+    """Whether every possible marker pair (first end of one contour, last end of either) keeps apart.
+
+    Touching marker discs would join a negative's contours and give a positive away, so the
+    discs must not touch (2 * marker_radius + margin between centres). All four pairings are
+    checked whatever the label, so the contours' shapes carry no label cue.
+    """
+    need = 2.0 * spec.marker_radius + margin
+    for a, b in ((0, 1), (1, 0), (0, 0), (1, 1)):
+        start = field_.dashes[contours[a].indices[0]]
+        end = field_.dashes[contours[b].indices[-1]]
+        if math.hypot(start[0] - end[2], start[1] - end[3]) < need:
+            return False
+    return True
+
+
+def grow_targets(rng: random.Random, field_: DashField, spec: PathSpec, margin: float) -> tuple[list[Contour], int]:
+    """Two full-length target contours, grown in turn dash by dash; restart when one is stuck."""
+    for restarts in range(spec.max_restarts):
+        contours = _seed_targets(rng, field_, spec)
+        ok = contours is not None
+        for _ in range(spec.contour_length - 1):
+            if not ok:
+                break
+            ok = contours[0].extend(rng, field_, spec, margin) and contours[1].extend(rng, field_, spec, margin)
+        if ok and _markers_apart(field_, contours, spec, margin):
+            return contours, restarts
+        field_.remove_last(len(field_.dashes))
+    raise RuntimeError(f"no two target contours of {spec.contour_length} dashes fit after {spec.max_restarts} tries: {spec}")
+
+
+def _seed_anywhere(rng: random.Random, field_: DashField, spec: PathSpec, owner: int) -> Optional[Contour]:
+    for _ in range(spec.seed_trials):
+        y = rng.uniform(field_.lo, field_.hi)
+        x = rng.uniform(field_.lo, field_.hi)
+        angle = rng.uniform(-math.pi, math.pi)
+        dash = _dash(y, x, angle, spec.paddle_length)
+        if field_.fits(dash):
+            contour = Contour(owner)
+            contour.indices.append(field_.add(dash, owner))
+            contour.angle = angle
+            return contour
+    return None
+
+
+def add_distractors(rng: random.Random, field_: DashField, spec: PathSpec, margin: float) -> int:
+    """Up to ``num_distractors`` contours of ``distractor_length`` dashes; returns how many fit."""
+    placed = 0
+    for _ in range(spec.num_distractors):
+        owner = 2 + placed
+        for _ in range(spec.distractor_retries):
+            contour = _seed_anywhere(rng, field_, spec, owner)
+            if contour is None:
+                break
+            ok = all(contour.extend(rng, field_, spec, margin) for _ in range(spec.distractor_length - 1))
+            if ok:
+                placed += 1
+                break
+            field_.remove_last(len(contour.indices))
+    return placed
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def _splat(canvas: np.ndarray, top: np.ndarray, left: np.ndarray, patches: np.ndarray) -> None:
+    """canvas = max(canvas, patch) for each [P, P] patch placed at (top, left); clips at edges."""
+    n, p, _ = patches.shape
+    s = canvas.shape[0]
+    offs = np.arange(p)
+    rows = top[:, None, None] + offs[None, :, None]
+    cols = left[:, None, None] + offs[None, None, :]
+    keep = (rows >= 0) & (rows < s) & (cols >= 0) & (cols < s) & (patches > 0)
+    np.maximum.at(canvas.reshape(-1), (rows * s + cols)[keep], patches[keep])
+
+
+def draw_dashes(canvas: np.ndarray, segments: np.ndarray, scale: int, thickness: float, value: float) -> None:
+    """Antialiased thick segments: coverage clip(w/2 + 1/2 - distance, 0, 1) on a patch per dash."""
+    if len(segments) == 0:
+        return
+    seg = segments * scale
+    half = thickness * scale / 2.0
+    reach = half + 1.0
+    top = np.floor(np.minimum(seg[:, 0], seg[:, 2]) - reach).astype(np.int64)
+    left = np.floor(np.minimum(seg[:, 1], seg[:, 3]) - reach).astype(np.int64)
+    extent = np.maximum(np.abs(seg[:, 2] - seg[:, 0]), np.abs(seg[:, 3] - seg[:, 1])).max()
+    p = int(math.ceil(extent + 2 * reach)) + 1
+    centres = np.arange(p) + 0.5
+    py = (top[:, None] + centres[None, :])[:, :, None]  # [n, P, 1]
+    px = (left[:, None] + centres[None, :])[:, None, :]  # [n, 1, P]
+    ay, ax, by, bx = (seg[:, k, None, None] for k in range(4))
+    dy, dx = by - ay, bx - ax
+    den = np.maximum(dy * dy + dx * dx, 1e-12)
+    t = np.clip(((py - ay) * dy + (px - ax) * dx) / den, 0.0, 1.0)
+    dist = np.hypot(ay + t * dy - py, ax + t * dx - px)
+    _splat(canvas, top, left, np.clip(half + 0.5 - dist, 0.0, 1.0) * value)
+
+
+def draw_discs(canvas: np.ndarray, centres: np.ndarray, scale: int, radius: float, value: float) -> None:
+    """Antialiased filled circles (the markers) of ``radius`` pixels."""
+    c = centres * scale
+    r = radius * scale
+    top = np.floor(c[:, 0] - r - 1).astype(np.int64)
+    left = np.floor(c[:, 1] - r - 1).astype(np.int64)
+    p = int(math.ceil(2 * r + 2)) + 1
+    grid = np.arange(p) + 0.5
+    dy = top[:, None, None] + grid[None, :, None] - c[:, 0, None, None]
+    dx = left[:, None, None] + grid[None, None, :] - c[:, 1, None, None]
+    _splat(canvas, top, left, np.clip(r + 0.5 - np.hypot(dy, dx), 0.0, 1.0) * value)
+
+
+def render(spec: PathSpec, segments: np.ndarray, markers: np.ndarray) -> np.ndarray:
+    """Dashes and markers drawn at ``antialias_scale``, box-downsampled, min-max scaled to uint8.
+
+    Dash intensity is snake_contrast * paddle_contrast and marker intensity 1 before the
+    min-max scaling (generators.md; the release's PNGs are min-max scaled).
+    """
+    a = spec.antialias_scale
+    canvas = np.zeros((spec.size * a, spec.size * a), dtype=np.float32)
+    draw_dashes(canvas, segments, a, spec.paddle_thickness, spec.snake_contrast * spec.paddle_contrast)
+    draw_discs(canvas, markers, a, spec.marker_radius, 1.0)
+    image = canvas.reshape(spec.size, a, spec.size, a).mean(axis=(1, 3))
+    low, high = float(image.min()), float(image.max())
+    scaled = (image - low) * (255.0 / max(high - low, 1e-12))
+    return np.rint(scaled).astype(np.uint8)
+
+
+# ---------------------------------------------------------------- samples
+
+
+def make_sample(rng: random.Random, spec: PathSpec, label: int) -> Sample:
+    """One image with the given label, plus the geometry it was drawn from."""
+    margin = spec.paddle_margins[rng.randrange(len(spec.paddle_margins))]
+    field_ = DashField(spec, margin)
+    targets, restarts = grow_targets(rng, field_, spec, margin)
+    n_distractors = add_distractors(rng, field_, spec, margin)
+    first = rng.randrange(2)
+    other = first if label == 1 else 1 - first
+    start = field_.dashes[targets[first].indices[0]]
+    end = field_.dashes[targets[other].indices[-1]]
+    markers = np.array([[start[0], start[1]], [end[2], end[3]]], dtype=np.float64)
+    segments = np.array(field_.dashes, dtype=np.float64).reshape(-1, 4)
+    image = render(spec, segments, markers)
+    return Sample(
+        image=image, label=int(label), segments=segments, contour_ids=np.array(field_.owner, dtype=np.int64),
+        markers=markers, margin=float(margin), restarts=restarts,
+        extra={"distractors": n_distractors, "marked_contours": (first, other)},
+    )
+
+
+def chunk_rng(seed: int, difficulty: str, resolution: int, chunk: int) -> random.Random:
+    """The random stream of one chunk, from (seed, difficulty, resolution, chunk index)."""
+    state = np.random.SeedSequence([int(seed), DIFFICULTY_CODE[difficulty], int(resolution), int(chunk)]).generate_state(4)
+    return random.Random(int.from_bytes(state.astype(np.uint32).tobytes(), "little"))
+
+
+def chunk_labels(rng: random.Random, n: int) -> list[int]:
+    """Exactly n // 2 positives (and the rest negatives) in a random order."""
+    labels = [1] * (n // 2) + [0] * (n - n // 2)
+    rng.shuffle(labels)
+    return labels
+
+
+def generate_chunk(seed: int, difficulty: str, chunk: int, n: int, spec: PathSpec) -> tuple[np.ndarray, np.ndarray]:
+    """Images ``[n, size*size]`` uint8 (row-major pixels) and labels ``[n]`` of one chunk."""
+    rng = chunk_rng(seed, difficulty, spec.size, chunk)
+    labels = chunk_labels(rng, n)
+    pixels = np.empty((n, spec.size * spec.size), dtype=np.uint8)
+    for i, label in enumerate(labels):
+        pixels[i] = make_sample(rng, spec, label).image.reshape(-1)
+    return pixels, np.asarray(labels, dtype=np.int64)
+
+
+def chunk_samples(seed: int, difficulty: str, chunk: int, n: int, spec: PathSpec) -> list[Sample]:
+    """The same images as ``generate_chunk`` with their geometry (for tests and figures)."""
+    rng = chunk_rng(seed, difficulty, spec.size, chunk)
+    return [make_sample(rng, spec, label) for label in chunk_labels(rng, n)]
