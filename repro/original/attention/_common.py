@@ -1,0 +1,304 @@
+"""Pieces shared by the softmax-attention mixers: projections, head split/merge, the
+dense masked-softmax reference and the block-sparse ("segment") attention core.
+
+Conventions (all mixers):
+
+* ``x`` is ``[B, L, D]``; ``mask`` is ``[B, L]`` bool, True = real token (``None`` = all real).
+* ``q, k, v`` are ``[B, H, L, Dh]`` with ``Dh = D // H``; scores are ``q k^T / sqrt(Dh)``.
+* A padded key is never attended; a padded query's output is set to exactly 0 (it is
+  not mixed into anything, and it is finite). A real query whose every allowed key is
+  padding would get a zero context (no NaN); none of the patterns here produce that,
+  since every pattern lets a token see itself.
+
+The block-sparse mechanisms never build an ``[L, L]`` mask: they cut the (padded)
+sequence into query blocks and, for each block, gather the key/value blocks its pattern
+needs (``gather_blocks``), then run ``segment_attention``: one softmax over the
+concatenation of a few key "segments" (gathered neighbour blocks, a set of keys shared by
+every query block, ...), each with its own boolean mask. Memory is linear in ``L`` times
+the number of keys a query block sees.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
+
+# One segment of keys: (k, v, masks). ``k``/``v`` are [B|1, H|1, NQ|1, K, Dh] (a size-1
+# query-block axis means the same keys for every query block); every mask is a bool
+# tensor broadcastable to the score shape [B, H, NQ, BQ, K], True = may attend.
+Segment = tuple[Tensor, Tensor, Sequence[Tensor]]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def full_mask(x: Tensor, mask: Optional[Tensor]) -> Tensor:
+    """``mask`` as a bool [B, L] on ``x``'s device (all True when None)."""
+    if mask is None:
+        return torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+    if mask.shape != x.shape[:2]:
+        raise ValueError(f"mask shape {tuple(mask.shape)} does not match x {tuple(x.shape[:2])}")
+    return mask.to(device=x.device, dtype=torch.bool)
+
+
+def split_heads(t: Tensor, n_heads: int) -> Tensor:
+    return rearrange(t, "b l (h d) -> b h l d", h=n_heads)
+
+
+def merge_heads(t: Tensor) -> Tensor:
+    return rearrange(t, "b h l d -> b l (h d)")
+
+
+def pad_dim(t: Tensor, dim: int, new_size: int, value=0) -> Tensor:
+    """Right-pad ``t`` along ``dim`` to ``new_size`` with ``value``."""
+    extra = new_size - t.shape[dim]
+    if extra == 0:
+        return t
+    if extra < 0:
+        raise ValueError(f"cannot pad size {t.shape[dim]} down to {new_size}")
+    dim = dim % t.dim()
+    pad = [0, 0] * (t.dim() - 1 - dim) + [0, extra]
+    if t.dtype == torch.bool:
+        return F.pad(t.to(torch.uint8), pad, value=int(value)).bool()
+    return F.pad(t, pad, value=value)
+
+
+def n_blocks(length: int, block: int) -> int:
+    return -(-length // block)
+
+
+def gather_blocks(t: Tensor, idx: Tensor) -> Tensor:
+    """Pick blocks of ``t`` [B, H, NB, S, Dh] for each query block.
+
+    ``idx`` is [NQ, N] (same for every head) or [H, NQ, N] (per head), with indices already
+    clamped into range. Returns [B, H, NQ, N * S, Dh].
+    """
+    if idx.dim() == 2:
+        g = t[:, :, idx]  # [B, H, NQ, N, S, Dh]
+    else:
+        heads = torch.arange(t.shape[1], device=t.device)[:, None, None]
+        g = t[:, heads, idx]  # [B, H, NQ, N, S, Dh]
+    return g.flatten(3, 4)
+
+
+def gather_block_mask(key_mask: Tensor, idx: Tensor) -> Tensor:
+    """Key padding mask [B, NB, S] picked like ``gather_blocks``: [B, 1|H, NQ, 1, N * S]."""
+    if idx.dim() == 2:
+        g = key_mask[:, idx]  # [B, NQ, N, S]
+        return g.flatten(2, 3)[:, None, :, None, :]
+    g = key_mask[:, idx]  # [B, H, NQ, N, S]
+    return g.flatten(3, 4)[:, :, :, None, :]
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def _neg(dtype: torch.dtype) -> float:
+    return torch.finfo(dtype).min
+
+
+def dense_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    allowed: Optional[Tensor] = None,
+    dropout_p: float = 0.0,
+    training: bool = False,
+) -> Tensor:
+    """Explicit ``softmax(q k^T / sqrt(Dh)) v`` in the input dtype.
+
+    ``allowed`` is bool, broadcastable to [B, H, Lq, Lk], True = may attend. Rows with no
+    allowed key give a zero output (never NaN).
+    """
+    s = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+    neg = _neg(s.dtype)
+    if allowed is not None:
+        s.masked_fill_(~allowed, neg)  # s is a fresh tensor; matmul's backward does not need it
+    p = torch.softmax(s, dim=-1)
+    if allowed is not None:
+        p = p.masked_fill(s.amax(dim=-1, keepdim=True) <= neg, 0.0)
+    if dropout_p > 0.0 and training:
+        p = F.dropout(p, dropout_p, training=True)
+    return torch.matmul(p, v)
+
+
+def segment_attention(
+    q: Tensor,
+    segments: Sequence[Segment],
+    dropout_p: float = 0.0,
+    training: bool = False,
+) -> Tensor:
+    """Softmax attention of query blocks ``q`` [B, H, NQ, BQ, Dh] over the union of key
+    ``segments`` (see ``Segment``); one softmax across all segments. Returns
+    [B, H, NQ, BQ, Dh]. Fully masked rows give zeros.
+    """
+    nq, bq = q.shape[2], q.shape[3]
+    q = q * (1.0 / math.sqrt(q.shape[-1]))
+    neg = _neg(q.dtype)
+    scores, sizes = [], []
+    for k, v, masks in segments:
+        if k.shape[2] == 1 and nq > 1:  # shared keys: one matmul over all queries
+            s = torch.matmul(q.flatten(2, 3), k[:, :, 0].transpose(-1, -2)).unflatten(2, (nq, bq))
+        else:
+            s = torch.matmul(q, k.transpose(-1, -2))
+        for m in masks:
+            s.masked_fill_(~m, neg)  # fresh matmul output, not needed by its backward
+        scores.append(s)
+        sizes.append(s.shape[-1])
+    s = scores[0] if len(scores) == 1 else torch.cat(scores, dim=-1)
+    del scores
+    p = torch.softmax(s, dim=-1)
+    p = p.masked_fill(s.amax(dim=-1, keepdim=True) <= neg, 0.0)
+    del s
+    if dropout_p > 0.0 and training:
+        p = F.dropout(p, dropout_p, training=True)
+    out = None
+    for (k, v, _), pp in zip(segments, torch.split(p, sizes, dim=-1)):
+        if v.shape[2] == 1 and nq > 1:
+            o = torch.matmul(pp.flatten(2, 3), v[:, :, 0]).unflatten(2, (nq, bq))
+        else:
+            o = torch.matmul(pp, v)
+        out = o if out is None else out + o
+    return out
+
+
+# --------------------------------------------------------------------------- modules
+
+
+class QKVOut(nn.Module):
+    """The q/k/v input projections and the output projection of multi-head attention.
+
+    LRA (``lra_benchmarks/models/*``) uses ``bias=False`` and Xavier-uniform kernels for
+    all four; each projection is initialised as its own ``[D, D]`` matrix even though
+    q/k/v share one fused ``Linear``.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, bias: bool = False, with_out: bool = True):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model {d_model} is not divisible by n_heads {n_heads}")
+        self.d_model, self.n_heads = d_model, n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias) if with_out else None
+        with torch.no_grad():
+            for w in self.qkv.weight.chunk(3, dim=0):
+                nn.init.xavier_uniform_(w)
+            for lin in (self.qkv, self.out):
+                if lin is None:
+                    continue
+                if lin is self.out:
+                    nn.init.xavier_uniform_(lin.weight)
+                if lin.bias is not None:
+                    lin.bias.zero_()
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``x`` [B, L, D] -> q, k, v each [B, H, L, Dh]."""
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        return tuple(split_heads(t, self.n_heads) for t in (q, k, v))
+
+    def output(self, ctx: Tensor) -> Tensor:
+        """``ctx`` [B, H, L, Dh] -> [B, L, D]."""
+        return self.out(merge_heads(ctx))
+
+
+class AttentionMixer(nn.Module):
+    """Base of the softmax-attention mixers: owns ``self.proj`` (q/k/v/out) and the
+    padding convention; subclasses implement ``attend(q, k, v, mask) -> ctx``."""
+
+    def __init__(self, d_model: int, n_heads: int, max_len: int, dropout: float = 0.0):
+        super().__init__()
+        self.d_model, self.n_heads, self.max_len = d_model, n_heads, max_len
+        self.head_dim = d_model // n_heads
+        self.dropout = float(dropout)
+        self.proj = QKVOut(d_model, n_heads)
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return self.proj.project(x)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+        mask = full_mask(x, mask)
+        q, k, v = self.project(x)
+        ctx = self.attend(q, k, v, mask, x)
+        y = self.proj.output(ctx)
+        # padded queries: exactly 0 (torch.where, so even a NaN there could not leak)
+        return torch.where(mask[..., None], y, torch.zeros((), dtype=y.dtype, device=y.device))
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, n_heads={self.n_heads}, max_len={self.max_len}"
+
+
+# --------------------------------------------------------------------------- flex backend
+
+BLOCKSPARSE_BACKENDS = ("blockwise", "flex")
+_FLEX_COMPILED = None
+
+
+def _flex_fn(device: torch.device):
+    """``flex_attention``, compiled on CUDA (its fast path); eager elsewhere (a dense
+    reference implementation, only useful for tests)."""
+    global _FLEX_COMPILED
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if device.type != "cuda":
+        return flex_attention
+    if _FLEX_COMPILED is None:
+        _FLEX_COMPILED = torch.compile(flex_attention, dynamic=False)
+    return _FLEX_COMPILED
+
+
+class FlexPatternMixin:
+    """Optional ``backend="flex"`` for the position-pattern mixers (torch >= 2.5).
+
+    The structural pattern is a ``BlockMask`` built once per (length, device) from the
+    subclass's ``flex_mask_mod(device)`` (``(b, h, q, kv) -> bool``, broadcast over the
+    batch; ``flex_heads()`` heads or ``None``); padding goes through a ``score_mod`` adding
+    0 / -inf per key (it also applies inside fully-unmasked blocks, where a ``mask_mod``
+    would be skipped). Rows left with no key (padded queries of a fully padded sample)
+    come out finite from flex_attention, forward and backward, and are zeroed by the
+    mixer anyway. No attention dropout.
+
+    Speed (H200, torch 2.11, B=8, L=4096, D=256, H=4, fwd+bwd, peak memory): under bf16
+    autocast flex beats the blockwise path (bigbird 2.3 vs 5.8 ms, sparse 2.5 vs 10.3 ms,
+    longformer 2.5 vs 6.2 ms; ~280 MiB vs 1.3-2.6 GiB); in float32 it is 2-4x slower than
+    blockwise (no tensor cores), so ``"blockwise"`` stays the default.
+    """
+
+    def flex_mask_mod(self, device):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def flex_heads(self) -> Optional[int]:
+        return None
+
+    def flex_block_mask(self, L: int, device):
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        cache = self.__dict__.setdefault("_flex_cache", {})
+        key = (L, str(device))
+        if key not in cache:
+            cache[key] = create_block_mask(self.flex_mask_mod(device), None, self.flex_heads(),
+                                           L, L, device=device)
+        return cache[key]
+
+    def flex_attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        if self.training and self.dropout > 0.0:
+            raise ValueError("backend='flex' has no attention dropout; use dropout=0 or "
+                             "backend='blockwise'")
+        L = q.shape[2]
+        block_mask = self.flex_block_mask(L, q.device)
+
+        # additive key bias (0 / -inf): measured on an H200 (torch 2.11, bf16, L=4096) as
+        # fast as no score_mod at all, while a boolean torch.where costs 2-10x more
+        bias = torch.zeros(mask.shape, dtype=torch.float32, device=q.device)
+        bias = bias.masked_fill(~mask, float("-inf"))
+
+        def score_mod(score, b, h, qi, kv):
+            return score + bias[b, kv]
+
+        return _flex_fn(q.device)(q, k, v, score_mod=score_mod, block_mask=block_mask)

@@ -1,0 +1,95 @@
+"""Linformer (Wang et al., 2020): keys and values projected along the sequence.
+
+``K' = E K`` and ``V' = F V`` with learned ``E, F`` of shape ``[k, max_len]``
+(sliced to ``[k, L]`` for a sequence of length L), then ordinary softmax
+attention of the L queries over the k projected keys: cost O(L k).
+
+Defaults (LRA release, ``lra_benchmarks/models/linformer/linformer_attention.py``;
+neither the model nor the task configs override them):
+
+* ``k = 16`` (``low_rank_features=16``).
+* ``share_kv = True``: LRA uses one ``lr_kernel [max_len, k]`` for both keys
+  and values, shared by all heads (the "key-value sharing" + "headwise
+  sharing" option of the Linformer paper, section 4). ``share_kv=False`` gives
+  separate E and F (the paper's basic form); both are shared across heads.
+
+Padding. The projection mixes every position into each of the k slots, so a
+padded key cannot be removed from the softmax by a mask. The documented
+equivalent used here: padded keys and values are set to zero *after* their
+linear projections and *before* the length projection, so they add nothing to
+``E K`` or ``F V``. (LRA's release applies no mask at all here.) Consequences:
+
+* Guaranteed: appending padding on the right leaves every output at a real
+  position exactly unchanged, because ``E[:, :L] [K; 0] = E[:, :L_real] K``
+  (E's columns are tied to absolute positions, and the real tokens keep theirs).
+* Not guaranteed: invariance to left padding or any shift of the real tokens
+  (other columns of E would apply); and the softmax still runs over all k
+  slots, so "padded keys get no weight" holds only in the sense that they
+  contribute nothing to any slot. In particular, with ``k = L`` and identity
+  projections the zeroed padded keys become k-slots of logit 0, so that
+  special case equals *unmasked-by-softmax* attention over zero keys, not
+  masked softmax attention; the identity equivalence is exact only without
+  padding.
+
+Test hook: ``set_identity_projections()`` sets ``E = F = [I_k, 0]``, so that
+with ``k = L`` the module is exactly full softmax attention.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from . import ATTENTION
+from ._lowrank_common import HeadedMixer, xavier_bound
+
+
+@ATTENTION.register("linformer")
+class LinformerAttention(HeadedMixer):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        max_len: int,
+        dropout: float = 0.0,
+        k: int = 16,
+        share_kv: bool = True,
+        bias: bool = False,
+    ):
+        super().__init__(d_model, n_heads, max_len, dropout, ("q", "k", "v"), bias)
+        self.k = k
+        self.share_kv = share_kv
+        bound = xavier_bound(max_len, k)  # LRA: xavier-uniform kernel [max_len, k]
+        self.E = nn.Parameter(torch.empty(k, max_len).uniform_(-bound, bound))
+        self.F = None if share_kv else nn.Parameter(torch.empty(k, max_len).uniform_(-bound, bound))
+
+    def projections(self):
+        """(E, F) as used, F is E when ``share_kv``."""
+        return self.E, (self.E if self.F is None else self.F)
+
+    def attend(self, q, k, v, mask):
+        length = q.shape[-2]
+        self._check_len(length)
+        pad = ~mask[:, None, :, None]
+        k = k.masked_fill(pad, 0.0)  # zero padded keys/values: they add nothing to E K, F V
+        v = v.masked_fill(pad, 0.0)
+        e, f = self.projections()
+        k_low = torch.einsum("kl,bhld->bhkd", e[:, :length].to(k.dtype), k)
+        v_low = torch.einsum("kl,bhld->bhkd", f[:, :length].to(v.dtype), v)
+        logits = torch.matmul(q, k_low.transpose(-1, -2)) / math.sqrt(self.head_dim)
+        probs = self.attn_dropout(torch.softmax(logits, dim=-1))
+        return torch.matmul(probs, v_low)
+
+    @torch.no_grad()
+    def set_identity_projections(self) -> None:
+        """Test hook: ``E = F = [I_k, 0]`` (requires ``k <= max_len``); with a
+        sequence of length ``L = k`` the module is then full softmax attention."""
+        if self.k > self.max_len:
+            raise ValueError("identity projections need k <= max_len")
+        eye = torch.zeros_like(self.E)
+        eye[:, : self.k] = torch.eye(self.k, dtype=eye.dtype, device=eye.device)
+        self.E.copy_(eye)
+        if self.F is not None:
+            self.F.copy_(eye)
+

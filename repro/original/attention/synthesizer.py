@@ -1,0 +1,120 @@
+"""Synthesizer attention (Tay et al., 2020a): attention weights without q.k.
+
+Variants (``variant=``):
+
+* ``"dense"``: a per-token MLP maps token i to logits over the ``max_len``
+  positions, ``B_i = W2_h relu(W1 x_i)`` with ``W1: D -> D`` (split into heads)
+  and a per-head ``W2_h: dh -> max_len``; the first L columns are used.
+* ``"random"``: a learned ``R [n_heads, max_len, max_len]`` logits matrix,
+  independent of the input (``fixed=True``: a buffer, never trained);
+  ``R[:, :L, :L]`` is used.
+* ``"factorized_random"``: ``R = R1 R2`` with ``R1 [H, max_len, k]``,
+  ``R2 [H, k, max_len]``.
+
+``softmax(logits) V`` with ``V`` projected as usual. As in LRA
+(``ignore_dot_product=True``) no q.k term is added. The "query" slot of
+``project_qkv`` carries the raw input ``x`` (used only by ``dense``).
+
+Defaults and sources: LRA release ``text_classification/configs/
+synthesizer_base.py`` sets ``synthesizer_mode="factorized_random"``, ``k=32``,
+``ignore_dot_product=True``; those are the defaults here. (The other LRA task
+folders carry the same model_type; only the text config was checked.)
+
+Padding: padded keys get ``finfo.min`` logits before the softmax. Since the
+logits are tied to absolute positions (row i / column j of R, or column j of
+the dense MLP output), the guarantees are:
+
+* Guaranteed: appending padding on the right leaves outputs at real positions
+  exactly unchanged: a real query i keeps its logits over the real columns
+  ``0..L_real-1`` and the new columns are masked.
+* Not guaranteed: invariance to left padding or to any shift of the tokens
+  (different rows and columns of R would be used); that is inherent to the
+  mechanism.
+
+Test hook: ``set_random_logits(R)`` copies a given ``[H, L, L]`` matrix into
+the top-left block of the random logits.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from . import ATTENTION
+from ._lowrank_common import HeadedMixer, neg_fill, split_heads, xavier_bound, xavier_linear
+
+VARIANTS = ("dense", "random", "factorized_random")
+
+
+@ATTENTION.register("synthesizer")
+class SynthesizerAttention(HeadedMixer):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        max_len: int,
+        dropout: float = 0.0,
+        variant: str = "factorized_random",
+        k: int = 32,
+        fixed: bool = False,
+        bias: bool = False,
+    ):
+        super().__init__(d_model, n_heads, max_len, dropout, ("v",), bias)
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, not {variant!r}")
+        self.variant = variant
+        h, n = n_heads, max_len
+        if variant == "random":
+            bound = xavier_bound(n, n)
+            logits = torch.empty(h, n, n).uniform_(-bound, bound)
+            if fixed:
+                self.register_buffer("random_logits", logits)
+            else:
+                self.random_logits = nn.Parameter(logits)
+        elif variant == "factorized_random":
+            bound = xavier_bound(n, k)
+            self.random_left = nn.Parameter(torch.empty(h, n, k).uniform_(-bound, bound))
+            self.random_right = nn.Parameter(torch.empty(h, k, n).uniform_(-bound, bound))
+            if fixed:
+                self.random_left.requires_grad_(False)
+                self.random_right.requires_grad_(False)
+        else:  # dense
+            self.dense_hidden = xavier_linear(d_model, d_model, bias=True)
+            bound = xavier_bound(self.head_dim, n)
+            self.dense_out = nn.Parameter(torch.empty(h, self.head_dim, n).uniform_(-bound, bound))
+            self.dense_out_bias = nn.Parameter(torch.zeros(h, n))
+
+    def project_qkv(self, x):
+        v = split_heads(self.v_proj(x), self.n_heads)
+        return (x if self.variant == "dense" else None), None, v
+
+    def logits(self, x: Optional[torch.Tensor], length: int) -> torch.Tensor:
+        """Synthetic logits ``[H, L, L]`` (random variants) or ``[B, H, L, L]``."""
+        self._check_len(length)
+        if self.variant == "random":
+            return self.random_logits[:, :length, :length]
+        if self.variant == "factorized_random":
+            return torch.matmul(self.random_left[:, :length], self.random_right[:, :, :length])
+        hidden = split_heads(torch.relu(self.dense_hidden(x)), self.n_heads)  # [B,H,L,dh]
+        out = torch.einsum("bhld,hdn->bhln", hidden, self.dense_out[..., :length])
+        return out + self.dense_out_bias[:, None, :length]
+
+    def attend(self, q, k, v, mask):
+        length = v.shape[-2]
+        logits = self.logits(q, length).to(v.dtype)
+        logits = logits.expand(v.shape[0], -1, -1, -1)
+        logits = logits.masked_fill(~mask[:, None, None, :], neg_fill(logits.dtype))
+        probs = self.attn_dropout(torch.softmax(logits, dim=-1))
+        return torch.matmul(probs, v)
+
+    @torch.no_grad()
+    def set_random_logits(self, logits: torch.Tensor) -> None:
+        """Test hook: copy ``logits [H, L, L]`` into ``R[:, :L, :L]`` (variant "random")."""
+        if self.variant != "random":
+            raise ValueError("set_random_logits needs variant='random'")
+        h, lq, lk = logits.shape
+        if h != self.n_heads or lq != lk or lq > self.max_len:
+            raise ValueError(f"expected [{self.n_heads}, L, L] with L <= max_len, got {tuple(logits.shape)}")
+        self.random_logits[:, :lq, :lk] = logits.to(self.random_logits)
+

@@ -1,0 +1,243 @@
+"""Softmax-attention mixers (vanilla, local, longformer, bigbird, sparse): the blockwise
+computations equal full softmax attention under their dense masks, the vanilla backends
+agree, and padding neither changes real outputs nor produces NaN."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from repro.original.attention import ATTENTION, load_all
+from repro.original.attention import local, longformer, sparse
+
+load_all()
+
+D, H, B = 16, 2, 2
+
+# (name, params, max_len): small blocks so that L=23 spans several of them
+CASES = {
+    "local": ("local", dict(block_size=5), 64),
+    "local_overlap": ("local", dict(block_size=5, look_backward=1, look_forward=1), 64),
+    "local_back": ("local", dict(block_size=4, look_backward=2), 64),
+    "longformer": ("longformer", dict(window=6), 64),
+    "longformer_global": ("longformer", dict(window=5, n_global=2, chunk_size=3), 64),
+    "longformer_global_shared": (
+        "longformer", dict(window=8, n_global=3, separate_global_proj=False), 64),
+    "bigbird": ("bigbird", dict(block_size=4, n_random=2, random_max_len=None, seed=3), 38),
+    "bigbird_lra": ("bigbird", dict(block_size=4, n_random=2, random_max_len=24, seed=1), 38),
+    "bigbird_2g_nolast": (
+        "bigbird", dict(block_size=3, n_random=1, n_global=2, global_last=False,
+                        random_max_len=None, seed=5), 64),
+    "sparse": ("sparse", dict(stride=6, c=2), 64),
+    "sparse_cls": ("sparse", dict(stride=6, c=2, n_global=1), 64),
+    "sparse_bidir": ("sparse", dict(stride=5, c=2, causal=False, block_start_summary=False,
+                                    n_global=2), 64),
+    "vanilla_sdpa": ("vanilla", dict(backend="sdpa"), 64),
+    "vanilla_mat": ("vanilla", dict(backend="materialized"), 64),
+}
+
+
+def build(case: str, dtype=torch.float64, seed: int = 0):
+    name, params, max_len = CASES[case]
+    torch.manual_seed(seed)
+    m = ATTENTION.get(name)(d_model=D, n_heads=H, max_len=max_len, dropout=0.0, **params)
+    return m.to(dtype).eval()
+
+
+def reference(m, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Full softmax attention with the module's own projections and its dense pattern."""
+    L = x.shape[1]
+    q, k, v = m.project(x)
+    pattern = m.dense_mask(L, device=x.device)  # [L, L] or [H, L, L]
+    if pattern.dim() == 2:
+        pattern = pattern[None]
+    allowed = pattern[None] & mask[:, None, None, :]  # [B, H|1, L, L]
+
+    def attn(q, k, v):
+        s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        s = s.masked_fill(~allowed, float("-inf"))
+        p = torch.softmax(s, -1)
+        p = torch.nan_to_num(p, nan=0.0)  # rows with no allowed key
+        return p @ v
+
+    ctx = attn(q, k, v)
+    if getattr(m, "global_proj", None) is not None:  # longformer: global rows use q_g/k_g/v_g
+        qg, kg, vg = m.global_proj.project(x)
+        g = min(m.n_global, L)
+        ctx[:, :, :g] = attn(qg, kg, vg)[:, :, :g]
+    y = m.proj.output(ctx)
+    return y * mask[..., None]
+
+
+def make_mask(L: int, lengths) -> torch.Tensor:
+    return torch.arange(L)[None, :] < torch.tensor(lengths)[:, None]
+
+
+# ------------------------------------------------------------------ patterns
+
+
+def test_registry_has_all():
+    for name in ("vanilla", "local", "longformer", "bigbird", "sparse"):
+        assert name in ATTENTION
+
+
+def test_dense_mask_examples():
+    # local: own block only by default
+    m = local.dense_mask(6, block_size=3)
+    assert m[0].tolist() == [True] * 3 + [False] * 3
+    # longformer window 4: left 2 (incl. self), right 2
+    m = longformer.dense_mask(8, window=4)
+    assert m[4].nonzero().flatten().tolist() == [3, 4, 5, 6]
+    m = longformer.dense_mask(8, window=4, n_global=1)
+    assert m[:, 0].all() and m[0].all()
+    # sparse fixed, causal, stride 4, c 1, LRA's extra block-start column
+    m = sparse.dense_mask(10, stride=4, c=1, causal=True, block_start_summary=True)
+    assert m[9].nonzero().flatten().tolist() == [0, 3, 4, 7, 8, 9]
+    m = sparse.dense_mask(10, stride=4, c=1, causal=False, block_start_summary=False)
+    assert m[1].nonzero().flatten().tolist() == [0, 1, 2, 3, 7]
+    # bigbird: window, global, random rows are consistent with the draw
+    bb = build("bigbird")
+    pat = bb.dense_mask(38)
+    assert pat.shape == (H, 38, 38)
+    rb = bb.rand_blocks
+    for h in range(H):
+        for qb in range(2, 8):
+            rand = [b for b in rb[h, qb].tolist() if b >= 0]
+            assert len(rand) == 2
+            for b in rand:  # random blocks avoid the window and the global blocks
+                assert abs(b - qb) > 1 and b not in bb.global_blocks
+                assert pat[h, qb * 4, b * 4]
+    assert bb.global_blocks == [0, 9]
+    assert pat[:, 36].all() and pat[:, :, 36].all()  # last global block (max_len // 4)
+
+
+def test_bigbird_draw_is_seeded():
+    a, b, c = build("bigbird"), build("bigbird", seed=7), build("bigbird_lra")
+    assert torch.equal(a.rand_blocks, b.rand_blocks)  # seed param, not the torch RNG
+    assert not torch.equal(a.rand_blocks, c.rand_blocks)
+    # random_max_len: only blocks wholly inside the first 24 positions
+    assert c.rand_blocks.max() < 24 // 4
+    # heads draw differently
+    assert not torch.equal(a.rand_blocks[0], a.rand_blocks[1])
+
+
+# ------------------------------------------------------------------ equivalence
+
+
+EQUIV_CASES = list(CASES)
+
+
+@pytest.mark.parametrize("case", EQUIV_CASES)
+@pytest.mark.parametrize("L", [23, 24])
+def test_blockwise_equals_dense(case, L):
+    if CASES[case][2] < L:
+        pytest.skip("longer than max_len")
+    m = build(case)
+    torch.manual_seed(1)
+    x = torch.randn(B, L, D, dtype=torch.float64)
+    mask = make_mask(L, [L, L - 6])
+    with torch.no_grad():
+        y = m(x, mask)
+        ref = reference(m, x, mask)
+    assert torch.isfinite(y).all()
+    torch.testing.assert_close(y, ref, atol=1e-6, rtol=0)
+
+
+def test_bigbird_full_length_with_last_global_block():
+    m = build("bigbird")
+    torch.manual_seed(2)
+    x = torch.randn(B, 38, D, dtype=torch.float64)
+    mask = make_mask(38, [38, 30])
+    with torch.no_grad():
+        torch.testing.assert_close(m(x, mask), reference(m, x, mask), atol=1e-6, rtol=0)
+
+
+def test_vanilla_backends_agree_float32():
+    a, b = build("vanilla_sdpa", torch.float32), build("vanilla_mat", torch.float32)
+    b.load_state_dict(a.state_dict())
+    torch.manual_seed(3)
+    x = torch.randn(3, 40, D)
+    mask = make_mask(40, [40, 17, 0])
+    with torch.no_grad():
+        ya, yb = a(x, mask), b(x, mask)
+    assert torch.isfinite(ya).all() and torch.isfinite(yb).all()
+    torch.testing.assert_close(ya, yb, atol=1e-5, rtol=0)
+
+
+@pytest.mark.filterwarnings("ignore")  # eager flex_attention on CPU warns it is slow
+@pytest.mark.parametrize("case", ["local_overlap", "longformer_global", "bigbird", "sparse_cls"])
+def test_flex_backend_matches_blockwise(case):
+    name, params, max_len = CASES[case]
+    torch.manual_seed(0)
+    a = build(case)
+    b = ATTENTION.get(name)(d_model=D, n_heads=H, max_len=max_len, backend="flex", **params)
+    b = b.to(torch.float64).eval()
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(B, 23, D, dtype=torch.float64)
+    mask = make_mask(23, [23, 15])
+    with torch.no_grad():
+        torch.testing.assert_close(b(x, mask), a(x, mask), atol=1e-6, rtol=0)
+
+
+# ------------------------------------------------------------------ padding
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_appending_padding_changes_nothing(case):
+    m = build(case, torch.float32)
+    torch.manual_seed(4)
+    L, P = 19, 13
+    x = torch.randn(B, L, D)
+    mask = make_mask(L, [L, 12])
+    xp = torch.cat([x, 100 * torch.randn(B, P, D)], dim=1)  # loud garbage in the padding
+    maskp = torch.cat([mask, torch.zeros(B, P, dtype=torch.bool)], dim=1)
+    with torch.no_grad():
+        y, yp = m(x, mask), m(xp, maskp)
+    torch.testing.assert_close(yp[:, :L], y, atol=1e-5, rtol=0)
+    assert (yp[:, L:] == 0).all()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_no_nan_with_padding(case):
+    m = build(case, torch.float32)
+    m.train()  # dropout off (p=0) but training paths
+    torch.manual_seed(5)
+    L = 23
+    x = torch.randn(3, L, D, requires_grad=True)
+    mask = make_mask(L, [L, 1, 0])  # full, one real token, fully padded
+    y = m(x, mask)
+    assert torch.isfinite(y).all()
+    assert (y[1, 1:] == 0).all() and (y[2] == 0).all()
+    y.square().sum().backward()
+    assert torch.isfinite(x.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in m.parameters() if p.grad is not None)
+
+
+def test_dropout_is_applied_in_training():
+    name, params, max_len = CASES["bigbird"]
+    m = ATTENTION.get(name)(d_model=D, n_heads=H, max_len=max_len, dropout=0.5, **params)
+    x = torch.randn(1, 20, D)
+    mask = make_mask(20, [20])
+    m.eval()
+    torch.testing.assert_close(m(x, mask), m(x, mask))
+    m.train()
+    assert not torch.allclose(m(x, mask), m(x, mask))
+
+
+def test_bigbird_rejects_longer_than_max_len():
+    m = build("bigbird")
+    with pytest.raises(ValueError, match="max_len"):
+        m(torch.randn(1, 39, D, dtype=torch.float64))
+
+
+def test_lra_defaults():
+    mk = lambda n: ATTENTION.get(n)(d_model=D, n_heads=H, max_len=2048)
+    assert mk("local").block_size == 50 and mk("local").look_backward == 0
+    lf = mk("longformer")
+    assert (lf.window, lf.n_global) == (512, 0)
+    bb = mk("bigbird")
+    assert (bb.block_size, bb.n_random, bb.window_blocks, bb.global_blocks) == (64, 3, 3, [0, 32])
+    sp = mk("sparse")
+    assert (sp.stride, sp.c, sp.causal) == (128, 32, True)
+    assert mk("vanilla").backend == "sdpa"
