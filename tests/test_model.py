@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from repro.followup.conv import CONV_IMPLS, BoundedConvMixer, conv1d_same
+from repro.followup.conv import IMPL_CHOICES, BoundedConvMixer, conv1d_same
 from repro.model import SequenceClassifier, sinusoidal_table
 from repro.schedule import LRController
 from repro.tasks.base import Split, TaskData
@@ -34,7 +34,7 @@ def reference_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, groups: int) -> 
 
 
 @pytest.mark.parametrize("groups", [1, 4])
-@pytest.mark.parametrize("impl", CONV_IMPLS)
+@pytest.mark.parametrize("impl", IMPL_CHOICES)
 def test_conv_equals_direct_convolution(groups, impl):
     torch.manual_seed(0)
     x = torch.randn(2, 8, 23, dtype=torch.float64)
@@ -45,6 +45,21 @@ def test_conv_equals_direct_convolution(groups, impl):
     # the tf32 path computes in float32 by design
     tol = 1e-5 if impl == "tf32" else 1e-10
     np.testing.assert_allclose(got.double().numpy(), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("groups", [1, 4])
+@pytest.mark.parametrize("impl", IMPL_CHOICES)
+def test_conv_gradients_equal_autograd_of_the_plain_convolution(groups, impl):
+    """The split-precision implementations' hand-written backward is the true gradient (float64)."""
+    torch.manual_seed(1)
+    x = torch.randn(2, 8, 19, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(12, 8 // groups, 5, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(12, dtype=torch.float64, requires_grad=True)
+    upstream = torch.randn(2, 12, 19, dtype=torch.float64)
+    want = torch.autograd.grad((torch.nn.functional.conv1d(x, w, b, padding=2, groups=groups) * upstream).sum(), [x, w, b])
+    got = torch.autograd.grad((conv1d_same(x, w, b, groups, impl) * upstream).sum(), [x, w, b])
+    for g, r in zip(got, want):
+        torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
 
 
 def test_receptive_field_is_k_over_2_per_side():

@@ -11,9 +11,9 @@ Padded positions are zeroed before the convolution, so a sequence's outputs do
 not depend on how much padding follows it.
 
 ``impl`` picks how the convolution runs under bf16 autocast on GPU. cuDNN's bf16
-conv1d with large kernels is slow (10 vs 149 TFLOP/s for TF32 on an H200,
-kernel 61, 128->256 channels, length 2000), so the default runs the convolution
-in float32 with TF32 tensor cores; ``benchmarks/conv_impl.py`` measures all.
+conv1d backward with large kernels is slow (10 vs 145 TFLOP/s for TF32 on an H200,
+kernel 61, 128->256 channels, length 2000), so ``auto`` (the default) picks per
+shape the fastest implementation that ``experiments/bench_conv.py`` measured.
 """
 from __future__ import annotations
 
@@ -21,13 +21,35 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-CONV_IMPLS = ("tf32", "bf16", "conv2d_bf16")
+# Forward, input-gradient and weight-gradient precisions of the split implementations.
+SPLIT_IMPLS = {
+    "bf16_tf32wgrad": ("bf16", "bf16", "tf32"),
+    "bf16_tf32bwd": ("bf16", "tf32", "tf32"),
+    "bf16_unfoldwgrad": ("bf16", "bf16", "unfold"),
+}
+CONV_IMPLS = ("tf32", "bf16", "conv2d_bf16", "fft", *SPLIT_IMPLS)
+IMPL_CHOICES = ("auto", *CONV_IMPLS)
+
+
+def choose_impl(x: torch.Tensor, kernel_size: int, groups: int) -> str:
+    """``impl=auto``: the fastest forward+backward measured by experiments/bench_conv.py.
+
+    H200, torch 2.11, 128->256 channels (2026-11-26): K=5 and K=31 at L=2000: cuDNN bf16
+    (0.62 / 1.17 ms); K=61, groups 32, L=1024: bf16 (3.0 ms; TF32 10.7); K=61 at L=2000:
+    FFT (3.9 ms; TF32 5.3; bf16 74.6, the slow cuDNN bf16 backward); K=61 at L=4096:
+    bf16 forward with TF32 backward (5.2 ms; FFT 7.0). Off CUDA: the plain convolution.
+    """
+    if x.device.type != "cuda" or groups > 1 or kernel_size <= 31:
+        return "bf16"
+    return "fft" if x.shape[-1] <= 2048 else "bf16_tf32bwd"
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
 
 
 def conv1d_same(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, groups: int, impl: str) -> torch.Tensor:
     """Symmetric 'same' convolution of ``x`` [B, C_in, L] by ``weight`` [C_out, C_in/groups, K]."""
     pad = weight.shape[-1] // 2
+    if impl == "auto":
+        impl = choose_impl(x, weight.shape[-1], groups)
     if impl == "tf32":
         # Leave autocast: float32 operands, which cuDNN runs on TF32 tensor cores
         # (torch.backends.cudnn.allow_tf32 is True by default).
@@ -36,11 +58,121 @@ def conv1d_same(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
             return F.conv1d(x.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype), padding=pad, groups=groups)
     if impl == "bf16":
         return F.conv1d(x, weight, bias, padding=pad, groups=groups)
+    if impl == "fft":
+        return conv1d_same_fft(x, weight, bias, groups)
+    if impl in SPLIT_IMPLS:
+        return _SplitPrecisionConv.apply(x, weight, bias, groups, *SPLIT_IMPLS[impl])
     if impl == "conv2d_bf16":
         # The same convolution as a 2-D one over a height-1 image: other cuDNN kernels.
         out = F.conv2d(x.unsqueeze(2), weight.unsqueeze(2), bias, padding=(0, pad), groups=groups)
         return out.squeeze(2)
     raise ValueError(f"conv impl {impl!r}: choose one of {', '.join(CONV_IMPLS)}")
+
+
+def conv1d_same_fft(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, groups: int) -> torch.Tensor:
+    """The same 'same' cross-correlation through the FFT, in float32 (float64 stays float64).
+
+    With ``n >= L + K - 1`` the circular convolution of ``x`` with the flipped kernel is
+    the linear one; output ``l`` of the cross-correlation is its entry ``l + K//2``. The
+    channel mixing is one complex matrix product per frequency, so the cost no longer
+    grows with K: about 8*B*C_in*C_out*(n/2+1)/groups real FLOPs instead of 2*B*C_in*C_out*L*K/groups.
+    """
+    batch, c_in, length = x.shape
+    c_out, c_per_group, k = weight.shape
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    n = _fft_size(length + k - 1)
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        x_f = torch.fft.rfft(x.to(dtype), n=n)  # [B, C_in, F]
+        w_f = torch.fft.rfft(weight.to(dtype).flip(-1), n=n)  # [C_out, C_in/g, F]
+        x_f = x_f.unflatten(1, (groups, c_per_group))  # [B, G, c, F]
+        w_f = w_f.unflatten(0, (groups, c_out // groups))  # [G, o, c, F]
+        if groups == 1:
+            # [F, B, c] @ [F, c, o]: one batched complex matrix product.
+            y_f = torch.matmul(x_f[:, 0].permute(2, 0, 1), w_f[0].permute(2, 1, 0)).permute(1, 2, 0)
+        else:
+            y_f = torch.einsum("bgcf,gocf->bgof", x_f, w_f).flatten(1, 2)
+        y = torch.fft.irfft(y_f, n=n)[..., k // 2 : k // 2 + length]
+        if bias is not None:
+            y = y + bias.to(dtype).unsqueeze(-1)
+    return y
+
+
+def _fft_size(minimum: int) -> int:
+    """The smallest 2^a 3^b 5^c >= minimum (sizes cuFFT and pocketfft handle fast)."""
+    best = 1 << (minimum - 1).bit_length()
+    p5 = 1
+    while p5 < best:
+        p3 = p5
+        while p3 < best:
+            p2 = p3
+            while p2 < minimum:
+                p2 *= 2
+            best = min(best, p2)
+            p3 *= 3
+        p5 *= 5
+    return best
+
+
+def _as(dtype_name: str, *tensors):
+    """Cast to the named compute precision; float64 stays float64 (exact reference checks)."""
+    dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
+    return [t if t.dtype == torch.float64 else t.to(dtype) for t in tensors]
+
+
+def _weight_grad_unfold(x: torch.Tensor, grad_out: torch.Tensor, weight_shape, groups: int) -> torch.Tensor:
+    """dL/dW[o, c, t] = sum_{b,l} g[b, o, l] x_pad[b, c, l + t], as bf16 matrix products."""
+    c_out, c_per_group, k = weight_shape
+    pad = k // 2
+    windows = F.pad(x, (pad, pad)).unfold(2, k, 1)  # [B, C_in, L, K], a view
+    g = grad_out.unflatten(1, (groups, c_out // groups))  # [B, G, O/G, L]
+    w = windows.unflatten(1, (groups, c_per_group))  # [B, G, C/G, L, K]
+    grad = torch.einsum("bgol,bgclk->gock", g, w)
+    return grad.flatten(0, 1)
+
+
+class _SplitPrecisionConv(torch.autograd.Function):
+    """'Same' conv1d whose forward, input gradient and weight gradient each pick a precision.
+
+    cuDNN's bf16 kernels are fast for the forward pass but its bf16 backward with large
+    kernels is slow (see experiments/bench_conv.py); the gradients can take TF32 or a
+    bf16 matrix-product formulation instead. All accumulate in float32.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, groups, fwd, dgrad, wgrad):
+        ctx.save_for_backward(x, weight)
+        ctx.conf = (groups, dgrad, wgrad, bias is not None)
+        pad = weight.shape[-1] // 2
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            xf, wf = _as(fwd, x, weight)
+            out = F.conv1d(xf, wf, None, padding=pad, groups=groups)
+            if bias is not None:
+                out = out + bias.to(out.dtype).unsqueeze(-1)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight = ctx.saved_tensors
+        groups, dgrad, wgrad, has_bias = ctx.conf
+        pad = weight.shape[-1] // 2
+        grad_x = grad_w = grad_b = None
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            if ctx.needs_input_grad[0]:
+                g, w = _as(dgrad, grad_out, weight)
+                grad_x = torch.nn.grad.conv1d_input(x.shape, w, g, padding=pad, groups=groups).to(x.dtype)
+            if ctx.needs_input_grad[1]:
+                if wgrad == "unfold":
+                    g, xx = _as("bf16", grad_out, x)
+                    g = g.to(xx.dtype)
+                    grad_w = _weight_grad_unfold(xx, g, weight.shape, groups)
+                else:
+                    g, xx = _as(wgrad, grad_out, x)
+                    grad_w = torch.nn.grad.conv1d_weight(xx, weight.shape, g, padding=pad, groups=groups)
+                grad_w = grad_w.to(weight.dtype)
+            if has_bias and ctx.needs_input_grad[2]:
+                acc = torch.float64 if grad_out.dtype == torch.float64 else torch.float32
+                grad_b = grad_out.sum((0, 2), dtype=acc).to(weight.dtype)
+        return grad_x, grad_w, grad_b, None, None, None, None
 
 
 class BoundedConvMixer(nn.Module):
@@ -53,15 +185,15 @@ class BoundedConvMixer(nn.Module):
         kernel_size: int,
         groups: int = 1,
         activation: str = "relu",
-        impl: str = "tf32",
+        impl: str = "auto",
     ):
         super().__init__()
         if kernel_size % 2 != 1:
             raise ValueError(f"kernel_size={kernel_size}: use an odd kernel so the convolution is symmetric")
         if d_model % groups or d_hidden % groups:
             raise ValueError(f"groups={groups} must divide d_model={d_model} and d_hidden={d_hidden}")
-        if impl not in CONV_IMPLS:
-            raise ValueError(f"conv impl {impl!r}: choose one of {', '.join(CONV_IMPLS)}")
+        if impl not in IMPL_CHOICES:
+            raise ValueError(f"model.conv_impl={impl!r}: choose one of {', '.join(IMPL_CHOICES)}")
         self.conv = nn.Conv1d(d_model, d_hidden, kernel_size, groups=groups)
         self.activation = ACTIVATIONS[activation]()
         self.out = nn.Linear(d_hidden, d_model)
@@ -90,7 +222,7 @@ def build_conv_layers(cfg: dict) -> list[nn.Module]:
             kernel_size=cfg["kernel_size"],
             groups=cfg.get("groups", 1),
             activation=cfg.get("activation", "relu"),
-            impl=cfg.get("conv_impl", "tf32"),
+            impl=cfg.get("conv_impl", "auto"),
         )
         for _ in range(cfg["depth"])
     ]
