@@ -77,16 +77,21 @@ def read_metrics(run_dir: Path) -> dict | None:
 
 
 def git_commit(cwd: Path | None = None) -> str:
-    """HEAD's commit, with ``+dirty`` when tracked files differ; ``unknown`` outside git."""
+    """HEAD's commit, with ``+dirty`` when tracked files differ.
+
+    Outside a git checkout (a copied tree on a cluster node) the environment variable
+    ``LRA_REPRO_GIT_COMMIT`` is used when set, else ``unknown``.
+    """
     where = str(cwd or Path(__file__).resolve().parent)
+    fallback = os.environ.get("LRA_REPRO_GIT_COMMIT", "unknown")
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
-            return "unknown"
+            return fallback
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where, capture_output=True, text=True, timeout=10)
         return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return fallback
 
 
 def versions() -> dict:

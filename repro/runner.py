@@ -8,16 +8,18 @@ does not know).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from . import records
 from .model import build_model
-from .tasks import DataMissing, get_task_builder
+from .tasks import DataMissing, Split, TaskData, get_task_builder
 from .train import NonFiniteLoss, RunInterrupted, TrainSettings, seed_everything, train
 
 
@@ -57,7 +59,9 @@ def resolve(cfg: DictConfig) -> dict:
     train_cfg = _merge(_plain(arm.train), per_task.get("train", {}), _plain(profile.get("train")), _plain(cfg.get("train")))
     task_cfg = _merge(_plain(cfg.task), per_task.get("task", {}), _plain(profile.get("tasks", {})).get(task_name, {}))
     device = cfg.get("device") or profile.device
+    subset = _plain(profile.get("subset")) or None
     return {
+        "subset": subset,
         "arm": arm.name,
         "task": task_cfg,
         "profile": profile.name,
@@ -67,6 +71,18 @@ def resolve(cfg: DictConfig) -> dict:
         "device": device,
         "arm_source": arm.get("source"),
     }
+
+
+def take_subset(task: TaskData, sizes: dict, seed: int) -> TaskData:
+    """A seeded random subset of each split (smoke profile); the record's data info says so."""
+    rng = np.random.default_rng(seed)
+    chosen = {}
+    for name, split in task.splits().items():
+        n = min(int(sizes.get(name, len(split))), len(split))
+        index = np.sort(rng.permutation(len(split))[:n])
+        chosen[name] = Split(np.asarray(split.inputs[index]), np.asarray(split.labels[index]))
+    info = {**task.info, "subset": {name: len(split) for name, split in chosen.items()}}
+    return dataclasses.replace(task, info=info, **chosen)
 
 
 def pick_device(name: str) -> torch.device:
@@ -95,6 +111,8 @@ def execute(cfg: DictConfig) -> int:
     except DataMissing as err:
         print(f"[{run['arm']}/{task_name}] skipped: data missing: {err}")
         return 3
+    if run["subset"]:
+        task = take_subset(task, run["subset"], run["task"].get("data_seed", 0))
     device = pick_device(run["device"])
     settings = TrainSettings.from_dict(run["train"])
     seed_everything(run["seed"])

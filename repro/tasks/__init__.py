@@ -11,9 +11,13 @@ from .base import DataError, DataMissing, Split, TaskData
 
 TASKS: Registry = Registry("task")
 
-# task name -> module holding its ``build`` function
+# builder name (a task config's ``builder``) -> module holding its ``build`` function
 _MODULES = {
     "listops": "listops",
+    "text": "text",
+    "retrieval": "retrieval",
+    "image": "image",
+    "pathfinder": "pathfinder",  # also Path-X (task config pathx.yaml: resolution 128)
 }
 
 
