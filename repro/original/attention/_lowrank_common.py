@@ -1,9 +1,8 @@
 """Helpers shared by the low-rank, kernel, hashing and sorting mixers.
 
 Used by ``linformer``, ``reformer``, ``sinkhorn``, ``synthesizer``, ``linear``
-and ``performer`` in this package (the general helpers of the package live in
-``_common.py``; this file is kept separate so that these six mixers do not
-depend on it).
+and ``performer`` in this package; the general helpers (head split/merge,
+the mask check) come from ``_common.py``.
 
 Conventions
 -----------
@@ -24,6 +23,8 @@ from typing import Optional, Sequence
 
 import torch
 from torch import nn
+
+from ._common import full_mask, merge_heads, split_heads  # noqa: F401 (re-exported for the six mixers)
 
 # Logit given to "a token attends to itself" where a mechanism forbids it unless
 # nothing else is left (Reformer's shared-QK self-mask). Finite and small enough
@@ -46,18 +47,6 @@ def xavier_linear(d_in: int, d_out: int, bias: bool = False) -> nn.Linear:
     return layer
 
 
-def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """[B, L, D] -> [B, H, L, D // H]."""
-    b, length, d = x.shape
-    return x.view(b, length, n_heads, d // n_heads).transpose(1, 2)
-
-
-def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """[B, H, L, dh] -> [B, L, H * dh]."""
-    b, h, length, dh = x.shape
-    return x.transpose(1, 2).reshape(b, length, h * dh)
-
-
 def pad_to_multiple(
     x: torch.Tensor, mask: torch.Tensor, multiple: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -70,16 +59,6 @@ def pad_to_multiple(
     x = torch.cat([x, x.new_zeros(*x.shape[:-2], extra, x.shape[-1])], dim=-2)
     mask = torch.cat([mask, mask.new_zeros(mask.shape[0], extra)], dim=-1)
     return x, mask
-
-
-def prepare_mask(x: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
-    """Check the mask against ``x [B, L, D]``; None means every token is real."""
-    b, length, _ = x.shape
-    if mask is None:
-        return torch.ones(b, length, dtype=torch.bool, device=x.device)
-    if mask.shape != (b, length):
-        raise ValueError(f"mask shape {tuple(mask.shape)} does not match x {(b, length)}")
-    return mask.to(device=x.device, dtype=torch.bool)
 
 
 class HeadedMixer(nn.Module):
@@ -125,7 +104,7 @@ class HeadedMixer(nn.Module):
         raise NotImplementedError
 
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        mask = prepare_mask(x, mask)
+        mask = full_mask(x, mask)
         q, k, v = self.project_qkv(x)
         y = self.out_proj(merge_heads(self.attend(q, k, v, mask)))
         # Padded queries: exactly 0 (the package convention, see _common.py);
