@@ -27,7 +27,7 @@ SPLIT_IMPLS = {
     "bf16_tf32bwd": ("bf16", "tf32", "tf32"),
     "bf16_unfoldwgrad": ("bf16", "bf16", "unfold"),
 }
-CONV_IMPLS = ("tf32", "bf16", "conv2d_bf16", "fft", *SPLIT_IMPLS)
+CONV_IMPLS = ("tf32", "bf16", "conv2d_bf16", "fft", "fft_bf16", *SPLIT_IMPLS)
 IMPL_CHOICES = ("auto", *CONV_IMPLS)
 
 
@@ -58,8 +58,8 @@ def conv1d_same(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
             return F.conv1d(x.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype), padding=pad, groups=groups)
     if impl == "bf16":
         return F.conv1d(x, weight, bias, padding=pad, groups=groups)
-    if impl == "fft":
-        return conv1d_same_fft(x, weight, bias, groups)
+    if impl in ("fft", "fft_bf16"):
+        return conv1d_same_fft(x, weight, bias, groups, mix_in_bf16=impl == "fft_bf16")
     if impl in SPLIT_IMPLS:
         return _SplitPrecisionConv.apply(x, weight, bias, groups, *SPLIT_IMPLS[impl])
     if impl == "conv2d_bf16":
@@ -69,8 +69,12 @@ def conv1d_same(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     raise ValueError(f"conv impl {impl!r}: choose one of {', '.join(CONV_IMPLS)}")
 
 
-def conv1d_same_fft(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, groups: int) -> torch.Tensor:
+def conv1d_same_fft(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, groups: int, mix_in_bf16: bool = False) -> torch.Tensor:
     """The same 'same' cross-correlation through the FFT, in float32 (float64 stays float64).
+
+    ``mix_in_bf16`` (groups 1 only) does the per-frequency channel mixing as one real
+    bf16 matrix product on tensor cores, ``[Xr, Xi] @ [[Wr, Wi], [-Wi, Wr]]``, instead of
+    complex64 products; the FFTs stay in float32.
 
     With ``n >= L + K - 1`` the circular convolution of ``x`` with the flipped kernel is
     the linear one; output ``l`` of the cross-correlation is its entry ``l + K//2``. The
@@ -86,7 +90,9 @@ def conv1d_same_fft(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
         w_f = torch.fft.rfft(weight.to(dtype).flip(-1), n=n)  # [C_out, C_in/g, F]
         x_f = x_f.unflatten(1, (groups, c_per_group))  # [B, G, c, F]
         w_f = w_f.unflatten(0, (groups, c_out // groups))  # [G, o, c, F]
-        if groups == 1:
+        if groups == 1 and mix_in_bf16:
+            y_f = _mix_real_blocks(x_f[:, 0], w_f[0])
+        elif groups == 1:
             # [F, B, c] @ [F, c, o]: one batched complex matrix product.
             y_f = torch.matmul(x_f[:, 0].permute(2, 0, 1), w_f[0].permute(2, 1, 0)).permute(1, 2, 0)
         else:
@@ -95,6 +101,20 @@ def conv1d_same_fft(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
         if bias is not None:
             y = y + bias.to(dtype).unsqueeze(-1)
     return y
+
+
+def _mix_real_blocks(x_f: torch.Tensor, w_f: torch.Tensor) -> torch.Tensor:
+    """``Y[b, o, f] = sum_c X[b, c, f] W[o, c, f]`` (complex) as a real bf16 product per frequency.
+
+    x_f [B, C, F], w_f [O, C, F] complex -> [B, O, F] complex. float64 inputs stay float64.
+    """
+    low = torch.float64 if x_f.real.dtype == torch.float64 else torch.bfloat16
+    xs = torch.cat([x_f.real, x_f.imag], dim=1).permute(2, 0, 1).to(low)  # [F, B, 2C]
+    wr, wi = w_f.real.permute(2, 1, 0), w_f.imag.permute(2, 1, 0)  # [F, C, O]
+    blocks = torch.cat([torch.cat([wr, wi], dim=2), torch.cat([-wi, wr], dim=2)], dim=1).to(low)  # [F, 2C, 2O]
+    ys = torch.bmm(xs, blocks).to(x_f.real.dtype)  # [F, B, 2O]
+    yr, yi = ys.permute(1, 2, 0).chunk(2, dim=1)  # [B, O, F] each
+    return torch.complex(yr.contiguous(), yi.contiguous())
 
 
 def _fft_size(minimum: int) -> int:
