@@ -29,11 +29,20 @@ def pool(states: torch.Tensor, mask: torch.Tensor | None, how: str) -> torch.Ten
     raise ValueError(f"pooling {how!r}: choose one of {', '.join(POOLINGS)}")
 
 
-def classifier(d_in: int, num_classes: int, hidden: int | None) -> nn.Module:
-    """Linear, or LRA's MLP (dense -> ReLU -> dense) when ``hidden`` is set."""
+def classifier(d_in: int, num_classes: int, hidden: int | list[int] | None) -> nn.Module:
+    """Linear, or LRA's MLP (dense -> ReLU -> dense) when ``hidden`` is set.
+
+    A list of widths stacks dense -> ReLU layers in order, as LRA's two-tower head
+    (``classifier_head_dual``: ``mlp_dim`` then ``mlp_dim // 2``).
+    """
     if not hidden:
         return nn.Linear(d_in, num_classes)
-    return nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+    widths = [int(hidden)] if isinstance(hidden, int) else [int(w) for w in hidden]
+    layers: list[nn.Module] = []
+    for width in widths:
+        layers += [nn.Linear(d_in, width), nn.ReLU()]
+        d_in = width
+    return nn.Sequential(*layers, nn.Linear(d_in, num_classes))
 
 
 class OneTowerHead(nn.Module):

@@ -3,7 +3,15 @@
 A backbone is a list of token mixers ``mixer(x [B,L,D], mask [B,L]) -> [B,L,D]``;
 each is wrapped in the same residual sublayer (pre- or post-norm). Backbones
 register by name in ``BACKBONES`` (``module:function`` entries imported on first
-use, so importing this module builds nothing).
+use, so importing this module builds nothing). A builder gets the model config
+plus ``max_len``, the length of the states the mixers see (the task's length,
+plus one with ``cls_token``).
+
+``cls_token: true`` prepends a learned vector (zero-initialised) to the embedded
+tokens before the positional embedding, as LRA's encoders do for
+``classifier_pool='CLS'`` (``lra_benchmarks/models/transformer/transformer.py``):
+the CLS token takes position 0, the positional table has ``max_len + 1`` rows,
+and its mask entry is the first token's (``mask[:, :1]``, as in LRA).
 """
 from __future__ import annotations
 
@@ -19,6 +27,7 @@ from .registry import Registry
 BACKBONES: Registry = Registry("backbone")
 _BACKBONE_ENTRIES = {
     "conv": "repro.followup.conv:build_conv_layers",
+    "lra_transformer": "repro.original.encoder:build_lra_layers",
 }
 
 
@@ -55,10 +64,13 @@ class Embedding(nn.Module):
         elif positional != "none":
             raise ValueError(f"positional {positional!r}: choose none, learned or sinusoidal")
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, prefix: torch.Tensor | None = None) -> torch.Tensor:
+        """Token (+ positional) embeddings [B, L, D]; ``prefix`` [1, P, D] is prepended before positions are added."""
         x = self.tokens(ids)
+        if prefix is not None:
+            x = torch.cat([prefix.expand(x.shape[0], -1, -1).to(x.dtype), x], dim=1)
         if self.positional != "none":
-            x = x + self.positions[: ids.shape[1]]
+            x = x + self.positions[: x.shape[1]]
         return x
 
 
@@ -86,16 +98,25 @@ class Encoder(nn.Module):
         d_model = cfg["d_model"]
         if cfg.get("norm", "layer") != "layer":
             raise ValueError(f"model.norm={cfg.get('norm')!r}: only 'layer' is implemented")
-        self.embed = Embedding(vocab_size, d_model, max_len, cfg.get("positional", "none"), cfg.get("positional_base", 10000.0))
+        self.cls = nn.Parameter(torch.zeros(1, 1, d_model)) if cfg.get("cls_token", False) else None
+        seq_len = max_len + (1 if self.cls is not None else 0)
+        self.embed = Embedding(vocab_size, d_model, seq_len, cfg.get("positional", "none"), cfg.get("positional_base", 10000.0))
         self.embed_drop = nn.Dropout(cfg.get("dropout", 0.0))
         prenorm = cfg.get("prenorm", True)
-        self.sublayers = nn.ModuleList(
-            ResidualSublayer(m, d_model, prenorm, cfg.get("dropout", 0.0)) for m in get_backbone(cfg["backbone"])(cfg)
-        )
+        mixers = get_backbone(cfg["backbone"])({**cfg, "max_len": seq_len})
+        self.sublayers = nn.ModuleList(ResidualSublayer(m, d_model, prenorm, cfg.get("dropout", 0.0)) for m in mixers)
         self.final_norm = nn.LayerNorm(d_model) if prenorm else nn.Identity()
 
+    def state_mask(self, mask: torch.Tensor | None) -> torch.Tensor | None:
+        """The padding mask aligned with the encoder's output states (CLS included)."""
+        if self.cls is None or mask is None:
+            return mask
+        return torch.cat([mask[:, :1], mask], dim=1)
+
     def forward(self, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        x = self.embed_drop(self.embed(ids))
+        """Token states [B, L, D] ([B, L + 1, D] with ``cls_token``, the CLS state first)."""
+        x = self.embed_drop(self.embed(ids, self.cls))
+        mask = self.state_mask(mask)
         for sublayer in self.sublayers:
             x = sublayer(x, mask)
         return self.final_norm(x)
@@ -109,7 +130,12 @@ class SequenceClassifier(nn.Module):
         self.encoder = Encoder(cfg, vocab_size, max_len)
         self.pad_id = pad_id
         self.two_tower = two_tower
-        head_args = dict(d_model=cfg["d_model"], num_classes=num_classes, pooling=cfg.get("pooling", "mean"), hidden=cfg.get("head_hidden"))
+        hidden = cfg.get("head_hidden")
+        if hidden == "lra":
+            # LRA's common_layers.classifier_head: Dense(mlp_dim) -> ReLU -> logits; the dual
+            # (two-tower) head adds Dense(mlp_dim // 2) -> ReLU. mlp_dim is the FFN width d_ff.
+            hidden = [cfg["d_ff"], cfg["d_ff"] // 2] if two_tower else [cfg["d_ff"]]
+        head_args = dict(d_model=cfg["d_model"], num_classes=num_classes, pooling=cfg.get("pooling", "mean"), hidden=hidden)
         self.head = TwoTowerHead(**head_args, combine=combine) if two_tower else OneTowerHead(**head_args)
 
     def padding_mask(self, ids: torch.Tensor) -> torch.Tensor | None:
@@ -118,11 +144,11 @@ class SequenceClassifier(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         if not self.two_tower:
             mask = self.padding_mask(ids)
-            return self.head(self.encoder(ids, mask), mask)
+            return self.head(self.encoder(ids, mask), self.encoder.state_mask(mask))
         # Each document is encoded on its own: no token of one reaches the other's vector.
         docs = ids.flatten(0, 1)  # [B*2, L], rows alternate document 1, document 2
         mask = self.padding_mask(docs)
-        vectors = self.head.embed(self.encoder(docs, mask), mask).unflatten(0, (ids.shape[0], 2))
+        vectors = self.head.embed(self.encoder(docs, mask), self.encoder.state_mask(mask)).unflatten(0, (ids.shape[0], 2))
         return self.head(vectors[:, 0], vectors[:, 1])
 
 

@@ -8,6 +8,12 @@
   are config keys (defaults 0.5 and 5 epochs, our choice, recorded per run).
 - ``lra`` (LRA release, ``constant * linear_warmup * rsqrt_decay``):
   ``lr * min(1, step / warmup) / sqrt(max(step, warmup))``.
+- ``lra_cosine`` (LRA release, image and Pathfinder configs:
+  ``constant * linear_warmup * cosine_decay``): ``lr * min(1, step / warmup) *
+  0.5 * (1 + cos(pi * progress))``. LRA's cosine phase is
+  ``(step - warmup) / steps_per_cycle`` with ``steps_per_cycle = num_train_steps``,
+  so it ends at ``cos(pi * (1 - warmup / steps))`` (a factor ~1e-4 of ``lr``) where
+  this one, driven by training progress, ends at 0 (and follows a budget's clock).
 - ``constant``: ``lr`` after an optional linear warmup.
 
 Training progress is the larger of steps done over planned steps and, under a
@@ -18,7 +24,7 @@ from __future__ import annotations
 
 import math
 
-SCHEDULES = ("followup", "lra", "constant")
+SCHEDULES = ("followup", "lra", "lra_cosine", "constant")
 
 
 class LRController:
@@ -50,6 +56,9 @@ class LRController:
         if self.kind == "lra":
             warm = max(self.warmup_steps, 1)
             return self.base_lr * min(1.0, (step + 1) / warm) / math.sqrt(max(step + 1, warm))
+        if self.kind == "lra_cosine":
+            warm = max(self.warmup_steps, 1)
+            return self.base_lr * min(1.0, (step + 1) / warm) * 0.5 * (1.0 + math.cos(math.pi * min(max(progress, 0.0), 1.0)))
         lr = self.base_lr
         if self.warmup_steps:
             lr *= min(1.0, (step + 1) / self.warmup_steps)

@@ -61,6 +61,7 @@ class TrainSettings:
     plateau_factor: float = 0.5
     plateau_patience: int = 5
     betas: tuple = (0.9, 0.999)
+    eps: float = 1e-8  # Adam's epsilon (LRA: 1e-9)
     decay_1d_params: bool = False  # weight decay on biases and norm gains too
     grad_clip: float | None = None
     eval_every_steps: int | None = None
@@ -129,7 +130,7 @@ def make_optimizer(model: torch.nn.Module, s: TrainSettings, device: torch.devic
         if p.requires_grad:
             (decay if p.ndim >= 2 or s.decay_1d_params else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": s.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=s.lr, betas=s.betas, fused=device.type == "cuda")
+    return torch.optim.AdamW(groups, lr=s.lr, betas=s.betas, eps=s.eps, fused=device.type == "cuda")
 
 
 def save_checkpoint(path: Path, state: dict) -> None:

@@ -1,0 +1,238 @@
+"""The LRA Transformer encoder backbone and the eleven lra_* arms (LRA release settings)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from conftest import ROOT, read_json, run_cli
+
+from repro.heads import TwoTowerHead
+from repro.model import ResidualSublayer, SequenceClassifier
+from repro.original.attention import load_all
+from repro.original.encoder import FeedForward, build_lra_layers
+from repro.runner import arm_tasks, execute, resolve
+from repro.schedule import LRController
+
+CONF = ROOT / "experiments" / "conf"
+ARMS = ("transformer", "local", "sparse", "longformer", "linformer", "reformer", "sinkhorn", "synthesizer",
+        "bigbird", "linear", "performer")
+TASKS = {"listops", "text", "retrieval", "image", "pathfinder", "pathx"}
+MECHANISMS = {"transformer": "vanilla", "local": "local", "sparse": "sparse", "longformer": "longformer",
+              "linformer": "linformer", "reformer": "reformer", "sinkhorn": "sinkhorn", "synthesizer": "synthesizer",
+              "bigbird": "bigbird", "linear": "linear", "performer": "performer"}
+
+
+def composed(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def small_cfg(attention: str, **extra) -> dict:
+    cfg = dict(backbone="lra_transformer", attention=attention, attention_params={}, d_model=16, qkv_dim=16, n_heads=2,
+               depth=2, d_ff=24, activation="gelu_tanh", dropout=0.1, attention_dropout=0.1, positional="learned",
+               cls_token=True, pooling="cls", head_hidden="lra")
+    cfg.update(extra)
+    return cfg
+
+
+# Small blocks so that a 40-token sequence spans several of them.
+SMALL_PARAMS = {
+    "vanilla": {}, "local": {"block_size": 8}, "sparse": {"stride": 8, "c": 2, "n_global": 1},
+    "longformer": {"window": 6, "n_global": 1}, "linformer": {"k": 8}, "reformer": {"n_buckets": 4},
+    "sinkhorn": {"block_size": 8}, "synthesizer": {"variant": "random"}, "bigbird": {"block_size": 8, "n_random": 1},
+    "linear": {}, "performer": {"nb_features": 16},
+}
+
+
+# ------------------------------------------------------------------ the encoder
+
+
+def test_backbone_builds_attention_and_ffn_sublayers_per_layer():
+    torch.manual_seed(0)
+    model = SequenceClassifier(small_cfg("vanilla", depth=3), vocab_size=20, max_len=40, num_classes=3, pad_id=0, two_tower=False)
+    sublayers = model.encoder.sublayers
+    assert len(sublayers) == 6 and all(isinstance(s, ResidualSublayer) and s.prenorm for s in sublayers)
+    kinds = [type(s.mixer).__name__ for s in sublayers]
+    assert kinds == ["VanillaAttention", "FeedForward"] * 3
+    ffn = sublayers[1].mixer
+    assert (ffn.fc1.in_features, ffn.fc1.out_features, ffn.fc2.out_features) == (16, 24, 16)
+    assert isinstance(ffn.act, torch.nn.GELU) and ffn.act.approximate == "tanh"
+    assert isinstance(model.encoder.final_norm, torch.nn.LayerNorm)
+    # CLS: the positional table and the mixers cover max_len + 1 positions
+    assert model.encoder.embed.positions.shape == (41, 16) and sublayers[0].mixer.max_len == 41
+    assert model.encoder(torch.randint(1, 20, (2, 40)), None).shape == (2, 41, 16)
+    # LRA's classifier: Dense(d_ff)-ReLU-Dense; two towers add Dense(d_ff // 2)-ReLU
+    assert [m.out_features for m in model.head.classify if isinstance(m, torch.nn.Linear)] == [24, 3]
+    two = SequenceClassifier(small_cfg("vanilla", two_tower_combine="concat"), vocab_size=20, max_len=40, num_classes=2,
+                             pad_id=0, two_tower=True, combine="concat")
+    assert isinstance(two.head, TwoTowerHead)
+    assert [(m.in_features, m.out_features) for m in two.head.classify if isinstance(m, torch.nn.Linear)] == [(32, 24), (24, 12), (12, 2)]
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "materialized"])
+@pytest.mark.parametrize("cls_token", [True, False])
+def test_vanilla_encoder_output_unchanged_by_appended_padding(backend, cls_token):
+    torch.manual_seed(0)
+    cfg = small_cfg("vanilla", attention_params={"backend": backend}, cls_token=cls_token,
+                    pooling="cls" if cls_token else "mean")
+    model = SequenceClassifier(cfg, vocab_size=20, max_len=64, num_classes=3, pad_id=0, two_tower=False).double().eval()
+    ids = torch.randint(1, 20, (3, 30))
+    ids[1, 22:] = 0  # a shorter sequence in the batch
+    padded = torch.cat([ids, torch.zeros(3, 25, dtype=torch.long)], dim=1)
+    short = model.encoder(ids, ids != 0)
+    long = model.encoder(padded, padded != 0)
+    n = short.shape[1]
+    real = model.encoder.state_mask(ids != 0)
+    torch.testing.assert_close(long[:, :n][real], short[real], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(model(padded), model(ids), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", sorted(SMALL_PARAMS))
+def test_every_mechanism_with_qkv_dim_below_d_model_is_padding_invariant(name):
+    """qkv_dim != d_model (LRA's image / Pathfinder configs): projections d_model <-> qkv_dim."""
+    torch.manual_seed(0)
+    cfg = small_cfg(name, attention_params=SMALL_PARAMS[name], qkv_dim=8)
+    model = SequenceClassifier(cfg, vocab_size=20, max_len=64, num_classes=3, pad_id=0, two_tower=False).double().eval()
+    mixer = model.encoder.sublayers[0].mixer
+    weights = [p for n, p in mixer.named_parameters() if p.dim() == 2 and 16 in p.shape]
+    assert weights and all(p.shape in ((8, 16), (24, 16), (16, 8)) for p in weights), [tuple(p.shape) for p in weights]
+    ids = torch.randint(1, 20, (2, 40))
+    padded = torch.cat([ids, torch.zeros(2, 24, dtype=torch.long)], dim=1)
+    out = model(ids)
+    assert out.shape == (2, 3) and torch.isfinite(out).all()
+    torch.testing.assert_close(model(padded), out, rtol=1e-9, atol=1e-9)
+    model.train()
+    model(padded).sum().backward()  # gradients flow through the refitted projections
+    assert all(p.grad is not None for p in weights)
+
+
+def test_longformer_global_and_synthesizer_dense_projections_are_refitted():
+    torch.manual_seed(0)
+    for name, params in (("longformer", {"window": 6, "n_global": 1}), ("synthesizer", {"variant": "dense"})):
+        layers = build_lra_layers({**small_cfg(name, attention_params=params, qkv_dim=8), "max_len": 41})
+        mixer = layers[0]
+        extra = mixer.global_proj.qkv if name == "longformer" else mixer.dense_hidden
+        assert extra.in_features == 16 and extra.out_features in (8, 24)
+        assert mixer(torch.randn(2, 41, 16), None).shape == (2, 41, 16)
+
+
+def test_bigbird_layers_get_the_layer_index_as_seed():
+    layers = build_lra_layers({**small_cfg("bigbird", attention_params={"block_size": 8, "n_random": 2}, depth=3), "max_len": 96})
+    attention = layers[0::2]
+    assert [m.seed for m in attention] == [0, 1, 2]
+    assert not torch.equal(attention[0].rand_blocks, attention[1].rand_blocks)
+    shifted = build_lra_layers({**small_cfg("bigbird", attention_params={"block_size": 8, "n_random": 2, "seed": 5}), "max_len": 96})
+    assert [m.seed for m in shifted[0::2]] == [5, 6]
+    assert all(isinstance(m, FeedForward) for m in layers[1::2])
+
+
+def test_lra_cosine_schedule():
+    c = LRController(1e-3, "lra_cosine", warmup_steps=100)
+    assert math.isclose(c.lr(49, 0.0), 1e-3 * 0.5)
+    assert math.isclose(c.lr(99, 0.001), 1e-3 * 0.5 * (1 + math.cos(math.pi * 0.001)))
+    assert math.isclose(c.lr(5000, 0.5), 1e-3 * 0.5) and c.lr(9999, 1.0) == 0.0
+
+
+# ------------------------------------------------------------------ the arms' settings
+
+
+def test_every_arm_defines_all_six_tasks_and_its_mechanism():
+    assert set(MECHANISMS.values()) == set(load_all().names())
+    for arm, mechanism in MECHANISMS.items():
+        cfg = composed(f"arm=lra_{arm}", "task=listops")
+        assert set(arm_tasks(cfg)) == TASKS, arm
+        assert cfg.arm.name == f"lra_{arm}" and cfg.arm.model.attention == mechanism and cfg.arm.source
+
+
+def test_lra_transformer_listops_resolves_to_the_release_settings():
+    """lra_benchmarks/listops/configs/base_listops_config.py and listops/train.py (the LRA release)."""
+    run = resolve(composed("arm=lra_transformer", "task=listops", "profile=paper"))
+    m, t = run["model"], run["train"]
+    # emb_dim 512, num_heads 8, num_layers 6, qkv_dim 512, mlp_dim 2048 (also paper A.1.1)
+    assert (m["d_model"], m["n_heads"], m["depth"], m["qkv_dim"], m["d_ff"]) == (512, 8, 6, 512, 2048)
+    assert (m["dropout"], m["attention_dropout"]) == (0.1, 0.1)  # TransformerEncoder defaults
+    assert m["backbone"] == "lra_transformer" and m["attention"] == "vanilla" and m["attention_params"] == {"backend": "sdpa"}
+    assert m["cls_token"] and m["pooling"] == "cls" and m["positional"] == "sinusoidal" and m["prenorm"]
+    # learning_rate 0.05, 'constant * linear_warmup * rsqrt_decay', warmup 1000, weight_decay 0.1,
+    # batch_size 32, num_train_steps 5000; Adam(0.9, 0.98, eps 1e-9)
+    assert (t["schedule"], t["lr"], t["warmup_steps"], t["weight_decay"]) == ("lra", 0.05, 1000, 0.1)
+    assert (t["batch_size"], t["max_steps"], t["epochs"]) == (32, 5000, 2)
+    assert list(t["betas"]) == [0.9, 0.98] and t["eps"] == 1e-9 and t["decay_1d_params"]
+    assert run["task"]["max_len"] == 2000
+
+
+def test_other_tasks_resolve_to_the_release_settings():
+    text = resolve(composed("arm=lra_transformer", "task=text", "profile=paper"))
+    assert text["task"]["max_len"] == 1000 and text["model"]["d_model"] == 256 and text["model"]["depth"] == 4
+    assert text["train"]["max_steps"] == 20000 and text["train"]["warmup_steps"] == 8000
+    retrieval = resolve(composed("arm=lra_transformer", "task=retrieval", "profile=paper"))
+    assert retrieval["model"]["pooling"] == "first" and not retrieval["model"]["cls_token"]
+    assert retrieval["model"]["two_tower_combine"] == "concat" and retrieval["train"]["lr"] == 0.05
+    image = resolve(composed("arm=lra_transformer", "task=image", "profile=paper"))
+    assert image["train"]["schedule"] == "lra_cosine" and image["train"]["max_steps"] == 35000
+    assert image["model"]["positional"] == "learned" and (image["model"]["dropout"], image["model"]["attention_dropout"]) == (0.3, 0.2)
+    path = resolve(composed("arm=lra_transformer", "task=pathfinder", "profile=paper"))
+    assert (path["model"]["d_model"], path["model"]["qkv_dim"], path["model"]["d_ff"], path["model"]["n_heads"]) == (128, 64, 128, 4)
+    assert path["model"]["pooling"] == "mean" and path["train"]["batch_size"] == 512 and path["train"]["max_steps"] == 62400
+    pathx = resolve(composed("arm=lra_transformer", "task=pathx", "profile=paper"))
+    assert pathx["train"]["grad_clip"] == 1.0 and pathx["train"]["max_steps"] == 500000
+    # per-arm deltas: Performer on ListOps, Sparse on Pathfinder, Sinkhorn on image
+    perf = resolve(composed("arm=lra_performer", "task=listops", "profile=paper"))["model"]["attention_params"]
+    assert perf == {"kernel": "softmax", "nb_features": 2}
+    sparse = resolve(composed("arm=lra_sparse", "task=pathfinder", "profile=paper"))["model"]
+    assert sparse["attention_params"] == {"stride": 50, "c": 10, "n_global": 0} and sparse["n_heads"] == 8
+    sink = resolve(composed("arm=lra_sinkhorn", "task=image", "profile=paper"))
+    assert sink["train"]["weight_decay"] == 0.7 and sink["model"]["attention_params"] == {"block_size": 64}
+
+
+def test_vanilla_backend_can_be_overridden_from_the_command_line():
+    run = resolve(composed("arm=lra_transformer", "task=listops", "+model.attention_params.backend=materialized"))
+    assert run["model"]["attention_params"] == {"backend": "materialized"}
+    assert run["model"]["d_model"] == 32 and run["model"]["qkv_dim"] == 16  # smoke shrinks the widths
+
+
+# ------------------------------------------------------------------ every arm trains
+
+
+@pytest.mark.parametrize("arm", ARMS)
+def test_arm_trains_on_listops_and_generated_pathfinder(arm, tmp_path, shared_cache):
+    """profile=smoke, cut to 4 steps; ListOps shortened to 50-300 tokens, the smoke profile's Pathfinder.
+
+    (Full-length smoke ListOps takes 6-36 s an arm here; test_cli_runs_an_lra_arm_on_the_smoke_profile
+    runs one arm on it unchanged.)
+    """
+    common = [f"arm=lra_{arm}", "profile=smoke", f"output_dir={tmp_path / 'out'}", f"cache_dir={shared_cache}",
+              f"data_dir={tmp_path / 'no_data'}", "progress=false", "workers=2", "+train.max_steps=4"]
+    listops = ["task=listops", "task.max_len=300", "task.generate.min_len=50", "task.generate.max_len=300",
+               "profile.tasks.listops.generate.n_train=32", "profile.tasks.listops.generate.n_val=16",
+               "profile.tasks.listops.generate.n_test=16"]
+    for task, extra in (("listops", listops), ("pathfinder", ["task=pathfinder"])):
+        cfg = composed(*common, *extra)
+        assert execute(cfg) == 0, (arm, task)
+        metrics = read_json(tmp_path / "out" / "runs" / f"lra_{arm}" / task / "smoke" / "seed0" / "metrics.json")
+        assert metrics["status"] == "complete" and metrics["steps"] == 4 and 0.0 <= metrics["test_acc"] <= 1.0
+
+
+def test_cli_runs_an_lra_arm_on_the_smoke_profile(tmp_path, shared_cache):
+    done = run_cli("arm=lra_performer", "task=listops", "profile=smoke", f"output_dir={tmp_path / 'out'}",
+                   f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'no_data'}", "progress=false")
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = read_json(tmp_path / "out" / "runs" / "lra_performer" / "listops" / "smoke" / "seed0" / "metrics.json")
+    assert metrics["status"] == "complete" and metrics["steps"] == 32
+
+
+def test_two_tower_arm_trains_on_retrieval_fixture(tmp_path, shared_cache):
+    """Retrieval: no CLS token, first-position pooling, LRA's two-layer dual head (AAN rows in the official layout)."""
+    import random
+
+    from test_tasks_smoke import make_aan
+
+    make_aan(tmp_path / "data", {"train": 24, "eval": 8, "test": 8}, random.Random(0))
+    cfg = composed("arm=lra_linear", "task=retrieval", "profile=smoke", f"output_dir={tmp_path / 'out'}",
+                   f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'data'}", "progress=false", "+train.max_steps=2")
+    assert execute(cfg) == 0
+    metrics = read_json(tmp_path / "out" / "runs" / "lra_linear" / "retrieval" / "smoke" / "seed0" / "metrics.json")
+    assert metrics["status"] == "complete" and metrics["steps"] == 2
