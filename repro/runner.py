@@ -142,7 +142,6 @@ def execute(cfg: DictConfig) -> int:
         "git_commit": records.git_commit(),
         "data": task.info,
     }
-    metrics["wall_time_s"] = metrics.pop("wall_time_this_process_s")
     write_record(run_dir, result["history"], result["predictions"], metrics)
     print(f"[{run['arm']}/{task_name}] best val {metrics['best_val_acc']:.4f} at step {metrics['best_val_step']}, "
           f"test {metrics['test_acc']:.4f}, {metrics['train_examples_per_s']:.1f} examples/s")

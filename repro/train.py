@@ -397,7 +397,7 @@ def train(
         "stopped_by": "steps" if state["step"] >= total_steps else "budget",
         "train_time_s": state["train_time_s"],
         "elapsed_s": state["elapsed_s"],
-        "wall_time_this_process_s": wall,
+        "wall_time_s": wall,  # this process only; elapsed_s spans resumes
         "train_examples_per_s": state["examples"] / state["train_time_s"] if state["train_time_s"] else math.nan,
         "peak_gpu_mem_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
