@@ -53,9 +53,10 @@ def conv1d_same(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     if impl == "tf32":
         # Leave autocast: float32 operands, which cuDNN runs on TF32 tensor cores
         # (torch.backends.cudnn.allow_tf32 is True by default).
-        dtype = torch.float32 if x.dtype in (torch.bfloat16, torch.float16) else x.dtype
+        xf, wf = _as("tf32", x, weight)
+        bf = None if bias is None else bias.to(xf.dtype)
         with torch.autocast(device_type=x.device.type, enabled=False):
-            return F.conv1d(x.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype), padding=pad, groups=groups)
+            return F.conv1d(xf, wf, bf, padding=pad, groups=groups)
     if impl == "bf16":
         return F.conv1d(x, weight, bias, padding=pad, groups=groups)
     if impl in ("fft", "fft_bf16"):
