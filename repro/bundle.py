@@ -1,0 +1,483 @@
+"""Bundles (DESIGN.md "bundle"): frozen, versioned, checksummed sets of run and benchmark records.
+
+Commands (``python -m repro.bundle <command> --help`` lists every option)::
+
+    python -m repro.bundle freeze --version v1 [--runs outputs/runs] [--arm 'lra_*' ...]
+                                  [--task listops ...] [--profile budget ...] [--seed 0 ...]
+                                  [--bench outputs/bench ...] [--no-analysis]
+    python -m repro.bundle verify results/v1
+    python -m repro.bundle cite results/v1
+    python -m repro.bundle ls
+
+``freeze`` copies the chosen **complete** records (``metrics.json`` with status
+``complete`` and every file of ``records.RECORD_FILES``; checkpoints never) into
+``results/<version>/runs/<arm>/<task>/<profile>/seed<k>/``, benchmark files given with
+``--bench`` into ``bench/``, and writes ``CITATION.cff``, ``MANIFEST.json`` (sha256 and
+size of every file, the git commit of the freezing checkout and of each record,
+package versions, devices, creation date, the profile of each run, and each record
+left out with the reason) and ``MANIFEST.sha256`` (the manifest's own hash, in
+``sha256sum -c`` format). The bundle's hash is the sha256 of ``MANIFEST.json``.
+Everything is written into a hidden temporary folder under ``results/`` and renamed into
+place at the end, so an interrupted freeze leaves no half bundle; an existing version
+is never overwritten. Incomplete or inconsistent records are named on stderr and in the
+manifest's ``left_out`` list, never copied.
+
+Analysis at freeze time: for ListOps records the task's test set is rebuilt from the
+record's config (``--data-dir`` / ``--cache-dir``; generated ListOps comes from the
+cache or is regenerated), checked label by label against ``predictions.csv``, and its
+root operators are written to ``analysis/listops_roots/<key>.csv`` (with the training
+set's most frequent label per root operator in ``<key>.json``) for seed 003 appendix B
+Figures 1-2. ``key`` is :func:`listops_roots_key` of the record's config. When the data
+cannot be rebuilt the analysis is named as missing in the manifest; the figures then say
+"not run".
+
+``verify`` recomputes every checksum and fails (exit 1) naming each changed, missing or
+extra file; ``cite`` prints a BibTeX entry and a one-line citation with the version and
+the manifest's hash (after verifying).
+"""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from . import records
+
+FORMAT = "lra-repro-bundle/1"
+MANIFEST = "MANIFEST.json"
+MANIFEST_HASH = "MANIFEST.sha256"
+CITATION = "CITATION.cff"
+VERSION_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors", ".bin")
+ROOTS_DIR = "analysis/listops_roots"
+
+
+class BundleError(Exception):
+    """A bundle cannot be frozen, read or cited; the message says why and what to do."""
+
+
+# ---------------------------------------------------------------- hashing
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def bundle_files(root: Path) -> list[str]:
+    """Every file under ``root`` except the manifest and its hash, as sorted POSIX paths."""
+    root = Path(root)
+    found = []
+    for path in root.rglob("*"):
+        if path.is_file() or path.is_symlink():
+            rel = path.relative_to(root).as_posix()
+            if rel not in (MANIFEST, MANIFEST_HASH):
+                found.append(rel)
+    return sorted(found)
+
+
+def manifest_hash(bundle: Path) -> str:
+    """The bundle's hash: sha256 of its MANIFEST.json bytes."""
+    path = Path(bundle) / MANIFEST
+    if not path.exists():
+        raise BundleError(f"{path} does not exist: {bundle} is not a bundle (freeze one with `python -m repro.bundle freeze`)")
+    return sha256_file(path)
+
+
+# ---------------------------------------------------------------- choosing records
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One record folder under the runs root and whether it may be frozen."""
+
+    path: Path
+    rel: str  # <arm>/<task>/<profile>/seed<k>
+    metrics: dict | None
+    problem: str | None
+
+
+def _check_record(path: Path, rel: str) -> Candidate:
+    metrics_path = path / "metrics.json"
+    if not metrics_path.exists():
+        return Candidate(path, rel, None, "incomplete: no metrics.json (run in progress or interrupted)")
+    try:
+        metrics = json.loads(metrics_path.read_text())
+    except json.JSONDecodeError as err:
+        return Candidate(path, rel, None, f"unreadable metrics.json: {err}")
+    if metrics.get("status") != "complete":
+        return Candidate(path, rel, metrics, f"incomplete: status {metrics.get('status')!r}")
+    missing = [name for name in records.RECORD_FILES if not (path / name).is_file()]
+    if missing:
+        return Candidate(path, rel, metrics, f"incomplete: missing {', '.join(missing)}")
+    arm, task, profile, seed_dir = rel.split("/")
+    said = (metrics.get("arm"), metrics.get("task"), metrics.get("profile"), f"seed{metrics.get('seed')}")
+    if said != (arm, task, profile, seed_dir):
+        return Candidate(path, rel, metrics, f"inconsistent: metrics.json says {'/'.join(map(str, said))}")
+    return Candidate(path, rel, metrics, None)
+
+
+def _matches(value: str, patterns: list[str] | None) -> bool:
+    return not patterns or any(fnmatch.fnmatchcase(value, p) for p in patterns)
+
+
+def find_records(runs_root: Path, arms=None, tasks=None, profiles=None, seeds=None) -> list[Candidate]:
+    """Record folders ``<arm>/<task>/<profile>/seed<k>`` under ``runs_root`` that match the filters."""
+    runs_root = Path(runs_root)
+    if not runs_root.is_dir():
+        raise BundleError(f"{runs_root} is not a folder of run records (the runner writes outputs/runs; pass --runs)")
+    found = []
+    for path in sorted(runs_root.glob("*/*/*/seed*")):
+        if not path.is_dir():
+            continue
+        rel = path.relative_to(runs_root).as_posix()
+        arm, task, profile, seed_dir = rel.split("/")
+        if not (_matches(arm, arms) and _matches(task, tasks) and _matches(profile, profiles)
+                and _matches(seed_dir.removeprefix("seed"), seeds)):
+            continue
+        found.append(_check_record(path, rel))
+    return found
+
+
+# ---------------------------------------------------------------- ListOps root-operator analysis
+
+
+def read_config(path: Path) -> dict:
+    """A record's resolved config.yaml as plain dicts."""
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=True) or {}
+
+
+def listops_roots_key(config: dict) -> str:
+    """Which test set a ListOps record was scored on: a hash of its task settings and subset."""
+    ident = {"task": config.get("task"), "subset": config.get("subset")}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _listops_roots(config: dict, labels: list[int], data_dir: Path, cache_dir: Path, workers: int) -> tuple[list[dict], dict]:
+    """Rebuild a ListOps record's test split; rows (index, root, label) and train statistics."""
+    import numpy as np
+
+    from .runner import take_subset
+    from .tasks import get_task_builder
+    from .tasks.listops import VOCAB
+
+    task_cfg = config["task"]
+    task = get_task_builder(task_cfg.get("builder", "listops"))(task_cfg, Path(data_dir), Path(cache_dir), workers)
+    if config.get("subset"):
+        task = take_subset(task, config["subset"], task_cfg.get("data_seed", 0))
+    test_labels = np.asarray(task.test.labels).astype(int).tolist()
+    if test_labels != labels:
+        raise BundleError(f"the rebuilt test set ({len(test_labels)} examples) does not match the record's "
+                          f"predictions.csv labels ({len(labels)}): different data; pass the --data-dir the run used")
+
+    def roots(split):
+        return [VOCAB[int(tok)] for tok in np.asarray(split.inputs)[:, 0]]
+
+    rows = [{"index": i, "root": root, "label": label} for i, (root, label) in enumerate(zip(roots(task.test), test_labels))]
+    counts: dict[str, list[int]] = {}
+    for root, label in zip(roots(task.train), np.asarray(task.train.labels).astype(int).tolist()):
+        counts.setdefault(root, [0] * 10)[label] += 1
+    train = {root: {"label_counts": c, "most_frequent_label": int(np.argmax(c))} for root, c in sorted(counts.items())}
+    return rows, {"train": train, "n_train": len(task.train), "n_test": len(test_labels), "data": task.info}
+
+
+def _read_labels(predictions: Path) -> list[int]:
+    import csv
+
+    with open(predictions, newline="") as handle:
+        return [int(row["label"]) for row in csv.DictReader(handle)]
+
+
+# ---------------------------------------------------------------- freezing
+
+
+def _copy_bench(sources: list[Path], dest: Path) -> list[str]:
+    copied = []
+    for source in sources:
+        source = Path(source)
+        if not source.exists():
+            raise BundleError(f"--bench {source}: no such file or folder")
+        files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
+        for path in files:
+            rel_inside = path.name if source.is_file() else Path(source.name, path.relative_to(source)).as_posix()
+            if path.suffix in CHECKPOINT_SUFFIXES or "checkpoints" in Path(rel_inside).parts:
+                print(f"left out {path}: checkpoints never go into a bundle", file=sys.stderr)
+                continue
+            target = dest / "bench" / rel_inside
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+            copied.append(f"bench/{rel_inside}")
+    return copied
+
+
+def _citation(version: str, created: datetime, commit: str, authors: list[str], title: str, n_runs: int) -> str:
+    lines = [
+        "cff-version: 1.2.0",
+        'message: "If you use these results, please cite them as below; verify with `python -m repro.bundle verify`."',
+        "type: dataset",
+        f"title: {json.dumps(title)}",
+        f"version: {json.dumps(version)}",
+        f"date-released: {json.dumps(created.date().isoformat())}",
+        f"commit: {json.dumps(commit)}",
+        "authors:",
+        *[f"  - name: {json.dumps(a)}" for a in authors],
+        f"abstract: {json.dumps(f'{n_runs} run records of LRA-repro (Long Range Arena and its follow-up), checksummed in MANIFEST.json.')}",
+        "keywords:",
+        '  - "Long Range Arena"',
+        '  - "reproduction"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def freeze(version: str, runs_root: Path = Path("outputs/runs"), results_root: Path = Path("results"),
+           arms=None, tasks=None, profiles=None, seeds=None, bench: list[Path] | None = None,
+           analysis: bool = True, data_dir: Path = Path("data"), cache_dir: Path = Path(".cache/lra-repro"),
+           workers: int = 1, authors: list[str] | None = None, title: str | None = None,
+           log=print) -> Path:
+    """Freeze the chosen complete records into ``results_root/version``; returns the bundle folder."""
+    if not VERSION_PATTERN.match(version):
+        raise BundleError(f"version {version!r}: use letters, digits, '.', '_' or '-' (e.g. v1 or 2026-11-26.1)")
+    results_root = Path(results_root)
+    final = results_root / version
+    if final.exists():
+        raise BundleError(f"{final} already exists: bundles are never overwritten; choose another --version")
+    candidates = find_records(runs_root, arms, tasks, profiles, seeds)
+    chosen = [c for c in candidates if c.problem is None]
+    left_out = [{"path": c.rel, "reason": c.problem} for c in candidates if c.problem]
+    for item in left_out:
+        log(f"left out {item['path']}: {item['reason']}", file=sys.stderr)
+    if not chosen and not bench:
+        raise BundleError(f"nothing to freeze: no complete record under {runs_root} matches the filters"
+                          + (f" ({len(left_out)} incomplete left out)" if left_out else ""))
+
+    results_root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{version}.partial-", dir=results_root))
+    try:
+        runs = []
+        for cand in chosen:
+            target = staging / "runs" / cand.rel
+            target.mkdir(parents=True)
+            for name in records.RECORD_FILES:
+                shutil.copyfile(cand.path / name, target / name)
+            m = cand.metrics
+            runs.append({"path": f"runs/{cand.rel}", "arm": m["arm"], "task": m["task"], "profile": m["profile"],
+                         "seed": m["seed"], "test_acc": m.get("test_acc"), "device": m.get("device"),
+                         "git_commit": m.get("git_commit"), "versions": m.get("versions")})
+        bench_files = _copy_bench(list(bench or []), staging)
+
+        analysed, analysis_missing = [], []
+        if analysis:
+            done: dict[str, str | None] = {}
+            for cand in chosen:
+                if cand.metrics["task"] != "listops":
+                    continue
+                config = read_config(cand.path / "config.yaml")
+                key = listops_roots_key(config)
+                if key not in done:
+                    try:
+                        rows, summary = _listops_roots(config, _read_labels(cand.path / "predictions.csv"), data_dir, cache_dir, workers)
+                        records.write_csv(staging / ROOTS_DIR / f"{key}.csv", rows, ["index", "root", "label"])
+                        records.write_json(staging / ROOTS_DIR / f"{key}.json", {"key": key, **summary})
+                        done[key] = None
+                        analysed.append(f"{ROOTS_DIR}/{key}")
+                    except Exception as err:  # noqa: BLE001 -- any failure is reported, never hidden
+                        done[key] = f"{type(err).__name__}: {err}"
+                if done[key]:
+                    analysis_missing.append({"record": cand.rel, "analysis": "listops_roots", "reason": done[key]})
+                    log(f"ListOps root-operator analysis not made for {cand.rel}: {done[key]}", file=sys.stderr)
+
+        created = datetime.now(timezone.utc).replace(microsecond=0)
+        commit = records.git_commit()
+        title = title or f"LRA-repro results, bundle {version}"
+        authors = authors or ["LRA-repro contributors"]
+        records.write_atomic(staging / CITATION, _citation(version, created, commit, authors, title, len(runs)))
+
+        files = [{"path": rel, "sha256": sha256_file(staging / rel), "size": (staging / rel).stat().st_size}
+                 for rel in bundle_files(staging)]
+        manifest = {
+            "format": FORMAT,
+            "version": version,
+            "title": title,
+            "authors": authors,
+            "created": created.isoformat(),
+            "git_commit": commit,
+            "record_git_commits": sorted({str(r["git_commit"]) for r in runs}),
+            "package_versions": sorted({json.dumps(r["versions"], sort_keys=True) for r in runs if r["versions"]}),
+            "devices": sorted({str(r["device"]) for r in runs}),
+            "profiles": sorted({r["profile"] for r in runs}),
+            "runs": [{k: v for k, v in r.items() if k != "versions"} for r in runs],
+            "bench": bench_files,
+            "analysis": analysed,
+            "analysis_missing": analysis_missing,
+            "left_out": left_out,
+            "files": files,
+        }
+        manifest["package_versions"] = [json.loads(v) for v in manifest["package_versions"]]
+        records.write_json(staging / MANIFEST, manifest)
+        records.write_atomic(staging / MANIFEST_HASH, f"{sha256_file(staging / MANIFEST)}  {MANIFEST}\n")
+        try:
+            os.rename(staging, final)
+        except OSError:
+            raise BundleError(f"{final} appeared while freezing: bundles are never overwritten; choose another --version") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    log(f"froze {len(runs)} record(s), {len(bench_files)} benchmark file(s) into {final} "
+        f"({len(left_out)} left out); manifest sha256 {manifest_hash(final)}")
+    return final
+
+
+# ---------------------------------------------------------------- verifying, reading, citing
+
+
+def load_manifest(bundle: Path) -> dict:
+    path = Path(bundle) / MANIFEST
+    if not path.exists():
+        raise BundleError(f"{path} does not exist: {bundle} is not a bundle (freeze one with `python -m repro.bundle freeze`)")
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise BundleError(f"{path}: not valid JSON ({err})") from None
+    if manifest.get("format") != FORMAT:
+        raise BundleError(f"{path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
+    return manifest
+
+
+def verify(bundle: Path) -> list[str]:
+    """Every problem found (empty when the bundle is intact): changed, missing or extra files."""
+    bundle = Path(bundle)
+    problems = []
+    hash_path = bundle / MANIFEST_HASH
+    if not hash_path.exists():
+        problems.append(f"missing: {MANIFEST_HASH}")
+    elif (bundle / MANIFEST).exists():
+        recorded = hash_path.read_text().split()[0] if hash_path.read_text().split() else ""
+        if recorded != sha256_file(bundle / MANIFEST):
+            problems.append(f"changed: {MANIFEST} (its sha256 differs from {MANIFEST_HASH})")
+    try:
+        manifest = load_manifest(bundle)
+    except BundleError as err:
+        return problems + [str(err)]
+    listed = {entry["path"]: entry for entry in manifest["files"]}
+    for rel, entry in sorted(listed.items()):
+        path = bundle / rel
+        if not path.is_file():
+            problems.append(f"missing: {rel}")
+        elif path.stat().st_size != entry["size"] or sha256_file(path) != entry["sha256"]:
+            problems.append(f"changed: {rel}")
+    for rel in bundle_files(bundle):
+        if rel not in listed:
+            problems.append(f"extra: {rel}")
+    return problems
+
+
+def require_intact(bundle: Path) -> dict:
+    """The manifest of an intact bundle, else BundleError listing the problems."""
+    problems = verify(bundle)
+    if problems:
+        raise BundleError(f"{bundle} fails verification:\n  " + "\n  ".join(problems))
+    return load_manifest(bundle)
+
+
+def citation(bundle: Path) -> tuple[str, str]:
+    """(one-line citation, BibTeX entry) of a bundle, with its version and manifest hash."""
+    manifest = load_manifest(bundle)
+    digest = manifest_hash(bundle)
+    version, year = manifest["version"], manifest["created"][:4]
+    authors = manifest.get("authors") or ["LRA-repro contributors"]
+    title = manifest.get("title") or f"LRA-repro results, bundle {version}"
+    line = (f"{', '.join(authors)} ({year}). {title}. Version {version}, MANIFEST.json sha256 {digest}, "
+            f"git commit {manifest['git_commit']}. {len(manifest['runs'])} run records.")
+    key = "lrarepro_" + re.sub(r"[^A-Za-z0-9]", "_", version)
+    bibtex = "\n".join([
+        f"@misc{{{key},",
+        f"  title = {{{title}}},",
+        f"  author = {{{' and '.join('{' + a + '}' for a in authors)}}},",
+        f"  year = {{{year}}},",
+        f"  version = {{{version}}},",
+        f"  note = {{Bundle version {version}; MANIFEST.json sha256 {digest}; git commit {manifest['git_commit']}}},",
+        "}",
+    ])
+    return line, bibtex
+
+
+# ---------------------------------------------------------------- command line
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m repro.bundle", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    fr = sub.add_parser("freeze", help="copy complete records into results/<version> with a manifest")
+    fr.add_argument("--version", required=True, help="bundle version, e.g. v1")
+    fr.add_argument("--runs", type=Path, default=Path("outputs/runs"), help="run records root (default outputs/runs)")
+    fr.add_argument("--results", type=Path, default=Path("results"), help="bundles root (default results)")
+    for name in ("arm", "task", "profile", "seed"):
+        fr.add_argument(f"--{name}", action="append", help=f"only these {name}s (glob; repeatable)")
+    fr.add_argument("--bench", type=Path, action="append", help="benchmark record file or folder to include (repeatable)")
+    fr.add_argument("--no-analysis", action="store_true", help="skip the ListOps root-operator analysis")
+    fr.add_argument("--data-dir", type=Path, default=Path(os.environ.get("LRA_DATA_DIR", "data")))
+    fr.add_argument("--cache-dir", type=Path, default=Path(os.environ.get("LRA_CACHE_DIR", ".cache/lra-repro")))
+    fr.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
+    fr.add_argument("--author", action="append", help="author for CITATION.cff (repeatable)")
+    fr.add_argument("--title", help="title for CITATION.cff")
+    for name, text in (("verify", "recompute every checksum"), ("cite", "print BibTeX and a one-line citation")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("bundle", type=Path)
+    ls = sub.add_parser("ls", help="list bundles")
+    ls.add_argument("--results", type=Path, default=Path("results"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "freeze":
+            def log(message, file=sys.stdout):
+                print(message, file=file)
+            freeze(args.version, args.runs, args.results, args.arm, args.task, args.profile, args.seed, args.bench,
+                   analysis=not args.no_analysis, data_dir=args.data_dir, cache_dir=args.cache_dir,
+                   workers=args.workers, authors=args.author, title=args.title, log=log)
+        elif args.command == "verify":
+            problems = verify(args.bundle)
+            if problems:
+                print(f"{args.bundle}: FAILED", file=sys.stderr)
+                for problem in problems:
+                    print(f"  {problem}", file=sys.stderr)
+                return 1
+            manifest = load_manifest(args.bundle)
+            print(f"{args.bundle}: OK, {len(manifest['files'])} files, manifest sha256 {manifest_hash(args.bundle)}")
+        elif args.command == "cite":
+            require_intact(args.bundle)
+            line, bibtex = citation(args.bundle)
+            print(line)
+            print()
+            print(bibtex)
+        elif args.command == "ls":
+            bundles = sorted(p for p in Path(args.results).glob("*") if (p / MANIFEST).exists())
+            if not bundles:
+                print(f"no bundles under {args.results}")
+            for path in bundles:
+                m = load_manifest(path)
+                print(f"{m['version']}\t{m['created']}\t{len(m['runs'])} runs\t{', '.join(m['profiles'])}\tsha256 {manifest_hash(path)[:16]}")
+    except BundleError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""Bundles: freeze, verify, cite (issue 8, acceptance 1)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fake_records import SMOKE_LISTOPS, fixed_labels, make_record
+
+from repro import bundle
+from repro.bundle import BundleError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def quiet(*args, **kwargs):
+    pass
+
+
+@pytest.fixture()
+def runs(tmp_path) -> Path:
+    root = tmp_path / "outputs" / "runs"
+    labels = fixed_labels("text", 50)
+    for arm, acc in (("locality_k5", 0.80), ("locality_k61", 0.70)):
+        for seed in (0, 1):
+            make_record(root, arm, "text", seed, labels=labels, accuracy=acc + 0.02 * seed)
+    make_record(root, "lra_transformer", "text", 0, labels=labels, accuracy=0.6, profile="smoke", device="cpu", peak_mem=None)
+    make_record(root, "lra_transformer", "text", 1, labels=labels, accuracy=0.6, write_metrics=False)
+    make_record(root, "lra_performer", "text", 0, labels=labels, accuracy=0.6, status="running")
+    return root
+
+
+def freeze(runs: Path, version: str = "v1", **kwargs) -> Path:
+    return bundle.freeze(version, runs, runs.parents[1] / "results", analysis=False, log=quiet, **kwargs)
+
+
+def test_freeze_copies_complete_records_only_and_verify_passes(runs):
+    out = freeze(runs)
+    assert bundle.verify(out) == []
+    manifest = bundle.load_manifest(out)
+    assert [r["path"] for r in manifest["runs"]] == [
+        "runs/locality_k5/text/budget/seed0", "runs/locality_k5/text/budget/seed1",
+        "runs/locality_k61/text/budget/seed0", "runs/locality_k61/text/budget/seed1",
+        "runs/lra_transformer/text/smoke/seed0"]
+    assert manifest["left_out"] == [
+        {"path": "lra_performer/text/budget/seed0", "reason": "incomplete: status 'running'"},
+        {"path": "lra_transformer/text/budget/seed1", "reason": "incomplete: no metrics.json (run in progress or interrupted)"}]
+    assert manifest["devices"] == ["NVIDIA H200", "cpu"] and manifest["profiles"] == ["budget", "smoke"]
+    assert manifest["version"] == "v1" and manifest["created"] and manifest["git_commit"]
+    assert manifest["package_versions"][0]["torch"] == "2.11.0+cu130"
+    # no checkpoints, every file listed with its real hash and size, nothing left behind in results/
+    assert not list(out.rglob("*.pt")) and not list(out.rglob("checkpoints"))
+    for entry in manifest["files"]:
+        data = (out / entry["path"]).read_bytes()
+        assert entry["sha256"] == hashlib.sha256(data).hexdigest() and entry["size"] == len(data)
+    assert {e["path"] for e in manifest["files"]} == set(bundle.bundle_files(out))
+    assert "CITATION.cff" in {e["path"] for e in manifest["files"]}
+    assert sorted(p.name for p in out.parent.iterdir()) == ["v1"]
+    assert (out / "MANIFEST.sha256").read_text() == f"{hashlib.sha256((out / 'MANIFEST.json').read_bytes()).hexdigest()}  MANIFEST.json\n"
+    # the copies are byte-identical to the records
+    for name in ("config.yaml", "history.csv", "predictions.csv", "metrics.json"):
+        assert (out / "runs/locality_k5/text/budget/seed0" / name).read_bytes() == (runs / "locality_k5/text/budget/seed0" / name).read_bytes()
+
+
+def test_filters_choose_records(runs):
+    out = freeze(runs, arms=["locality_*"], seeds=["1"])
+    assert [r["path"] for r in bundle.load_manifest(out)["runs"]] == [
+        "runs/locality_k5/text/budget/seed1", "runs/locality_k61/text/budget/seed1"]
+
+
+def test_editing_one_byte_fails_verify_naming_the_file(runs):
+    out = freeze(runs)
+    target = out / "runs/locality_k61/text/budget/seed1/predictions.csv"
+    data = bytearray(target.read_bytes())
+    data[-2] = ord("1") if data[-2] != ord("1") else ord("0")
+    target.write_bytes(bytes(data))
+    assert bundle.verify(out) == ["changed: runs/locality_k61/text/budget/seed1/predictions.csv"]
+
+
+def test_deleting_or_adding_a_file_fails_verify_naming_it(runs):
+    out = freeze(runs)
+    (out / "runs/locality_k5/text/budget/seed0/history.csv").unlink()
+    (out / "runs/locality_k5/text/budget/seed0/notes.txt").write_text("added\n")
+    assert bundle.verify(out) == ["missing: runs/locality_k5/text/budget/seed0/history.csv",
+                                  "extra: runs/locality_k5/text/budget/seed0/notes.txt"]
+
+
+def test_editing_the_manifest_itself_fails_verify(runs):
+    out = freeze(runs)
+    manifest = json.loads((out / "MANIFEST.json").read_text())
+    manifest["created"] = "1999-01-01T00:00:00+00:00"
+    (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2))
+    assert bundle.verify(out) == ["changed: MANIFEST.json (its sha256 differs from MANIFEST.sha256)"]
+
+
+def test_freezing_an_existing_version_fails_and_changes_nothing(runs):
+    out = freeze(runs)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(BundleError, match=r"results/v1 already exists: bundles are never overwritten; choose another --version"):
+        freeze(runs)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in out.parent.iterdir()) == ["v1"]
+
+
+def test_a_failed_freeze_leaves_nothing_in_results(runs, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+    monkeypatch.setattr(bundle, "_citation", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        freeze(runs)
+    assert list((runs.parents[1] / "results").iterdir()) == []
+
+
+def test_nothing_to_freeze_and_bad_versions_are_refused(runs):
+    with pytest.raises(BundleError, match="nothing to freeze: no complete record .* matches the filters"):
+        freeze(runs, arms=["no_such_arm"])
+    with pytest.raises(BundleError, match="version '../x': use letters"):
+        freeze(runs, version="../x")
+
+
+def test_cite_contains_version_and_manifest_hash(runs):
+    out = freeze(runs, version="2026-11-26.1")
+    digest = hashlib.sha256((out / "MANIFEST.json").read_bytes()).hexdigest()
+    line, bibtex = bundle.citation(out)
+    assert "2026-11-26.1" in line and digest in line
+    assert bibtex.startswith("@misc{lrarepro_2026_11_26_1,") and "version = {2026-11-26.1}" in bibtex and digest in bibtex
+    cff = (out / "CITATION.cff").read_text()
+    assert 'version: "2026-11-26.1"' in cff and "cff-version: 1.2.0" in cff
+
+
+def test_bench_files_are_frozen_without_checkpoints(runs, tmp_path):
+    bench = tmp_path / "bench_out"
+    bench.mkdir()
+    (bench / "bench.csv").write_text("model,length,mode,steps_per_s,peak_mem_bytes,status\n")
+    (bench / "model.pt").write_bytes(b"x")
+    out = freeze(runs, bench=[bench])
+    assert bundle.load_manifest(out)["bench"] == ["bench/bench_out/bench.csv"]
+    assert bundle.verify(out) == []
+
+
+def test_listops_root_operators_are_rebuilt_and_checked_against_the_record(tmp_path):
+    from repro.tasks import get_task_builder
+    from repro.tasks.listops import VOCAB
+
+    cache = tmp_path / "cache"
+    task = get_task_builder("listops")(SMOKE_LISTOPS, tmp_path / "nodata", cache, 1)
+    root = tmp_path / "outputs" / "runs"
+    make_record(root, "locality_k61", "listops", 0, labels=task.test.labels, accuracy=0.4, num_classes=10, task_cfg=SMOKE_LISTOPS)
+    wrong = dict(SMOKE_LISTOPS, data_seed=5)  # claims another test set than its labels
+    make_record(root, "locality_k5", "listops", 0, labels=task.test.labels, accuracy=0.4, num_classes=10, task_cfg=wrong)
+    out = bundle.freeze("v1", root, tmp_path / "results", data_dir=tmp_path / "nodata", cache_dir=cache, log=quiet)
+    manifest = bundle.load_manifest(out)
+    key = bundle.listops_roots_key({"task": SMOKE_LISTOPS, "subset": None})
+    assert manifest["analysis"] == [f"analysis/listops_roots/{key}"]
+    [missing] = manifest["analysis_missing"]
+    assert missing["record"] == "locality_k5/listops/budget/seed0" and "does not match the record's predictions.csv labels" in missing["reason"]
+    lines = (out / f"analysis/listops_roots/{key}.csv").read_text().splitlines()
+    assert lines[0] == "index,root,label" and len(lines) == 65
+    assert [line.split(",")[1] for line in lines[1:]] == [VOCAB[int(t)] for t in task.test.inputs[:, 0]]
+    summary = json.loads((out / f"analysis/listops_roots/{key}.json").read_text())
+    assert sum(sum(v["label_counts"]) for v in summary["train"].values()) == 128
+    assert bundle.verify(out) == []
+
+
+def test_command_line_freeze_verify_cite_ls(runs, tmp_path):
+    def cli(*args):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        return subprocess.run([sys.executable, "-m", "repro.bundle", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    done = cli("freeze", "--version", "v2", "--runs", str(runs), "--no-analysis")
+    assert done.returncode == 0, done.stderr
+    assert "left out lra_transformer/text/budget/seed1: incomplete: no metrics.json" in done.stderr
+    assert "froze 5 record(s)" in done.stdout
+    assert cli("verify", "results/v2").stdout.startswith("results/v2: OK")
+    again = cli("freeze", "--version", "v2", "--runs", str(runs), "--no-analysis")
+    assert again.returncode == 1 and "results/v2 already exists" in again.stderr
+    digest = hashlib.sha256((tmp_path / "results/v2/MANIFEST.json").read_bytes()).hexdigest()
+    cited = cli("cite", "results/v2")
+    assert cited.returncode == 0 and "v2" in cited.stdout and digest in cited.stdout
+    assert cli("ls").stdout.startswith("v2\t")
+    (tmp_path / "results/v2/CITATION.cff").write_text("edited\n")
+    failed = cli("verify", "results/v2")
+    assert failed.returncode == 1 and "changed: CITATION.cff" in failed.stderr
+    assert cli("cite", "results/v2").returncode == 1
