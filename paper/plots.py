@@ -1,0 +1,147 @@
+"""The papers' figures from a bundle's numbers (used by paper/make.py); PNGs with stable bytes.
+
+Each function takes plain numbers (make.py extracts them from the records) and writes
+one PNG. A figure whose inputs were not run still gets written, saying so on the canvas,
+so the set of figures never silently shrinks.
+"""
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+PNG_METADATA = {"Software": None}  # no matplotlib version in the file: same input, same bytes
+STYLE = {"font.size": 8, "axes.titlesize": 9, "figure.dpi": 100, "savefig.dpi": 150, "path.simplify": False,
+         "svg.hashsalt": "lra-repro"}
+
+
+def save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", metadata=PNG_METADATA)
+    plt.close(fig)
+    return path
+
+
+def _wrap(text: str, width: int = 80) -> str:
+    return "\n".join(textwrap.wrap(text, width))
+
+
+def _not_run(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, transform=ax.transAxes, color="0.35")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def tradeoff(published: list[dict], ours: list[dict], ours_axis: str, path: Path) -> Path:
+    """LRA Figure 3: accuracy (y) against speed (x), circle area proportional to peak memory.
+
+    ``published`` / ``ours``: dicts with name, accuracy, speed, memory_gb (NaN where not run)
+    and, for ours, ``tasks`` (how many tasks the accuracy averages).
+    """
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        panels = ((axes[0], published, "Published (LRA Tables 1-2, TPU v3): avg accuracy vs steps/s at 4K", "steps/s at 4K (TPU v3)"),
+                  (axes[1], ours, f"Ours: test accuracy vs {ours_axis}", ours_axis))
+        for ax, points, title, xlabel in panels:
+            ax.set_title(title)
+            placed = [p for p in points if all(math.isfinite(p[k]) for k in ("accuracy", "speed", "memory_gb"))]
+            absent = sorted(p["name"] for p in points if p not in placed)
+            if not placed:
+                _not_run(ax, "not run: " + (", ".join(absent) if absent else "no records"))
+                continue
+            biggest = max(p["memory_gb"] for p in placed) or 1.0
+            for p in placed:
+                partial = p.get("tasks", 5) < 5
+                ax.scatter(p["speed"], p["accuracy"], s=40 + 1200 * p["memory_gb"] / biggest, alpha=0.45,
+                           facecolors="none" if partial else None, edgecolors="C0")
+                label = p["name"] + (f" ({p['tasks']}/5 tasks)" if partial else "")
+                ax.annotate(label, (p["speed"], p["accuracy"]), fontsize=7, ha="center", va="bottom")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("accuracy (%)")
+            if absent:
+                ax.text(0.01, 0.01, "not run: " + ", ".join(absent), transform=ax.transAxes, fontsize=6, color="0.35", wrap=True)
+        fig.tight_layout()
+        return save(fig, path)
+
+
+def accuracy_vs_kernel(tasks: list[str], kernels: list[int], published: dict, ours: dict, path: Path) -> Path:
+    """Seed 003 Table 1 as curves: accuracy per kernel size and task, ours (mean +/- sd) beside published.
+
+    ``published[task][k]`` is a number; ``ours[task][k]`` a list of per-seed accuracies.
+    """
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(1, len(tasks), figsize=(3 * len(tasks), 3), squeeze=False)
+        for ax, task in zip(axes[0], tasks):
+            ax.plot(kernels, [published[task][k] for k in kernels], "s--", color="0.4", label="published")
+            have = [k for k in kernels if ours[task].get(k)]
+            if have:
+                means = [sum(ours[task][k]) / len(ours[task][k]) for k in have]
+                sds = [_sd(ours[task][k]) for k in have]
+                ax.errorbar(have, means, yerr=sds, fmt="o-", color="C0", capsize=3, label="ours (mean ± sd)")
+            missing = [k for k in kernels if k not in have]
+            if missing:
+                ax.text(0.02, 0.02, "not run: K=" + ", ".join(map(str, missing)), transform=ax.transAxes, fontsize=6, color="0.35")
+            ax.set_xscale("log")
+            ax.set_xticks(kernels)
+            ax.set_xticklabels([str(k) for k in kernels])
+            ax.minorticks_off()
+            ax.set_title(task)
+            ax.set_xlabel("kernel size K")
+        axes[0][0].set_ylabel("test accuracy (%)")
+        axes[0][0].legend(fontsize=6)
+        fig.tight_layout()
+        return save(fig, path)
+
+
+def _sd(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def label_distribution(counts: dict | None, path: Path, note: str) -> Path:
+    """Seed 003 appendix B Figure 1: test-label distribution per root operator (``counts[root][label]``)."""
+    with plt.rc_context(STYLE):
+        roots = sorted(counts) if counts else []
+        fig, axes = plt.subplots(1, max(1, len(roots)), figsize=(2.6 * max(1, len(roots)), 2.8), squeeze=False)
+        if not roots:
+            _not_run(axes[0][0], f"not run: {note}")
+        for ax, root in zip(axes[0], roots):
+            values = counts[root]
+            total = sum(values) or 1
+            ax.bar(range(10), [v / total for v in values], color="C0")
+            ax.set_title(f"root {root.lstrip('[')} (n={sum(values)})")
+            ax.set_xticks(range(10))
+            ax.set_xlabel("label")
+        axes[0][0].set_ylabel("fraction of test examples")
+        fig.suptitle(_wrap(note, 140), fontsize=7)
+        fig.tight_layout()
+        return save(fig, path)
+
+
+def operator_accuracy(rows: list[dict], path: Path, note: str) -> Path:
+    """Seed 003 appendix B Figure 2: per-root-operator accuracy of a model and of the greedy baseline."""
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(5, 3))
+        if not rows:
+            _not_run(ax, f"not run: {note}")
+        else:
+            x = list(range(len(rows)))
+            ax.bar([i - 0.2 for i in x], [r["greedy"] for r in rows], width=0.4, color="0.6", label="greedy (most frequent label per root)")
+            ax.bar([i + 0.2 for i in x], [r["model"] for r in rows], width=0.4, yerr=[r["model_sd"] for r in rows],
+                   color="C0", capsize=3, label="model (mean ± sd over seeds)")
+            for i, r in enumerate(rows):
+                ax.annotate(f"{r['model'] - r['greedy']:+.1f}", (i + 0.2, r["model"]), ha="center", va="bottom", fontsize=7)
+            ax.set_xticks(x)
+            ax.set_xticklabels([r["root"].lstrip("[") for r in rows])
+            ax.set_ylabel("test accuracy (%)")
+            ax.legend(fontsize=6)
+            ax.set_title(_wrap(note), fontsize=7)
+        fig.tight_layout()
+        return save(fig, path)

@@ -1,0 +1,103 @@
+"""Tables as Markdown and LaTeX, deterministic: fixed number formats, no dates, "—" for cells not run.
+
+Used by paper/make.py. A :class:`Table` counts its missing cells (those of our runs
+shown as "—") so the reader sees how much of it was not run, never a silently
+shorter table.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+MISSING = "—"
+
+
+def fmt_number(value, digits: int = 2) -> str:
+    """A finite number with fixed decimals, else the missing mark."""
+    if value is None or isinstance(value, str):
+        return value if isinstance(value, str) and value else MISSING
+    value = float(value)
+    return MISSING if not math.isfinite(value) else f"{value:.{digits}f}"
+
+
+def fmt_p(value) -> str:
+    """A p-value: three decimals, ``<0.001`` below that, "—" when the test did not run."""
+    if value is None or not math.isfinite(float(value)):
+        return MISSING
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def fmt_seeds(values) -> str:
+    """Seeds' mean +/- sample sd with their count, e.g. ``52.73 ± 0.41 (n=3)``; n=1 has no sd."""
+    values = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
+    if values.size == 0:
+        return MISSING
+    if values.size == 1:
+        return f"{values[0]:.2f} (n=1)"
+    return f"{values.mean():.2f} ± {values.std(ddof=1):.2f} (n={values.size})"
+
+
+def fmt_ci(low, high, digits: int = 2) -> str:
+    if low is None or not (math.isfinite(low) and math.isfinite(high)):
+        return MISSING
+    return f"[{low:.{digits}f}, {high:.{digits}f}]"
+
+
+@dataclass
+class Table:
+    """One paper table: header, rows of strings, the columns that hold our numbers, notes."""
+
+    name: str
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    ours_columns: list[int]  # indices of columns whose cells come from our records
+    notes: list[str] = field(default_factory=list)
+
+    def missing(self) -> tuple[int, int]:
+        """(cells of ours shown as not run, cells of ours in total)."""
+        cells = [row[i] for row in self.rows for i in self.ours_columns]
+        return sum(c == MISSING for c in cells), len(cells)
+
+    def footer(self) -> str:
+        missing, total = self.missing()
+        return f"Missing cells (not run, marked {MISSING}): {missing} of {total}."
+
+    def markdown(self) -> str:
+        lines = [f"### {self.title}", "", "| " + " | ".join(self.columns) + " |",
+                 "| " + " | ".join("---" for _ in self.columns) + " |"]
+        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in self.rows]
+        lines += ["", self.footer()]
+        lines += [f"{note}" for note in self.notes]
+        return "\n".join(lines) + "\n"
+
+    def latex(self) -> str:
+        spec = "l" * min(2, len(self.columns)) + "r" * max(0, len(self.columns) - 2)
+        lines = ["\\begin{table}[ht]", "\\centering", "\\scriptsize", f"\\caption{{{latex_escape(self.title)}}}",
+                 f"\\label{{tab:{self.name}}}", f"\\begin{{tabular}}{{{spec}}}", "\\toprule",
+                 " & ".join(latex_escape(c) for c in self.columns) + " \\\\", "\\midrule"]
+        lines += [" & ".join(latex_escape(cell) for cell in row) + " \\\\" for row in self.rows]
+        lines += ["\\bottomrule", "\\end{tabular}", "", f"{latex_escape(self.footer())}"]
+        lines += [f"{latex_escape(note)}" for note in self.notes]
+        lines += ["\\end{table}"]
+        return "\n".join(lines) + "\n"
+
+    def write(self, folder: Path) -> list[Path]:
+        folder.mkdir(parents=True, exist_ok=True)
+        md, tex = folder / f"{self.name}.md", folder / f"{self.name}.tex"
+        md.write_text(self.markdown(), encoding="utf-8")
+        tex.write_text(self.latex(), encoding="utf-8")
+        return [md, tex]
+
+
+_LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+          "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "±": r"$\pm$", "—": "---",
+          "≈": r"$\approx$", "Δ": r"$\Delta$", "−": r"$-$", "<": r"$<$", ">": r"$>$", "≥": r"$\geq$",
+          "≤": r"$\leq$", "×": r"$\times$", "`": ""}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(_LATEX.get(ch, ch) for ch in str(text))
