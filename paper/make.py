@@ -32,7 +32,7 @@ Benchmark records (LRA Table 2, Figure 3) are read from every ``bench/**/*.csv``
 bundle that has the columns ``model`` (or ``arm``), ``length``, ``steps_per_s`` and
 ``peak_mem_bytes`` (or ``peak_mem_gb``), optionally ``mode`` (only ``train`` rows are
 used) and ``status`` (``OOM`` is shown as such). Where several rows give one cell, the
-median is shown.
+median is shown; where rows of several depths (``layers``) exist, a model's deepest ones.
 """
 from __future__ import annotations
 
@@ -73,13 +73,15 @@ LRA_TABLE1_TASKS = [("listops", "listops"), ("text", "text"), ("retrieval", "ret
                     ("pathfinder", "pathfinder"), ("path_x", "pathx")]  # (published column, our task)
 LRA_AVG_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")  # LRA's average leaves Path-X out
 FOLLOWUP_TASKS = ("image", "pathfinder", "text", "retrieval", "listops")  # the follow-up's column order
-# Follow-up table rows -> our arms. "_notech" arms are the same model without the training
-# techniques (issue 6's naming); None: not reproduced here (the row stays "—").
+# Follow-up table rows -> our arms. "ARM+TECHNIQUES" selects the records of ARM trained with that
+# techniques group (config.yaml's techniques.name: none | followup; a record without it counts
+# as none); a bare ARM takes its records whatever the techniques. None: not reproduced here (the
+# row stays "—").
 FOLLOWUP_TABLE2 = {"transformer": "lra_transformer", "transformer_pretrained": None,
-                   "rotary_transformer_techniques": "rotary_transformer", "mega": "mega_notech",
-                   "mega_techniques": "mega"}
-FOLLOWUP_TABLE3 = {"s4": "s4_notech", "s5": "s5_notech", "s4_techniques": "s4", "s5_techniques": "s5",
-                   "gmlp_techniques": "gmlp"}
+                   "rotary_transformer_techniques": "rotary_transformer", "mega": "mega+none",
+                   "mega_techniques": "mega+followup"}
+FOLLOWUP_TABLE3 = {"s4": "s4+none", "s5": "s5+none", "s4_techniques": "s4+followup", "s5_techniques": "s5+followup",
+                   "gmlp_techniques": "gmlp+followup"}
 FOLLOWUP_TABLE4 = {("learned", "yes"): "learned_pe", ("sinusoidal", "yes"): "sinusoidal_pe",
                    ("rotary", "no"): "rotary_transformer_notech", ("rotary", "yes"): "rotary_transformer"}
 LENGTHS = (("1k", 1024), ("2k", 2048), ("3k", 3072), ("4k", 4096))
@@ -100,15 +102,16 @@ class BundleView:
         for run in self.manifest["runs"]:
             metrics = json.loads((self.path / run["path"] / "metrics.json").read_text())
             peak = metrics.get("peak_gpu_mem_bytes")
-            rows.append({"arm": metrics["arm"], "task": metrics["task"], "profile": metrics["profile"],
+            techniques = (self.config(run["path"]).get("techniques") or {}).get("name") or "none"
+            rows.append({"arm": metrics["arm"], "techniques": techniques, "task": metrics["task"], "profile": metrics["profile"],
                          "seed": int(metrics["seed"]), "test_acc": 100.0 * float(metrics["test_acc"]),
                          "best_val_acc": 100.0 * float(metrics["best_val_acc"]), "steps": metrics.get("steps"),
                          "examples_per_s": _float(metrics.get("train_examples_per_s")),
                          "peak_mem_gb": float(peak) / 2**30 if peak else math.nan,
                          "device": metrics.get("device"), "path": run["path"]})
-        self.all_runs = pd.DataFrame(rows, columns=["arm", "task", "profile", "seed", "test_acc", "best_val_acc", "steps",
+        self.all_runs = pd.DataFrame(rows, columns=["arm", "techniques", "task", "profile", "seed", "test_acc", "best_val_acc", "steps",
                                                     "examples_per_s", "peak_mem_gb", "device", "path"])
-        self.all_runs = self.all_runs.sort_values(["arm", "task", "profile", "seed"]).reset_index(drop=True)
+        self.all_runs = self.all_runs.sort_values(["arm", "techniques", "task", "profile", "seed"]).reset_index(drop=True)
         present = list(dict.fromkeys(self.all_runs["profile"]))
         ranked = [p for p in PROFILE_ORDER if p in present] + sorted(p for p in present if p not in PROFILE_ORDER)
         if profile is not None and profile not in present:
@@ -118,9 +121,12 @@ class BundleView:
         self.other_profiles = {p: int((self.all_runs["profile"] == p).sum()) for p in sorted(present) if p != self.profile}
 
     def seeds(self, arm: str | None, task: str) -> pd.DataFrame:
+        """Records of ``arm`` (or ``arm+techniques``) on ``task`` in the profile shown, by seed."""
         if arm is None:
             return self.runs.iloc[0:0]
-        return self.runs[(self.runs["arm"] == arm) & (self.runs["task"] == task)]
+        name, _, techniques = arm.partition("+")
+        chosen = self.runs[(self.runs["arm"] == name) & (self.runs["task"] == task)]
+        return chosen[chosen["techniques"] == techniques] if techniques else chosen
 
     def accuracies(self, arm: str | None, task: str) -> list[float]:
         return self.seeds(arm, task)["test_acc"].tolist()
@@ -241,10 +247,14 @@ def bench_frame(view: BundleView) -> pd.DataFrame:
         if "peak_mem_gb" not in frame.columns:
             frame["peak_mem_gb"] = pd.to_numeric(frame.get("peak_mem_bytes"), errors="coerce") / 2**30
         frame["status"] = frame["status"].astype(str) if "status" in frame.columns else "ok"
-        frames.append(frame[["model", "length", "steps_per_s", "peak_mem_gb", "status"]])
+        frame["layers"] = pd.to_numeric(frame["layers"], errors="coerce") if "layers" in frame.columns else math.nan
+        frames.append(frame[["model", "length", "steps_per_s", "peak_mem_gb", "status", "layers"]])
     if not frames:
-        return pd.DataFrame(columns=["model", "length", "steps_per_s", "peak_mem_gb", "status"])
+        return pd.DataFrame(columns=["model", "length", "steps_per_s", "peak_mem_gb", "status", "layers"])
     out = pd.concat(frames, ignore_index=True)
+    # A one-layer memory table beside the full-model one: keep each model's deepest rows (LRA Table 2's).
+    deepest = out.groupby("model")["layers"].transform("max")
+    out = out[out["layers"].isna() | (out["layers"] == deepest)]
     reverse = {arm: model for model, arm in LRA_ARMS.items()}
     out["model"] = out["model"].astype(str).map(lambda m: reverse.get(m, m))
     out["steps_per_s"] = pd.to_numeric(out["steps_per_s"], errors="coerce")
@@ -446,11 +456,11 @@ def listops_table(rows: list[dict], note: str) -> Table:
 
 
 def runs_table(view: BundleView) -> Table:
-    rows = [[r.arm, TASK_NAMES.get(r.task, r.task), r.profile, str(r.seed), fmt_number(r.test_acc), fmt_number(r.best_val_acc),
+    rows = [[r.arm, r.techniques, TASK_NAMES.get(r.task, r.task), r.profile, str(r.seed), fmt_number(r.test_acc), fmt_number(r.best_val_acc),
              str(r.steps), fmt_number(r.examples_per_s, 1), fmt_number(r.peak_mem_gb), str(r.device)]
             for r in view.all_runs.itertuples()]
-    return Table("runs", "Every run record in the bundle", ["Arm", "Task", "Profile", "Seed", "Test acc", "Best val acc", "Steps",
-                 "Train examples/s", "Peak GB", "Device"], rows, [4, 5, 6, 7],
+    return Table("runs", "Every run record in the bundle", ["Arm", "Techniques", "Task", "Profile", "Seed", "Test acc", "Best val acc",
+                 "Steps", "Train examples/s", "Peak GB", "Device"], rows, [5, 6, 7, 8],
                  ["Test accuracy at the best-validation checkpoint (%). Peak GB: torch.cuda.max_memory_allocated (— on CPU)."])
 
 

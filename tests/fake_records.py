@@ -37,7 +37,7 @@ def correctness(n: int, accuracy: float, rng: np.random.Generator) -> np.ndarray
 def make_record(runs_root: Path, arm: str, task: str, seed: int, *, profile: str = "budget",
                 labels: np.ndarray, accuracy: float, num_classes: int = 2, device: str = "NVIDIA H200",
                 task_cfg: dict | None = None, examples_per_s: float = 1000.0, peak_mem: int | None = 2**30,
-                status: str = "complete", write_metrics: bool = True) -> Path:
+                status: str = "complete", write_metrics: bool = True, techniques: str | None = None) -> Path:
     """One record folder ``runs_root/arm/task/profile/seed<k>``; returns it."""
     rng = np.random.default_rng([seed, sum(map(ord, arm)), sum(map(ord, task))])
     labels = np.asarray(labels, dtype=int)
@@ -48,6 +48,8 @@ def make_record(runs_root: Path, arm: str, task: str, seed: int, *, profile: str
     run_dir = Path(runs_root) / arm / task / profile / f"seed{seed}"
     config = {"subset": None, "arm": arm, "task": task_cfg or {"name": task, "data_seed": 0}, "profile": profile,
               "seed": seed, "model": {"backbone": "fake"}, "train": {"lr": 0.001}, "device": "auto"}
+    if techniques is not None:  # the runner's techniques block (issue 6): name and per-task augment
+        config["techniques"] = {"name": techniques, "augment": {}}
     records.write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
     history = [{"step": 10, "epoch": 0.5, "lr": 0.001, "train_loss": 1.0},
                {"step": 20, "epoch": 1.0, "val_loss": 0.9, "val_acc": test_acc, "elapsed_s": 3.0}]

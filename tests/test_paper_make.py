@@ -48,12 +48,18 @@ def frozen(tmp_path_factory) -> Path:
                 else:
                     make_record(runs, arm, task, seed, labels=fixed_labels(task, 100), accuracy=acc,
                                 examples_per_s=1000.0 + 10 * seed)
+    # same arm with and without the training techniques (told apart by config.yaml's techniques.name)
+    for seed, techniques, acc in ((0, "none", 0.80), (1, "none", 0.82), (2, "followup", 0.90), (3, "followup", 0.91)):
+        make_record(runs, "s4", "text", seed, labels=fixed_labels("text", 100), accuracy=acc, techniques=techniques)
+    for seed, acc in ((0, 0.89), (1, 0.90)):
+        make_record(runs, "gmlp", "text", seed, labels=fixed_labels("text", 100), accuracy=acc, techniques="followup")
     make_record(runs, "lra_transformer", "text", 0, profile="smoke", labels=fixed_labels("text", 100), accuracy=0.5, device="cpu")
     bench = tmp / "bench"
     bench.mkdir()
-    rows = [("lra_transformer", L, "train", s, int(m * 2**30), "ok") for L, s, m in ((1024, 100.0, 1.0), (4096, 20.0, 5.0), (4096, 22.0, 5.0))]
-    rows += [("lra_performer", 4096, "train", float("nan"), float("nan"), "OOM"), ("lra_performer", 4096, "infer", 99.0, 1, "ok")]
-    pd.DataFrame(rows, columns=["model", "length", "mode", "steps_per_s", "peak_mem_bytes", "status"]).to_csv(bench / "bench.csv", index=False)
+    rows = [("lra_transformer", L, "train", s, int(m * 2**30), "ok", 4) for L, s, m in ((1024, 100.0, 1.0), (4096, 20.0, 5.0), (4096, 22.0, 5.0))]
+    rows += [("lra_transformer", 1024, "train", 500.0, 2**28, "ok", 1)]  # a one-layer memory row: not LRA Table 2's model
+    rows += [("lra_performer", 4096, "train", float("nan"), float("nan"), "OOM", 4), ("lra_performer", 4096, "infer", 99.0, 1, "ok", 4)]
+    pd.DataFrame(rows, columns=["model", "length", "mode", "steps_per_s", "peak_mem_bytes", "status", "layers"]).to_csv(bench / "bench.csv", index=False)
     out = bundle.freeze("v0", runs, tmp / "results", bench=[bench], data_dir=tmp / "nodata", cache_dir=cache,
                         log=lambda *a, **k: None)
     assert bundle.load_manifest(out)["analysis_missing"] == []
@@ -140,7 +146,11 @@ def test_followup_tables_map_arms_to_rows(made, frozen):
     assert _row(ablation, "rotary / no")[1] == "rotary_transformer_notech"
     table2 = (made[0] / "tables/followup_table2_transformer.md").read_text()
     assert _row(table2, "transformer_pretrained")[1] == "(not reproduced)"
-    assert "Missing cells (not run, marked —): 30 of 30." in (made[0] / "tables/followup_table3_ssm_gmlp.md").read_text()
+    table3 = (made[0] / "tables/followup_table3_ssm_gmlp.md").read_text()
+    assert "Missing cells (not run, marked —): 27 of 30." in table3
+    assert _row(table3, "s4")[1] == "s4+none" and _row(table3, "s4")[6] == "81.00 ± 1.41 (n=2)"
+    assert _row(table3, "s4_techniques")[6] == "90.50 ± 0.71 (n=2)" and _row(table3, "s5_techniques")[6] == "—"
+    assert _row(table3, "gmlp_techniques")[6:8] == ["89.50 ± 0.71 (n=2)", "89.94"]
 
 
 def test_efficiency_table_reads_benchmark_records(made):
@@ -167,8 +177,10 @@ def test_statistics_tables_match_tests_computed_here(made, frozen):
     p = sps.binomtest(int((ra & ~rb).sum()), int((ra ^ rb).sum()), 0.5).pvalue
     assert cells[11] == f"{'<0.001' if p < 0.001 else f'{p:.3f}'} (seed 0)"
     assert re.fullmatch(r"\[-?\d+\.\d\d, -?\d+\.\d\d\]", cells[8])
-    gmlp = next(l for l in table.splitlines() if "| gmlp | s4 |" in l)
+    gmlp = next(l for l in table.splitlines() if "| ListOps | gmlp+followup | s4+followup |" in l)
     assert gmlp.count("—") >= 9 and "0/0" in gmlp  # not run: shown, not dropped
+    text = next(l for l in table.splitlines() if "| Text | gmlp+followup | s4+followup |" in l)
+    assert "| 2/2 | 89.50 | 90.50 | -1.00 |" in text
     against = (made[0] / "tables/statistics_published.md").read_text()
     row = next(l for l in against.splitlines() if "| Text | rotary_transformer |" in l and "Training techniques" in l)
     cells = [c.strip() for c in row.strip().strip("|").split("|")]
