@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -19,30 +18,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from repro.bench.timing import matmul_peak_tflops, time_ms  # noqa: E402
 from repro.followup.conv import CONV_IMPLS, conv1d_same  # noqa: E402
-
-
-def time_ms(fn, warmup: int = 5, reps: int = 20) -> tuple[float, float]:
-    """Median and spread (max-min) in ms of ``fn`` over ``reps`` timed calls."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times), max(times) - min(times)
-
-
-def matmul_peak_tflops(n: int = 8192) -> float:
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    ms, _ = time_ms(lambda: a @ b, warmup=3, reps=10)
-    return 2 * n**3 / (ms * 1e-3) / 1e12
 
 
 def bench_shape(batch: int, c_in: int, c_out: int, kernel: int, length: int, groups: int) -> list[dict]:

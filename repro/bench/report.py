@@ -1,0 +1,350 @@
+"""The benchmark's record and its views: bench.json, bench.csv, table.md (LRA Table 2), figure.png (LRA Figure 3).
+
+Everything is written into a hidden temporary folder next to the destination and
+renamed into place at the end, so no half-written bundle is ever left under
+``results/`` (DESIGN.md "Fail loudly, lose nothing").
+
+Table 2 of the LRA paper (seed 001 section 3.4) gives training steps per second and
+peak memory per TPU device at lengths 1K-4K, batch 32, on the byte-level text task;
+here the same layout holds our numbers, each with its ratio to the vanilla
+Transformer (SDPA backend) at the same length, beside the published TPU numbers
+(``repro.reference.published("lra_table2_efficiency")``) and their ratios to the
+published Transformer.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+from pathlib import Path
+
+from ..records import write_csv
+from ..reference import published
+
+REFERENCE_MODEL = "lra_transformer"  # relative speed and memory are to this row (SDPA backend)
+ROW_FIELDS = [
+    "model", "arm", "kind", "length", "seq_len", "mode", "batch", "layers", "status",
+    "steps_per_s", "steps_per_s_min", "steps_per_s_max", "step_ms_median", "step_ms_iqr", "reps",
+    "peak_mem_gb", "peak_mem_bytes", "peak_mem_reason", "flops_per_step", "flops_source", "tflops", "roofline_fraction",
+    "conv_layer_tflops", "parameters", "note",
+]
+# Our row name -> the model's name in lra_table2_efficiency.csv (Sparse Transformer and
+# Longformer were not timed in the paper: implemented with masks).
+PUBLISHED_NAMES = {
+    "lra_transformer": "transformer",
+    "lra_transformer_materialized": "transformer",
+    "lra_local": "local_attention",
+    "lra_linformer": "linformer",
+    "lra_reformer": "reformer",
+    "lra_sinkhorn": "sinkhorn",
+    "lra_synthesizer": "synthesizer",
+    "lra_bigbird": "bigbird",
+    "lra_linear": "linear_transformer",
+    "lra_performer": "performer",
+}
+MODE_TITLES = {
+    "train": "Training steps per second (forward, backward, AdamW step)",
+    "infer": "Inference steps per second (forward pass, no gradients)",
+}
+ACCURACY_PROFILES = ("paper", "budget")  # preferred first; smoke runs are not accuracies
+
+
+def complete_rows(rows: list[dict]) -> list[dict]:
+    """Every row with every field of ROW_FIELDS (None where it does not apply)."""
+    out = []
+    for row in rows:
+        extra = {k: v for k, v in row.items() if k not in ROW_FIELDS}
+        full = {field: row.get(field) for field in ROW_FIELDS}
+        if extra and full["note"] is None:
+            full["note"] = "; ".join(f"{k}: {v}" for k, v in extra.items())
+        out.append(full)
+    return out
+
+
+def length_label(length: int) -> str:
+    """1024 -> '1K' (also 1000 -> '1K'); other lengths as they are."""
+    for unit in (1024, 1000):
+        if length % unit == 0:
+            return f"{length // unit}K"
+    return str(length)
+
+
+def published_table() -> dict:
+    """{published model name: {'steps': {'1K': v, ...}, 'mem': {...}}} from LRA Table 2."""
+    frame = published("lra_table2_efficiency")
+    table = {}
+    for record in frame.to_dict("records"):
+        entry = {"steps": {}, "mem": {}}
+        for key, value in record.items():
+            found = re.fullmatch(r"(steps_per_s|peak_mem_gb)_(\d+)k", key)
+            if found:
+                entry["steps" if found.group(1) == "steps_per_s" else "mem"][f"{found.group(2)}K"] = float(value)
+        table[record["model"]] = entry
+    return table
+
+
+def _index(rows: list[dict]) -> dict:
+    return {(r["model"], r["length"], r["mode"]): r for r in rows}
+
+
+def relative_speed(rows: list[dict], model: str, length: int, mode: str) -> float | None:
+    """Our steps/s over the SDPA Transformer's at the same length and mode."""
+    index = _index(rows)
+    ours, ref = index.get((model, length, mode)), index.get((REFERENCE_MODEL, length, mode))
+    if not ours or not ref or ours["status"] != "ok" or ref["status"] != "ok":
+        return None
+    return ours["steps_per_s"] / ref["steps_per_s"]
+
+
+def _ours_cell(row: dict | None, key: str, ref: dict | None, digits: int) -> str:
+    if row is None:
+        return ""
+    if row["status"] != "ok":
+        return row["status"].split(":")[0]  # OOM | error | skipped
+    value = row.get(key)
+    if value is None:
+        return "n/a"
+    cell = f"{value:.{digits}f}"
+    if ref is not None and ref["status"] == "ok" and ref.get(key):
+        cell += f" ({value / ref[key]:.2f}x)"
+    return cell
+
+
+def _published_cell(entry: dict | None, ref: dict | None, kind: str, label: str) -> str:
+    if entry is None or label not in entry[kind]:
+        return ""
+    value = entry[kind][label]
+    cell = f"{value:.2f}"
+    if ref is not None and label in ref[kind] and ref[kind][label]:
+        cell += f" ({value / ref[kind][label]:.2f}x)"
+    return cell
+
+
+def _models_in_order(rows: list[dict]) -> list[str]:
+    seen = []
+    for row in rows:
+        if row["model"] not in seen:
+            seen.append(row["model"])
+    return seen
+
+
+def _markdown(header: list[str], body: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    return lines
+
+
+def efficiency_table(rows: list[dict], mode: str, key: str, digits: int) -> list[str]:
+    """One Table 2 block: ours at each length (ratio to the SDPA Transformer), then the TPU numbers."""
+    lengths = sorted({r["length"] for r in rows})
+    labels = [length_label(n) for n in lengths]
+    index = _index(rows)
+    pub = published_table() if mode == "train" else {}
+    pub_labels = [label for label in labels if any(label in e["steps"] for e in pub.values())]
+    kind = "steps" if key == "steps_per_s" else "mem"
+    header = ["model", *[f"ours {label}" for label in labels], *[f"LRA TPU {label}" for label in pub_labels]]
+    body = []
+    for model in _models_in_order([r for r in rows if r["mode"] == mode]):
+        cells = [model]
+        for length in lengths:
+            cells.append(_ours_cell(index.get((model, length, mode)), key, index.get((REFERENCE_MODEL, length, mode)), digits))
+        entry = pub.get(PUBLISHED_NAMES.get(model, ""))
+        cells += [_published_cell(entry, pub.get("transformer"), kind, label) for label in pub_labels]
+        body.append(cells)
+    return _markdown(header, body)
+
+
+def roofline_table(rows: list[dict], peak: float | None) -> list[str]:
+    """Achieved TFLOP/s and the fraction of the measured bf16 matmul peak, at the largest length."""
+    longest = max(r["length"] for r in rows)
+    index = _index(rows)
+    modes = [m for m in ("train", "infer") if any(r["mode"] == m for r in rows)]
+    header = ["model", "FLOPs source"]
+    for mode in modes:
+        header += [f"{mode} GFLOP/step", f"{mode} TFLOP/s", f"{mode} % of peak", f"{mode} conv-layer TFLOP/s"]
+    body = []
+    for model in _models_in_order(rows):
+        first = next(r for r in rows if r["model"] == model)
+        cells = [model, str(first.get("flops_source") or "")]
+        for mode in modes:
+            row = index.get((model, longest, mode))
+            ok = row is not None and row["status"] == "ok"
+            flops = row.get("flops_per_step") if row else None
+            cells.append(f"{flops / 1e9:.4g}" if flops else "")
+            cells.append(f"{row['tflops']:.3g}" if ok and row.get("tflops") is not None else (row["status"] if row and not ok else ""))
+            cells.append(f"{100 * row['roofline_fraction']:.1f}" if ok and row.get("roofline_fraction") is not None else "")
+            cells.append(f"{row['conv_layer_tflops']:.3g}" if ok and row.get("conv_layer_tflops") is not None else "")
+        body.append(cells)
+    return _markdown(header, body)
+
+
+def memory_scaling(rows: list[dict]) -> list[str]:
+    """Peak memory at the largest length over the smallest, per model and mode."""
+    lengths = sorted({r["length"] for r in rows})
+    short, long_ = lengths[0], lengths[-1]
+    index = _index(rows)
+    header = ["model", "mode", f"peak GB at {length_label(short)}", f"peak GB at {length_label(long_)}",
+              f"ratio {length_label(long_)} / {length_label(short)}"]
+    body = []
+    for model in _models_in_order(rows):
+        for mode in ("train", "infer"):
+            a, b = index.get((model, short, mode)), index.get((model, long_, mode))
+            if a is None and b is None:
+                continue
+            va = a.get("peak_mem_gb") if a and a["status"] == "ok" else None
+            vb = b.get("peak_mem_gb") if b and b["status"] == "ok" else None
+            cell_a = f"{va:.3f}" if va is not None else (a["status"] if a and a["status"] != "ok" else "n/a")
+            cell_b = f"{vb:.3f}" if vb is not None else (b["status"] if b and b["status"] != "ok" else "n/a")
+            ratio = f"{vb / va:.2f}" if va and vb is not None else "n/a"
+            body.append([model, mode, cell_a, cell_b, ratio])
+    return _markdown(header, body)
+
+
+def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str]) -> str:
+    peak = meta.get("matmul_peak_tflops")
+    lines = [
+        f"# Speed and memory, LRA text configuration ({meta['date']}, {meta['device']})",
+        "",
+        f"Batch {meta['batch']}, dtype {meta['dtype']} (autocast: {meta['autocast']}), torch {meta['torch']}, "
+        f"CUDA {meta['cuda']}; warm-up {meta['warmup']} steps, median of up to {meta['reps']} timed steps. "
+        f"Ratios in parentheses: to `{REFERENCE_MODEL}` (SDPA) at the same length; for the LRA TPU columns "
+        "(seed 001 Table 2, 4x4 TPU v3), to the published Transformer. Peak memory in GB (10^9 bytes): "
+        "torch.cuda.max_memory_allocated over the measured steps, weights and optimiser state included.",
+        "",
+        f"{meta.get('matmul_dtype', 'bf16')} matmul peak measured in this run: {peak:.3g} TFLOP/s "
+        f"({meta['matmul_n']}^3 product)." if peak else "matmul peak: not measured.",
+        "",
+    ]
+    for mode in ("train", "infer"):
+        if not any(r["mode"] == mode for r in rows):
+            continue
+        lines += [f"## {MODE_TITLES[mode]}", ""] + efficiency_table(rows, mode, "steps_per_s", 2) + [""]
+        lines += [f"## Peak memory (GB), {'training' if mode == 'train' else 'inference'}", ""]
+        lines += efficiency_table(rows, mode, "peak_mem_gb", 3) + [""]
+    lines += [f"## Roofline at {length_label(max(r['length'] for r in rows))}", "",
+              "Model FLOPs per step (matrix products; training = 3x forward; see repro/bench/flops.py) over the "
+              "median step time, and that rate over the matmul peak above. Conv-layer TFLOP/s: one convolution "
+              "layer alone, timed at the row's shape with the model's own implementation.", ""]
+    lines += roofline_table(rows, peak) + [""]
+    if len({r["length"] for r in rows}) > 1:
+        lines += ["## Memory scaling", "", "Peak memory at the largest length over the smallest (1 = flat; "
+                  "a fourfold length at quadratic memory gives up to 16).", ""]
+        lines += memory_scaling(rows) + [""]
+    if notes:
+        lines += ["## Rows that are variants or peers", ""] + [f"- `{name}`: {text}" for name, text in notes.items()] + [""]
+    if skipped:
+        lines += ["## Skipped", ""] + [f"- {line}" for line in skipped] + [""]
+    return "\n".join(lines)
+
+
+def read_accuracies(accuracy_dir: Path, arms: list[str], task: str = "text") -> dict:
+    """{arm: (mean test accuracy, records, profile)} from complete run records, paper before budget."""
+    found = {}
+    for arm in arms:
+        for profile in ACCURACY_PROFILES:
+            values = []
+            for path in sorted(Path(accuracy_dir).glob(f"{arm}/{task}/{profile}/seed*/metrics.json")):
+                metrics = json.loads(path.read_text())
+                if metrics.get("status") == "complete" and metrics.get("test_acc") is not None:
+                    values.append(float(metrics["test_acc"]))
+            if values:
+                found[arm] = (sum(values) / len(values), len(values), profile)
+                break
+    return found
+
+
+def figure(rows: list[dict], accuracies: dict, path: Path, meta: dict) -> str:
+    """LRA Figure 3: steps/s at the largest length against accuracy, circle area = peak memory.
+
+    Without accuracy records the y axis is peak memory (or parameters where memory is
+    not measured, on CPU). Returns what the y axis shows.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    mode = "train" if any(r["mode"] == "train" for r in rows) else "infer"
+    longest = max(r["length"] for r in rows)
+    points = [r for r in rows if r["mode"] == mode and r["length"] == longest and r["status"] == "ok"]
+    with_memory = any(r.get("peak_mem_gb") is not None for r in points)
+    if any(r["model"] in accuracies for r in points):
+        points = [r for r in points if r["model"] in accuracies]
+        y = [100 * accuracies[r["model"]][0] for r in points]
+        ylabel, shows = "test accuracy (%), text", "accuracy"
+    elif with_memory:
+        y = [r["peak_mem_gb"] for r in points]
+        ylabel, shows = f"peak memory (GB) at {length_label(longest)}", "memory"
+    else:
+        y = [r["parameters"] / 1e6 for r in points]
+        ylabel, shows = "parameters (millions); peak memory not measured on this device", "parameters"
+    x = [r["steps_per_s"] for r in points]
+    mem = [r.get("peak_mem_gb") for r in points]
+    biggest = max([m for m in mem if m] or [1.0])
+    sizes = [2000 * (m / biggest) if m else 300 for m in mem]
+    fig, ax = plt.subplots(figsize=(9, 6))
+    kinds = {"arm": "tab:blue", "variant": "tab:green", "peer": "tab:red"}
+    for kind, colour in kinds.items():
+        chosen = [i for i, r in enumerate(points) if r["kind"] == kind]
+        if chosen:
+            ax.scatter([x[i] for i in chosen], [y[i] for i in chosen], s=[sizes[i] for i in chosen], c=colour,
+                       alpha=0.45, edgecolors="black", label={"arm": "arms", "variant": "variants", "peer": "peers"}[kind])
+    for xi, yi, r in zip(x, y, points):
+        ax.annotate(r["model"], (xi, yi), fontsize=7, ha="center", va="center")
+    ax.set_xlabel(f"{mode} steps per second at {length_label(longest)} (batch {meta['batch']})")
+    ax.set_ylabel(ylabel)
+    if x and min(x) > 0 and max(x) / min(x) > 20:
+        ax.set_xscale("log")
+    circles = "circle area = peak memory" if with_memory else "peak memory not measured"
+    ax.set_title(f"Speed vs {shows}; {circles} ({meta['device']}, {meta['date']})", fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best", fontsize=8, markerscale=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return shows
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "device"
+
+
+def write_bundle(out_root: Path, meta: dict, rows: list[dict], notes: dict, skipped: list[str], accuracies: dict) -> Path:
+    """Write the four files into a temporary folder and rename it to ``<out_root>/<date>_<device>_<mode>``.
+
+    An existing folder of that name is kept; the new one gets a ``-2``, ``-3``, ... suffix.
+    """
+    out_root = Path(out_root)
+    out_root.mkdir(parents=True, exist_ok=True)
+    name = f"{meta['date']}_{meta['device_slug']}_{meta['mode']}"
+    final, n = out_root / name, 2
+    while final.exists():
+        final, n = out_root / f"{name}-{n}", n + 1
+    tmp = out_root / f".tmp-{name}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        rows = complete_rows(rows)
+        shows = figure(rows, accuracies, tmp / "figure.png", meta) if any(r["status"] == "ok" for r in rows) else None
+        record = {**meta, "figure_y": shows, "accuracies": {k: {"test_acc": v[0], "records": v[1], "profile": v[2]}
+                                                          for k, v in accuracies.items()},
+                  "notes": notes, "skipped": skipped, "rows": rows}
+        (tmp / "bench.json").write_text(json.dumps(record, indent=2, default=_jsonable) + "\n")
+        write_csv(tmp / "bench.csv", rows, ROW_FIELDS)
+        (tmp / "table.md").write_text(table_markdown(meta, rows, notes, skipped) + "\n")
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def _jsonable(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)

@@ -1,0 +1,147 @@
+"""Timing, peak memory and out-of-memory handling for the benchmark.
+
+On CUDA every step is timed with a pair of CUDA events and a synchronisation
+(the GPU's time, not the launch time); on CPU with ``time.perf_counter``. Warm-up
+steps are run first and not timed. Peak memory is
+``torch.cuda.max_memory_allocated`` after ``torch.cuda.reset_peak_memory_stats``,
+so it counts what the measured steps themselves held (weights, optimiser state,
+activations); on CPU it is not measured (``None`` with a reason).
+"""
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+GB = 1e9  # peak memory is reported in GB of 10^9 bytes, as LRA Table 2's "GB"
+
+
+def time_ms(fn, warmup: int = 5, reps: int = 20) -> tuple[float, float]:
+    """Median and spread (max-min) in ms of ``fn`` over ``reps`` timed calls (CUDA)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times), max(times) - min(times)
+
+
+def matmul_peak_tflops(n: int = 8192, device: str | torch.device = "cuda", dtype: torch.dtype = torch.bfloat16) -> float:
+    """TFLOP/s of one ``n x n @ n x n`` matrix product: the roofline's ceiling on this device."""
+    device = torch.device(device)
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    if device.type == "cuda":
+        ms, _ = time_ms(lambda: a @ b, warmup=3, reps=10)
+    else:
+        ms = statistics.median(StepTimer(device).run(lambda: a @ b, warmup=1, reps=3))
+    return 2 * n**3 / (ms * 1e-3) / 1e12
+
+
+@dataclass
+class Timing:
+    """Per-step times (ms) of one measurement and their summary."""
+
+    times_ms: list[float]
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.times_ms)
+
+    @property
+    def iqr_ms(self) -> float:
+        if len(self.times_ms) < 2:
+            return 0.0
+        q1, _, q3 = statistics.quantiles(self.times_ms, n=4, method="inclusive")
+        return q3 - q1
+
+    def summary(self) -> dict:
+        """steps/s at the median step time, and at the slowest and fastest step (the spread)."""
+        return {
+            "steps_per_s": 1e3 / self.median_ms,
+            "steps_per_s_min": 1e3 / max(self.times_ms),
+            "steps_per_s_max": 1e3 / min(self.times_ms),
+            "step_ms_median": self.median_ms,
+            "step_ms_iqr": self.iqr_ms,
+            "reps": len(self.times_ms),
+        }
+
+
+class StepTimer:
+    """Times calls of a step function on ``device`` (CUDA events, else wall clock)."""
+
+    def __init__(self, device: torch.device):
+        self.device = torch.device(device)
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def one(self, step: Callable[[], object]) -> float:
+        """Milliseconds of one call of ``step``."""
+        if self.device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            torch.cuda.synchronize(self.device)
+            return start.elapsed_time(end)
+        begin = time.perf_counter()
+        step()
+        return (time.perf_counter() - begin) * 1e3
+
+    def run(self, step: Callable[[], object], warmup: int, reps: int, max_seconds: float | None = None) -> list[float]:
+        """``warmup`` untimed calls, then up to ``reps`` timed ones (ms each).
+
+        ``max_seconds`` caps the timed part: the number of timed steps is cut so that
+        their expected time (from the last warm-up step) stays under it, never below 3
+        (or ``reps``, if smaller), so the whole matrix fits one GPU session.
+        """
+        last_ms = None
+        for _ in range(warmup):
+            last_ms = self.one(step)
+        self._sync()
+        if max_seconds is not None and last_ms:
+            reps = min(reps, max(min(3, reps), int(max_seconds * 1e3 / last_ms)))
+        return [self.one(step) for _ in range(reps)]
+
+
+def reset_peak(device: torch.device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def read_peak(device: torch.device) -> tuple[int | None, str | None]:
+    """(peak bytes allocated since the last reset, None), or (None, why it is not measured)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None, f"peak memory is measured on CUDA only (torch.cuda.max_memory_allocated); device was {device.type}"
+    torch.cuda.synchronize(device)
+    return int(torch.cuda.max_memory_allocated(device)), None
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """True for CUDA's (and the CPU allocator's) out-of-memory errors."""
+    oom_type = getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom_type is not None and isinstance(err, oom_type):
+        return True
+    return isinstance(err, (RuntimeError, MemoryError)) and "out of memory" in str(err).lower()
+
+
+def free_memory(device: torch.device) -> None:
+    """Drop what the last measurement left behind, so the next row starts clean."""
+    gc.collect()
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
