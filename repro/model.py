@@ -27,6 +27,10 @@ from .registry import Registry
 BACKBONES: Registry = Registry("backbone")
 _BACKBONE_ENTRIES = {
     "conv": "repro.followup.conv:build_conv_layers",
+    "gmlp": "repro.followup.gmlp:build_gmlp_layers",
+    "s4": "repro.followup.s4:build_s4_layers",
+    "s5": "repro.followup.s5:build_s5_layers",
+    "mega": "repro.followup.mega:build_mega_layers",
     "lra_transformer": "repro.original.encoder:build_lra_layers",
 }
 

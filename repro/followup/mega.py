@@ -1,0 +1,202 @@
+"""MEGA: Ma et al. (2023), "Mega: moving average equipped gated attention" (seed 003 sections
+2.3.3 and 5, Table 2), with softmax attention only (seed 003 appendix A.2).
+
+Multi-dimensional damped EMA (seed 003 eq. 4, Mega section 3.1): each of the D channels is
+expanded to ``ema_dim`` = N dimensions by beta, each runs
+
+    h_t = alpha * u_t + (1 - alpha * delta) * h_{t-1},   u_t = beta * x_t
+
+and eta projects them back: y_t = sqrt(1/N) sum_j eta_j h_t^(j), with alpha, delta in
+(0, 1) by sigmoids. That is a convolution with the kernel
+k[l] = sqrt(1/N) sum_j eta_j alpha_j beta_j (1 - alpha_j delta_j)^l, applied here by FFT.
+Bidirectional (Mega's LRA encoders): a second EMA with its own parameters runs backwards
+(both read the current token). ``ema_truncation`` (Mega's ``truncation_length``, 1024 on
+LRA except Path-X) cuts the kernel to that many taps.
+
+Gated attention (Mega section 3.2-3.3), for the sublayer input X:
+    X' = SiLU(EMA(X) + omega * X)
+    V = SiLU(X W_v),  Z = SiLU(X' W_z),  Q = kappa_q Z + mu_q,  K = kappa_k Z + mu_k
+    O = softmax(Q K^T / sqrt(z) + rel_bias) V                      (single head)
+    gamma = SiLU(X' W_gamma),  phi = sigmoid(X' W_phi)              (reset / update gates)
+    H = SiLU(X' W_h + (gamma * O) U_h)
+    Y = phi * H + (1 - phi) * X
+The mixer returns ``phi * (H - X)``, so the shared residual block's ``x + drop(mixer(x))``
+is Mega's Y. With ``prenorm: false`` (Mega's ListOps, text and retrieval settings) the
+mixer sees the raw residual stream and Y is exactly Mega's, then normed. With prenorm the
+shared block hands the mixer the normalised input, so (1 - phi) gates norm(X) where Mega
+gates the raw X (a deviation, documented in the arm). ``rel_bias`` is Mega's 'simple'
+relative position bias (one learned scalar per offset).
+
+Chunking (Mega-chunk, section 3.5): ``chunk_size`` splits the sequence into chunks that
+attend only within themselves; null is full attention (Mega's ListOps, text, retrieval;
+image and Pathfinder set chunk 1024 = the whole sequence).
+
+A Mega block is this sublayer followed by a normalised feed-forward sublayer (SiLU), each in
+the shared residual block: ``build_mega_layers`` returns them alternately.
+
+Padding: padded inputs are zeroed before the EMA (linear, so the backward EMA reads zeros
+there), padded keys are masked, and a chunk of padding only attends to itself, so real
+outputs do not depend on appended padding.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .fftconv import fft_conv, two_sided
+
+
+class MultiDimEMA(nn.Module):
+    """Mega's multi-dimensional damped EMA, [B, L, D] -> [B, L, D] (before omega and SiLU)."""
+
+    def __init__(self, d_model: int, ema_dim: int = 16, bidirectional: bool = True, truncation: int | None = None):
+        super().__init__()
+        directions = 2 if bidirectional else 1
+        self.bidirectional = bidirectional
+        self.truncation = truncation
+        self.scale = math.sqrt(1.0 / ema_dim)
+        # Mega's initialisation: alpha, delta logits N(0, 0.2); beta N(0, 0.02) + (1, -1, 1, ...); eta N(0, 1)
+        self.alpha = nn.Parameter(torch.randn(directions, d_model, ema_dim) * 0.2)
+        self.delta = nn.Parameter(torch.randn(directions, d_model, ema_dim) * 0.2)
+        signs = torch.ones(ema_dim)
+        signs[1::2] = -1.0
+        self.beta = nn.Parameter(torch.randn(directions, d_model, ema_dim) * 0.02 + signs)
+        self.eta = nn.Parameter(torch.randn(directions, d_model, ema_dim))
+
+    def coefficients(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(alpha, 1 - alpha * delta), each [directions, D, N]: the recurrence's input weight and decay."""
+        alpha, delta = torch.sigmoid(self.alpha), torch.sigmoid(self.delta)
+        return alpha, 1.0 - alpha * delta
+
+    def kernel(self, length: int) -> torch.Tensor:
+        """k [directions, D, K] with K = min(length, truncation), in float32 (float64 if the parameters are)."""
+        taps = length if self.truncation is None else min(self.truncation, length)
+        with torch.autocast(device_type=self.alpha.device.type, enabled=False):
+            alpha, decay = self.coefficients()
+            steps = torch.arange(taps, device=alpha.device, dtype=alpha.dtype)
+            powers = torch.exp(torch.log(decay).unsqueeze(-1) * steps)  # decay^l, [dirs, D, N, K]
+            weights = alpha * self.beta * self.eta * self.scale
+            return torch.einsum("cdn,cdnk->cdk", weights, powers)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        if mask is not None:
+            x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
+        k = self.kernel(x.shape[1])
+        kernel, left = two_sided(k[0], k[1], backward_includes_current=True) if self.bidirectional else (k[0], 0)
+        return fft_conv(x.transpose(1, 2), kernel, left).transpose(1, 2)
+
+
+class RelativePositionBias(nn.Module):
+    """Mega's 'simple' relative position bias: one learned scalar per offset j - i."""
+
+    def __init__(self, max_len: int):
+        super().__init__()
+        self.max_len = max_len
+        self.bias = nn.Parameter(torch.randn(2 * max_len - 1) * 0.02)
+
+    def forward(self, length: int) -> torch.Tensor:
+        if length > self.max_len:
+            raise ValueError(f"MEGA: attention span {length} exceeds max_len {self.max_len}")
+        i = torch.arange(length, device=self.bias.device)
+        return self.bias[(i[None, :] - i[:, None]) + self.max_len - 1]  # [L, L]
+
+
+class MegaMixer(nn.Module):
+    """Mega's moving-average gated attention sublayer; returns phi * (H - X) (see the module doc)."""
+
+    def __init__(self, d_model: int, d_hidden: int, qkv_dim: int, max_len: int, ema_dim: int = 16,
+                 bidirectional: bool = True, ema_truncation: int | None = None, chunk_size: int | None = None,
+                 dropout: float = 0.0, attention_dropout: float = 0.0, hidden_dropout: float = 0.0):
+        super().__init__()
+        self.d_model, self.d_hidden, self.qkv_dim = d_model, d_hidden, qkv_dim
+        self.chunk_size = chunk_size
+        self.ema = MultiDimEMA(d_model, ema_dim, bidirectional, ema_truncation)
+        self.omega = nn.Parameter(torch.randn(d_model))
+        self.v_proj = nn.Linear(d_model, d_hidden)
+        self.mx_proj = nn.Linear(d_model, d_model + qkv_dim + d_hidden + d_model)  # phi, Z, gamma, H's X' term
+        self.h_proj = nn.Linear(d_hidden, d_model)
+        self.qk_scale = nn.Parameter(torch.randn(2, qkv_dim) * 0.02 + 1.0)
+        self.qk_offset = nn.Parameter(torch.zeros(2, qkv_dim))
+        self.rel_bias = RelativePositionBias(min(max_len, chunk_size) if chunk_size else max_len)
+        self.drop = nn.Dropout(dropout)
+        self.attention_dropout = attention_dropout
+        self.hidden_drop = nn.Dropout(hidden_dropout)
+        for linear in (self.v_proj, self.mx_proj, self.h_proj):  # Mega: N(0, 0.02) weights, zero biases
+            nn.init.normal_(linear.weight, std=0.02)
+            nn.init.zeros_(linear.bias)
+
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """Single-head softmax attention with the relative bias, within chunks when ``chunk_size`` is set."""
+        batch, length, _ = q.shape
+        chunk = self.chunk_size if self.chunk_size and self.chunk_size < length else length
+        pad = (-length) % chunk
+        if mask is None and pad:
+            mask = torch.ones(batch, length, dtype=torch.bool, device=q.device)
+        if pad:
+            q, k, v = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v))
+            mask = F.pad(mask, (0, pad), value=False)
+        chunks = (length + pad) // chunk
+        device = q.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else q.dtype
+        q, k, v = (t.to(dtype).reshape(batch * chunks, 1, chunk, t.shape[-1]) for t in (q, k, v))
+        bias = self.rel_bias(chunk).to(dtype)[None, None]  # [1, 1, c, c]
+        if mask is not None:
+            keys = mask.reshape(batch * chunks, 1, 1, chunk)
+            # finite fill: a chunk made only of padding attends uniformly to itself instead of NaN
+            bias = bias.masked_fill(~keys, torch.finfo(q.dtype).min)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=self.attention_dropout if self.training else 0.0)
+        return out.reshape(batch, chunks * chunk, -1)[:, :length]
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        if mask is not None:
+            x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
+        v = F.silu(self.v_proj(x))
+        mx = self.drop(F.silu(self.ema(x, None) + self.omega.to(x.dtype) * x))
+        phi, zr, hx = torch.split(self.mx_proj(mx), [self.d_model, self.qkv_dim + self.d_hidden, self.d_model], dim=-1)
+        phi = torch.sigmoid(phi)
+        z, gamma = torch.split(F.silu(zr), [self.qkv_dim, self.d_hidden], dim=-1)
+        q = z * self.qk_scale[0] + self.qk_offset[0]
+        k = z * self.qk_scale[1] + self.qk_offset[1]
+        o = self.attention(q, k, v, mask)  # SDPA scales by 1/sqrt(qkv_dim)
+        h = self.hidden_drop(F.silu(hx + self.h_proj(gamma * o)))
+        return phi * (h - x.to(h.dtype))
+
+
+class MegaFeedForward(nn.Module):
+    """Mega's normalised FFN body: Linear(D, d_ff) -> SiLU -> dropout -> Linear(d_ff, D)."""
+
+    def __init__(self, d_model: int, d_ff: int, hidden_dropout: float = 0.0):
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, d_ff)
+        self.drop = nn.Dropout(hidden_dropout)
+        self.fc2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.fc2(self.drop(F.silu(self.fc1(x))))
+
+
+def build_mega_layers(cfg: dict) -> list[nn.Module]:
+    """``depth`` Mega blocks: gated-attention sublayer then FFN sublayer, each in the shared residual block."""
+    # techniques: see the techniques config group
+    if cfg.get("attention", "softmax") != "softmax":
+        raise ValueError(f"model.attention={cfg.get('attention')!r}: the follow-up restricts MEGA to softmax (seed 003 A.2)")
+    layers: list[nn.Module] = []
+    for _ in range(cfg["depth"]):
+        layers.append(MegaMixer(
+            d_model=cfg["d_model"],
+            d_hidden=cfg["d_hidden"],
+            qkv_dim=cfg["qkv_dim"],
+            max_len=cfg["max_len"],
+            ema_dim=cfg.get("ema_dim", 16),
+            bidirectional=cfg.get("bidirectional", True),
+            ema_truncation=cfg.get("ema_truncation"),
+            chunk_size=cfg.get("chunk_size"),
+            dropout=cfg.get("dropout", 0.0),
+            attention_dropout=cfg.get("attention_dropout", 0.0),
+            hidden_dropout=cfg.get("hidden_dropout", 0.0),
+        ))
+        layers.append(MegaFeedForward(cfg["d_model"], cfg["d_ff"], cfg.get("hidden_dropout", 0.0)))
+    return layers

@@ -1,0 +1,203 @@
+"""S5: Smith, Warrington and Linderman (2023), "Simplified state space layers for sequence
+modeling" (seed 003 Table 3). One multi-input, multi-output diagonal SSM per layer:
+
+    x_t = Lambda_bar * x_{t-1} + B_bar u_t,   y_t = 2 Re(C_tilde x_t) + D * u_t
+
+with u_t in R^H, x_t in C^{P/2}, applied with a parallel scan over time (S5 section 3.2).
+
+- HiPPO-N initialisation (S5 section 4.1, appendix B.1.1): the normal part of HiPPO-LegS,
+  A_N = A_LegS + p p^T with p_n = sqrt(n + 1/2), has diagonal -1/2 and a skew-symmetric
+  rest; Lambda and V come from its eigendecomposition. ``blocks`` = J: A is initialised
+  block-diagonal with J copies of a (P/J)-sized HiPPO-N (appendix B.1.1).
+- Conjugate symmetry: each real block's eigenvalues come in conjugate pairs; the half with
+  positive imaginary part is kept (P/2 states) and the output takes 2 Re(.).
+- B_tilde = V^{-1} B with B LeCun-normal [P, H]; C_tilde = C V with C drawn per ``c_init``
+  (trunc_standard_normal, lecun_normal: std 1/sqrt(P), our reading of a fan-in of P; or
+  complex_normal, drawn directly); D standard normal; log step ~ U[log dt_min, log dt_max]
+  per state. ``clip_eigs`` keeps Re(Lambda) <= -1e-4.
+- Zero-order hold: Lambda_bar = exp(Lambda dt), B_bar = (Lambda_bar - 1) / Lambda * B_tilde.
+- Bidirectional: a second scan runs backwards over time (it reads the current token too)
+  with the same Lambda, B and dt and its own C (S5's ``bidirectional``).
+- Output stage (S5's ``activation_fn``): gelu, half_glu1 (g * sigmoid(W g), g = GELU(y)),
+  half_glu2 (y * sigmoid(W g)) or full_glu (W1 g * sigmoid(W2 g)); residual and norm are the
+  shared block's.
+
+The scan: the recurrence is time-invariant, so log2(L) doubling steps (Hillis-Steele)
+x_t += Lambda_bar^s x_{t-s}, s = 1, 2, 4, ..., leave x_t = sum_{j<=t} Lambda_bar^j B_bar u_{t-j}
+-- no Python loop over time steps. It runs in complex64 with autocast off (complex128 for
+float64 reference tests).
+
+Padding: padded inputs are zeroed first; the system is linear, so the backward scan reads
+zeros there and real outputs do not depend on appended padding.
+
+Optimiser: S5 trains Lambda, B and dt with ``ssm_lr`` and no weight decay; the parameters
+carry ``param._optim`` (see repro/followup/s4.py), which the engine does not read yet.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+C_INITS = ("trunc_standard_normal", "lecun_normal", "complex_normal")
+ACTIVATIONS = ("gelu", "half_glu1", "half_glu2", "full_glu")
+
+
+def hippo_legs(size: int) -> torch.Tensor:
+    """HiPPO-LegS A [size, size] (float64): -sqrt(2n+1)sqrt(2k+1) below the diagonal, -(n+1) on it."""
+    n = torch.arange(size, dtype=torch.float64)
+    root = torch.sqrt(2 * n + 1)
+    return -torch.tril(torch.outer(root, root), diagonal=-1) - torch.diag(n + 1)
+
+
+def hippo_n_eig(size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eigenvalues [size] and unitary eigenvectors [size, size] (complex128) of HiPPO-N, imaginary parts ascending."""
+    n = torch.arange(size, dtype=torch.float64)
+    p = torch.sqrt(n + 0.5)
+    normal = hippo_legs(size) + torch.outer(p, p)  # -1/2 I + skew-symmetric
+    skew = normal + 0.5 * torch.eye(size, dtype=torch.float64)
+    imag, vectors = torch.linalg.eigh(-1j * skew.to(torch.complex128))  # Hermitian: S v = i lambda v
+    return torch.complex(torch.full_like(imag, -0.5), imag), vectors
+
+
+def block_hippo_n(state_size: int, blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Conjugate-symmetric block-diagonal init: Lambda [P/2] and V [P, P/2] (complex128).
+
+    Each of the ``blocks`` blocks of size P/J keeps the P/(2J) eigenvalues with positive
+    imaginary part and their eigenvectors.
+    """
+    if state_size % blocks or (state_size // blocks) % 2:
+        raise ValueError(f"model.d_state={state_size} must split into model.blocks={blocks} blocks of even size")
+    size = state_size // blocks
+    values, vectors = hippo_n_eig(size)
+    keep = torch.arange(size // 2, size)  # eigh sorts ascending: the positive imaginary half
+    values, vectors = values[keep], vectors[:, keep]
+    return values.repeat(blocks), torch.block_diag(*[vectors] * blocks)
+
+
+def scan_time_invariant(a_bar: torch.Tensor, bu: torch.Tensor, reverse: bool = False) -> torch.Tensor:
+    """x_t = a_bar * x_{t-1} + bu_t (x_{-1} = 0) over axis 1 of ``bu`` [B, L, P], a_bar [P].
+
+    ``reverse``: x_t = a_bar * x_{t+1} + bu_t. log2(L) doubling steps, each O(L P).
+    """
+    x = bu.flip(1) if reverse else bu
+    length = x.shape[1]
+    power, shift = a_bar, 1
+    while shift < length:
+        x = torch.cat([x[:, :shift], x[:, shift:] + power * x[:, :-shift]], dim=1)
+        power, shift = power * power, 2 * shift
+    return x.flip(1) if reverse else x
+
+
+def _real_pair(t: torch.Tensor) -> torch.Tensor:
+    return torch.view_as_real(t).clone()
+
+
+class S5SSM(nn.Module):
+    """The MIMO diagonal SSM, [B, L, H] -> [B, L, H]."""
+
+    def __init__(self, d_model: int, d_state: int, blocks: int = 1, c_init: str = "trunc_standard_normal",
+                 bidirectional: bool = True, dt_min: float = 0.001, dt_max: float = 0.1, clip_eigs: bool = False,
+                 ssm_lr: float | None = 0.001):
+        super().__init__()
+        if c_init not in C_INITS:
+            raise ValueError(f"model.c_init={c_init!r}: choose one of {', '.join(C_INITS)}")
+        lam, v = block_hippo_n(d_state, blocks)  # [P/2], [P, P/2]
+        half = lam.shape[0]
+        self.bidirectional = bidirectional
+        self.clip_eigs = clip_eigs
+        self.Lambda_re = nn.Parameter(lam.real.float().clone())
+        self.Lambda_im = nn.Parameter(lam.imag.float().clone())
+        b = torch.randn(d_state, d_model, dtype=torch.float64) / math.sqrt(d_model)  # LeCun normal, fan-in H
+        self.B = nn.Parameter(_real_pair(v.conj().T @ b.to(torch.complex128)).float())  # [P/2, H, 2]
+        self.C = nn.ParameterList(
+            nn.Parameter(_real_pair(self._draw_c(c_init, d_model, d_state, v)).float())
+            for _ in range(2 if bidirectional else 1)
+        )  # each [H, P/2, 2]
+        self.D = nn.Parameter(torch.randn(d_model))
+        log_step = torch.rand(half, dtype=torch.float64) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)
+        self.log_step = nn.Parameter(log_step.float())
+        if ssm_lr is not None:
+            for p in (self.Lambda_re, self.Lambda_im, self.B, self.log_step):
+                p._optim = {"lr": ssm_lr, "weight_decay": 0.0}
+
+    @staticmethod
+    def _draw_c(c_init: str, d_model: int, d_state: int, v: torch.Tensor) -> torch.Tensor:
+        """C_tilde [H, P/2] (complex128)."""
+        if c_init == "complex_normal":
+            return torch.randn(d_model, v.shape[1], dtype=torch.complex128)  # variance 1/2 per part
+        std = 1.0 if c_init == "trunc_standard_normal" else 1.0 / math.sqrt(d_state)
+        parts = [nn.init.trunc_normal_(torch.empty(d_model, d_state, dtype=torch.float64), std=std, a=-2 * std, b=2 * std)
+                 for _ in range(2)]
+        return torch.complex(*parts) @ v
+
+    def discrete(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Lambda_bar [P/2], B_bar [P/2, H]), complex: zero-order hold."""
+        re = self.Lambda_re.clamp(max=-1e-4) if self.clip_eigs else self.Lambda_re
+        lam = torch.complex(re, self.Lambda_im)
+        lam_bar = torch.exp(lam * torch.exp(self.log_step))
+        return lam_bar, ((lam_bar - 1) / lam).unsqueeze(-1) * torch.view_as_complex(self.B)
+
+    def forward(self, u: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        if mask is not None:
+            u = u.masked_fill(~mask.unsqueeze(-1), 0.0)
+        dtype = torch.float64 if u.dtype == torch.float64 else torch.float32
+        with torch.autocast(device_type=u.device.type, enabled=False):
+            u = u.to(dtype)
+            lam_bar, b_bar = self.discrete()
+            bu = torch.complex(u @ b_bar.real.T, u @ b_bar.imag.T)  # [B, L, P/2]
+            y = self.D * u
+            for direction, c in enumerate(self.C):
+                x = scan_time_invariant(lam_bar, bu, reverse=direction == 1)
+                c = torch.view_as_complex(c)  # [H, P/2]
+                y = y + 2 * (x.real @ c.real.T - x.imag @ c.imag.T)
+        return y
+
+
+class S5Mixer(nn.Module):
+    """S5 layer as a token mixer: the SSM, then S5's output activation (dropout inside as S5)."""
+
+    def __init__(self, d_model: int, d_state: int, activation: str = "half_glu1", dropout: float = 0.0, **ssm_args):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"model.activation={activation!r}: choose one of {', '.join(ACTIVATIONS)}")
+        self.ssm = S5SSM(d_model, d_state, **ssm_args)
+        self.activation = activation
+        self.drop = nn.Dropout(dropout)
+        if activation == "full_glu":
+            self.out1 = nn.Linear(d_model, d_model)
+        if activation != "gelu":
+            self.out2 = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        y = self.ssm(x, mask)
+        g = self.drop(F.gelu(y))
+        if self.activation == "gelu":
+            return g
+        if self.activation == "full_glu":
+            return self.out1(g) * torch.sigmoid(self.out2(g))
+        gate = torch.sigmoid(self.out2(g))
+        return (g if self.activation == "half_glu1" else y.to(gate.dtype)) * gate
+
+
+def build_s5_layers(cfg: dict) -> list[nn.Module]:
+    """``depth`` S5 layers (S5 paper Table 11 settings, seed 003 A.2 exceptions in the arm)."""
+    # techniques: see the techniques config group
+    return [
+        S5Mixer(
+            d_model=cfg["d_model"],
+            d_state=cfg["d_state"],
+            activation=cfg.get("activation", "half_glu1"),
+            dropout=cfg.get("dropout", 0.0),
+            blocks=cfg.get("blocks", 1),
+            c_init=cfg.get("c_init", "trunc_standard_normal"),
+            bidirectional=cfg.get("bidirectional", True),
+            dt_min=cfg.get("dt_min", 0.001),
+            dt_max=cfg.get("dt_max", 0.1),
+            clip_eigs=cfg.get("clip_eigs", False),
+            ssm_lr=cfg.get("ssm_lr", 0.001),
+        )
+        for _ in range(cfg["depth"])
+    ]
