@@ -32,6 +32,7 @@ _BACKBONE_ENTRIES = {
     "s5": "repro.followup.s5:build_s5_layers",
     "mega": "repro.followup.mega:build_mega_layers",
     "lra_transformer": "repro.original.encoder:build_lra_layers",
+    "rotary_transformer": "repro.followup.rotary:build_rotary_transformer_layers",
 }
 
 
@@ -146,14 +147,23 @@ class SequenceClassifier(nn.Module):
         return None if self.pad_id is None else ids != self.pad_id
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.forward_with_states(ids)[0]
+
+    def forward_with_states(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits and the encoder's token states (two towers: ``[B*2, L, D]``, rows alternate the documents).
+
+        One pass serves the classifier and a token-level head (the follow-up's multitask MLM).
+        """
         if not self.two_tower:
             mask = self.padding_mask(ids)
-            return self.head(self.encoder(ids, mask), self.encoder.state_mask(mask))
+            states = self.encoder(ids, mask)
+            return self.head(states, self.encoder.state_mask(mask)), states
         # Each document is encoded on its own: no token of one reaches the other's vector.
         docs = ids.flatten(0, 1)  # [B*2, L], rows alternate document 1, document 2
         mask = self.padding_mask(docs)
-        vectors = self.head.embed(self.encoder(docs, mask), self.encoder.state_mask(mask)).unflatten(0, (ids.shape[0], 2))
-        return self.head(vectors[:, 0], vectors[:, 1])
+        states = self.encoder(docs, mask)
+        vectors = self.head.embed(states, self.encoder.state_mask(mask)).unflatten(0, (ids.shape[0], 2))
+        return self.head(vectors[:, 0], vectors[:, 1]), states
 
 
 def build_model(cfg: dict, task) -> SequenceClassifier:
