@@ -95,8 +95,9 @@ def main(cfg: DictConfig) -> None:
         "command": " ".join(["python", "experiments/bench.py", *sys.argv[1:]]),
     }
     notes = {s.name: s.note for s in specs if s.note}
+    pairs = {s.name: s.compare_with for s in specs if s.compare_with}
     accuracies = report.read_accuracies(Path(cfg.accuracy_dir), [s.name for s in specs if s.kind == "arm"], str(cfg.task))
-    where = report.write_bundle(Path(cfg.out_dir), meta, rows, notes, skipped, accuracies)
+    where = report.write_bundle(Path(cfg.out_dir), meta, rows, notes, skipped, accuracies, pairs)
     failed = [r for r in rows if r["status"].startswith("error")]
     oom = sum(r["status"] == "OOM" for r in rows)
     late = sum(r["status"].startswith("skipped") for r in rows)

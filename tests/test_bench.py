@@ -236,6 +236,21 @@ def test_table_puts_published_tpu_numbers_beside_ours_and_memory_scaling():
     assert scaling["lra_transformer"] == ["train", "1.000", "4.000", "4.00"]
 
 
+def test_peer_table_sets_ours_against_each_peer_at_the_largest_length():
+    rows = []
+    for model, speed, mem, status in [("lra_performer", 12.0, 2.0, "ok"), ("peer_performer", 10.0, 4.0, "ok"),
+                                      ("lra_reformer", 5.0, 3.0, "ok"), ("peer_reformer", None, None, "OOM"),
+                                      ("lra_local", 9.0, 5.0, "ok"), ("peer_local", 10.0, 4.0, "ok")]:
+        rows.append({"model": model, "length": 4096, "mode": "train", "status": status, "steps_per_s": speed,
+                     "peak_mem_gb": mem})
+    pairs = {"peer_performer": ["lra_performer"], "peer_reformer": ["lra_reformer"], "peer_local": ["lra_local"]}
+    body = {(cells[0], cells[1]): cells[2:] for cells in
+            ([c.strip() for c in line.strip("|").split("|")] for line in report.peer_table(rows, pairs)[2:])}
+    assert body[("peer_performer", "lra_performer")] == ["train", "12.00", "10.00", "1.20", "2.000", "4.000", "0.50", "yes"]
+    assert body[("peer_reformer", "lra_reformer")][-1] == "yes (peer OOM)"
+    assert body[("peer_local", "lra_local")][3:] == ["0.90", "5.000", "4.000", "1.25", "no"]
+
+
 def test_a_failed_write_leaves_no_folder(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("disk full")

@@ -57,7 +57,7 @@ class BenchModel:
     train: dict
     requires: str | None = None  # a module that must be importable (peers)
     note: str | None = None
-    extra: dict = field(default_factory=dict)
+    compare_with: list[str] = field(default_factory=list)  # our rows a peer is set against (table.md)
 
     @property
     def layers(self) -> int | None:
@@ -155,7 +155,8 @@ def plan(names: list[str] | None, variants: dict, task: str = "text", depth: int
             model["depth"] = int(depth)
         kind = "arm" if not variant else ("peer" if requires else "variant")
         specs.append(BenchModel(name=name, arm=arm, kind=kind, model=model, train=dict(run["train"]),
-                                requires=requires, note=(variant or {}).get("note")))
+                                requires=requires, note=(variant or {}).get("note"),
+                                compare_with=list((variant or {}).get("compare_with") or [])))
     if any(s.kind == "peer" for s in specs):
         from .peers import register_peers
 

@@ -202,7 +202,44 @@ def memory_scaling(rows: list[dict]) -> list[str]:
     return _markdown(header, body)
 
 
-def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str]) -> str:
+def _value_cell(row: dict, key: str, digits: int) -> str:
+    if row["status"] != "ok":
+        return row["status"].split(":")[0]
+    return f"{row[key]:.{digits}f}" if row.get(key) is not None else "n/a"
+
+
+def peer_table(rows: list[dict], pairs: dict) -> list[str]:
+    """Ours against each peer at the largest length: speed and memory ratios, and whether ours is
+    at least as fast with no more memory (issue 5, acceptance 5)."""
+    longest = max(r["length"] for r in rows)
+    index = _index(rows)
+    header = ["peer", "ours", "mode", "ours steps/s", "peer steps/s", "speed ours / peer", "ours GB", "peer GB",
+              "memory ours / peer", "ours as fast, no more memory"]
+    body = []
+    for peer, ours_names in pairs.items():
+        for ours_name in ours_names:
+            for mode in ("train", "infer"):
+                theirs, ours = index.get((peer, longest, mode)), index.get((ours_name, longest, mode))
+                if theirs is None or ours is None:
+                    continue
+                ok = ours["status"] == "ok" and theirs["status"] == "ok"
+                speed = ours["steps_per_s"] / theirs["steps_per_s"] if ok else None
+                mem_known = ok and ours.get("peak_mem_gb") is not None and theirs.get("peak_mem_gb") is not None
+                memory = ours["peak_mem_gb"] / theirs["peak_mem_gb"] if mem_known else None
+                if ok and memory is not None:
+                    verdict = "yes" if speed >= 1.0 and memory <= 1.0 else "no"
+                elif ours["status"] == "ok" and theirs["status"] == "OOM":
+                    verdict = "yes (peer OOM)"
+                else:
+                    verdict = "n/a"
+                body.append([peer, ours_name, mode, _value_cell(ours, "steps_per_s", 2), _value_cell(theirs, "steps_per_s", 2),
+                             f"{speed:.2f}" if speed is not None else "n/a", _value_cell(ours, "peak_mem_gb", 3),
+                             _value_cell(theirs, "peak_mem_gb", 3), f"{memory:.2f}" if memory is not None else "n/a",
+                             verdict])
+    return _markdown(header, body)
+
+
+def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str], pairs: dict | None = None) -> str:
     peak = meta.get("matmul_peak_tflops")
     lines = [
         f"# Speed and memory, LRA text configuration ({meta['date']}, {meta['device']})",
@@ -232,6 +269,12 @@ def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str]
         lines += ["## Memory scaling", "", "Peak memory at the largest length over the smallest (1 = flat; "
                   "a fourfold length at quadratic memory gives up to 16).", ""]
         lines += memory_scaling(rows) + [""]
+    present = {r["model"] for r in rows}
+    pairs = {peer: [o for o in ours if o in present] for peer, ours in (pairs or {}).items() if peer in present}
+    if any(pairs.values()):
+        lines += [f"## Ours against the peers at {length_label(max(r['length'] for r in rows))}", "",
+                  "Each peer (a public implementation inside our encoder) against our mechanism, measured in this run.", ""]
+        lines += peer_table(rows, pairs) + [""]
     if notes:
         lines += ["## Rows that are variants or peers", ""] + [f"- `{name}`: {text}" for name, text in notes.items()] + [""]
     if skipped:
@@ -311,7 +354,8 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "device"
 
 
-def write_bundle(out_root: Path, meta: dict, rows: list[dict], notes: dict, skipped: list[str], accuracies: dict) -> Path:
+def write_bundle(out_root: Path, meta: dict, rows: list[dict], notes: dict, skipped: list[str], accuracies: dict,
+                 pairs: dict | None = None) -> Path:
     """Write the four files into a temporary folder and rename it to ``<out_root>/<date>_<device>_<mode>``.
 
     An existing folder of that name is kept; the new one gets a ``-2``, ``-3``, ... suffix.
@@ -331,10 +375,10 @@ def write_bundle(out_root: Path, meta: dict, rows: list[dict], notes: dict, skip
         shows = figure(rows, accuracies, tmp / "figure.png", meta) if any(r["status"] == "ok" for r in rows) else None
         record = {**meta, "figure_y": shows, "accuracies": {k: {"test_acc": v[0], "records": v[1], "profile": v[2]}
                                                           for k, v in accuracies.items()},
-                  "notes": notes, "skipped": skipped, "rows": rows}
+                  "notes": notes, "peer_pairs": pairs or {}, "skipped": skipped, "rows": rows}
         (tmp / "bench.json").write_text(json.dumps(record, indent=2, default=_jsonable) + "\n")
         write_csv(tmp / "bench.csv", rows, ROW_FIELDS)
-        (tmp / "table.md").write_text(table_markdown(meta, rows, notes, skipped) + "\n")
+        (tmp / "table.md").write_text(table_markdown(meta, rows, notes, skipped, pairs) + "\n")
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
