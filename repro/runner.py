@@ -1,10 +1,15 @@
 """From a composed config to run records: resolve one (arm, task, profile, seed), train it, write it.
 
 Precedence of settings, lowest first (DESIGN.md "Configs say deltas"):
-arm defaults < the arm's per-task block < the profile < the command line's
+arm defaults < the arm's per-task block < the techniques' per-task block
+(``techniques.tasks.<task>.task`` / ``.train``) < the profile < the command line's
 top-level ``model`` / ``train`` blocks. A profile's ``model`` block only
 shrinks keys the arm already has (so ``smoke`` never adds a key a backbone
 does not know).
+
+Techniques (experiments/conf/techniques/): the command line's ``techniques=NAME`` wins;
+otherwise the arm's own choice (an ``override /techniques@_global_.techniques: NAME``
+line in its defaults list); otherwise ``none`` (config.yaml).
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from . import records
+from .followup.techniques import build_train_augment
 from .model import build_model
 from .tasks import DataMissing, Split, TaskData, get_task_builder
 from .train import NonFiniteLoss, RunInterrupted, TrainSettings, seed_everything, train
@@ -56,8 +62,12 @@ def resolve(cfg: DictConfig) -> dict:
     arm_model = _merge(_plain(arm.model), per_task.get("model", {}))
     profile_model = {k: v for k, v in _plain(profile.get("model")).items() if k in arm_model}
     model = _merge(arm_model, profile_model, _plain(cfg.get("model")))
-    train_cfg = _merge(_plain(arm.train), per_task.get("train", {}), _plain(profile.get("train")), _plain(cfg.get("train")))
-    task_cfg = _merge(_plain(cfg.task), per_task.get("task", {}), _plain(profile.get("tasks", {})).get(task_name, {}))
+    techniques = _plain(cfg.get("techniques"))
+    technique_task = _plain(techniques.get("tasks", {})).get(task_name) or {}
+    train_cfg = _merge(_plain(arm.train), per_task.get("train", {}), technique_task.get("train", {}),
+                       _plain(profile.get("train")), _plain(cfg.get("train")))
+    task_cfg = _merge(_plain(cfg.task), per_task.get("task", {}), technique_task.get("task", {}),
+                      _plain(profile.get("tasks", {})).get(task_name, {}))
     device = cfg.get("device") or profile.device
     subset = _plain(profile.get("subset")) or None
     return {
@@ -70,6 +80,7 @@ def resolve(cfg: DictConfig) -> dict:
         "train": train_cfg,
         "device": device,
         "arm_source": arm.get("source"),
+        "techniques": {"name": techniques.get("name", "none"), "augment": technique_task.get("augment", {})},
     }
 
 
@@ -115,15 +126,18 @@ def execute(cfg: DictConfig) -> int:
         task = take_subset(task, run["subset"], run["task"].get("data_seed", 0))
     device = pick_device(run["device"])
     settings = TrainSettings.from_dict(run["train"])
+    augment = build_train_augment(run["techniques"], task)
     seed_everything(run["seed"])
-    model = build_model(run["model"], task)
+    model = build_model(run["model"], augment.model_task(task) if augment else task)
+    if augment is not None:
+        augment.attach(model)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"[{run['arm']}/{task_name}] {run['profile']} seed {run['seed']} on {device}: "
           f"{n_params:,} parameters, {len(task.train)}/{len(task.val)}/{len(task.test)} examples -> {run_dir}")
     records.write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(run)))
     try:
         result = train(model, task, settings, run["seed"], run_dir, device, resume=cfg.resume,
-                       sigterm_at_step=cfg.debug.sigterm_at_step, progress=cfg.progress)
+                       sigterm_at_step=cfg.debug.sigterm_at_step, progress=cfg.progress, augment=augment)
     except RunInterrupted as err:
         print(f"[{run['arm']}/{task_name}] {err}", file=sys.stderr)
         return 128 + err.signum
@@ -137,6 +151,7 @@ def execute(cfg: DictConfig) -> int:
         "seed": run["seed"],
         "profile": run["profile"],
         "parameters": n_params,
+        "techniques": {**run["techniques"], "built": augment.describe() if augment else None},
         **result["metrics"],
         "versions": records.versions(),
         "git_commit": records.git_commit(),

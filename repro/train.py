@@ -205,8 +205,14 @@ def train(
     resume: bool = True,
     sigterm_at_step: int | None = None,
     progress: bool = True,
+    augment=None,
 ) -> dict:
     """Train, keep the best-validation weights, score the test set with them.
+
+    ``augment`` (a ``repro.followup.techniques.TrainAugment``, or None): training-time
+    techniques. Each step it transforms the stored batch before ``task.prepare`` and may
+    replace the loss (the multitask MLM); its randomness is seeded by (seed, step), so
+    resuming draws what an uninterrupted run draws. Evaluation never sees it.
 
     Returns a dict of metrics, the history rows and the test predictions; the
     caller writes the record. Raises NonFiniteLoss or RunInterrupted.
@@ -317,15 +323,23 @@ def train(
             idx = perm[index_in_epoch * s.batch_size : (index_in_epoch + 1) * s.batch_size]
             inputs = splits["train"]["x"][idx].to(device, non_blocking=True)
             labels = splits["train"]["y"][idx].to(device, non_blocking=True)
+            draws = augment.draws(seed, state["step"]) if augment is not None else None
+            if augment is not None:
+                inputs = augment.transform(inputs, draws)
             inputs = task.prepare(inputs) if task.prepare else inputs.long()
 
             progress_frac = max(state["step"] / total_steps, elapsed / budget_s if budget_s else 0.0)
             lr = controller.lr(state["step"], min(progress_frac, 1.0))
             for group in optimizer.param_groups:
                 group["lr"] = lr
+            technique_loss = augment is not None and augment.has_loss
             with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-                logits = model(inputs)
-            loss = F.cross_entropy(logits.float(), labels)
+                if technique_loss:
+                    loss = augment.loss(model, inputs, labels, draws)  # task loss + auxiliary loss
+                else:
+                    logits = model(inputs)
+            if not technique_loss:
+                loss = F.cross_entropy(logits.float(), labels)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if s.grad_clip:

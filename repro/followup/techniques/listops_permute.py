@@ -1,0 +1,86 @@
+"""ListOps operand permutation (seed 003 section 3): at every operator node, its operands in a random order.
+
+"As each mathematical operation in the task is commutative, we can shuffle the order of
+the operands without altering the result ... at each node of the operation tree, we can
+apply a random permutation to the children nodes." A fresh permutation is drawn every
+time an example is served (every training step).
+
+Works on token ids as ``repro.tasks.listops`` stores them (parentheses dropped, ``]`` its
+own token, 0 = padding), for a whole batch at once on its device, with no Python loop
+over positions: each token gets one sort key per tree level and a stable sort per level,
+deepest first, orders the tokens lexicographically by their keys (an LSD radix sort):
+
+* at level ``j`` every token inside a level-``j`` element (a child of a node at depth
+  ``j - 1``: a value, or a whole sub-tree from its operator to its ``]``) gets that
+  element's random key, so siblings move as blocks in a random order;
+* the operator token of a node at depth ``j - 1`` gets a key below every random key and
+  its ``]`` one above, so each node keeps ``OP children... ]``;
+* padding sorts after everything at level 1.
+
+Random keys are ``random * L + start position``: distinct, so no two siblings tie.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ...tasks.listops import TOKEN_ID
+from ...tasks.listops_trees import CLOSE, OPERATORS
+
+OPERATOR_IDS = tuple(TOKEN_ID[op] for op in OPERATORS)
+CLOSE_ID = TOKEN_ID[CLOSE]
+PAD_ID = 0
+_FIRST = -1  # the operator token of a node: before its children
+_LAST = 2**62  # its closing bracket: after them
+_PADDING = 2**62 + 1  # padding: after the whole tree
+
+
+def tree_levels(ids: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per token: its element level, and whether it is an operator, a ``]`` or padding.
+
+    The level of a value or an operator token is the number of operator nodes strictly
+    above it (the root operator: 0); a ``]`` has the level of its operator.
+    """
+    opens = torch.isin(ids, torch.tensor(OPERATOR_IDS, device=ids.device))
+    closes = ids == CLOSE_ID
+    padding = ids == PAD_ID
+    delta = opens.long() - closes.long()
+    depth_before = torch.cumsum(delta, dim=-1) - delta
+    return depth_before - closes.long(), opens, closes, padding
+
+
+def permute_operands(ids: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """``ids`` [B, L] with each operator's operands randomly reordered, at every node; same dtype and device."""
+    if ids.dim() != 2:
+        raise ValueError(f"expected ListOps token ids [B, L], got shape {tuple(ids.shape)}")
+    x = ids.long()
+    batch, length = x.shape
+    level, opens, closes, padding = tree_levels(x)
+    positions = torch.arange(length, device=x.device).expand(batch, length)
+    starts = ~closes & ~padding  # a value or an operator starts an element
+    noise = torch.randint(0, 2**40, (batch, length), device=x.device, generator=generator)
+    element_key = noise * length + positions  # distinct per element start
+    n_levels = int(level.max()) + 1 if length else 0
+    order = positions.clone()
+    for j in range(n_levels, 0, -1):
+        start_here = torch.where(starts & (level == j), positions, -1)
+        element_start = torch.cummax(start_here, dim=-1).values.clamp_min(0)
+        key = torch.where((level >= j) & ~padding, element_key.gather(1, element_start), 0)
+        own_node = level == j - 1
+        key = torch.where(opens & own_node, _FIRST, key)
+        key = torch.where(closes & own_node, _LAST, key)
+        if j == 1:
+            key = torch.where(padding, _PADDING, key)
+        step = torch.sort(key.gather(1, order), dim=-1, stable=True).indices
+        order = order.gather(1, step)
+    return ids.gather(1, order)
+
+
+class ListOpsOperandPermutation:
+    """The training transform: stored ids [B, L] -> ids with freshly permuted operands."""
+
+    def __call__(self, inputs: Tensor, draws) -> Tensor:
+        return permute_operands(inputs, draws.device_generator(inputs.device))
+
+    def __repr__(self) -> str:
+        return "ListOpsOperandPermutation()"

@@ -1,0 +1,75 @@
+"""Multitask masked-token denoising for text and retrieval (seed 003 section 3, appendix A.4).
+
+"We mask 30% of the tokens in the input sequence, of which a third are replaced by random
+tokens, and the rest are replaced by a special mask token"; a token-level head predicts
+the original tokens; "the total loss is the (unweighted) sum of the denoising loss and the
+task-specific loss" (weight 1 each, A.4). Masks are drawn afresh at every step, from the
+step's generator; evaluation never masks (``repro.train.evaluate`` never calls this).
+
+Choices the paper leaves open (ours): each non-padding token is selected independently
+with probability ``rate`` (so 30% in expectation); a random replacement is uniform over
+the real tokens (ids 1 .. vocab_size - 1, never padding or the mask token, possibly the
+original, as in BERT); the mask token is a new id, ``vocab_size`` (the model is built with
+one more embedding row); the denoising loss is the cross-entropy over the selected
+positions only; the head is one ``Linear(d_model, vocab_size)`` on the encoder's final
+(normalised) token states, shared by both documents of a retrieval pair.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+HEAD_NAME = "mlm_head"
+
+
+def corrupt_tokens(ids: Tensor, pad_id: int, vocab_size: int, mask_id: int, rate: float, random_fraction: float,
+                   generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """``(corrupted ids, selected)``: ``selected`` marks the positions whose originals are to be predicted."""
+    real = ids != pad_id
+    pick = torch.rand(ids.shape, device=ids.device, generator=generator) < rate
+    use_random = torch.rand(ids.shape, device=ids.device, generator=generator) < random_fraction
+    random_ids = torch.randint(1, vocab_size, ids.shape, device=ids.device, generator=generator, dtype=ids.dtype)
+    selected = real & pick
+    corrupted = torch.where(selected & use_random, random_ids, ids)
+    corrupted = torch.where(selected & ~use_random, torch.full_like(ids, mask_id), corrupted)
+    return corrupted, selected
+
+
+class MaskedTokenObjective:
+    """Task loss + masked-token loss from one encoder pass (the training loss of the multitask setting)."""
+
+    def __init__(self, vocab_size: int, pad_id: int, rate: float = 0.3, random_fraction: float = 1 / 3, weight: float = 1.0):
+        if not 0.0 < rate < 1.0:
+            raise ValueError(f"techniques mlm.rate={rate}: a fraction in (0, 1) (the follow-up: 0.3)")
+        if not 0.0 <= random_fraction <= 1.0:
+            raise ValueError(f"techniques mlm.random_fraction={random_fraction}: a fraction in [0, 1] (the follow-up: 1/3)")
+        self.vocab_size = int(vocab_size)  # the task's, padding included; the mask token is the next id
+        self.mask_id = self.vocab_size
+        self.pad_id = int(pad_id)
+        self.rate, self.random_fraction, self.weight = float(rate), float(random_fraction), float(weight)
+
+    extra_tokens = 1  # the mask token
+
+    def attach(self, model: nn.Module) -> None:
+        """Give ``model`` its token-level head (so the optimiser and checkpoints include it)."""
+        model.add_module(HEAD_NAME, nn.Linear(model.encoder.embed.tokens.embedding_dim, self.vocab_size))
+
+    def corrupt(self, ids: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+        return corrupt_tokens(ids, self.pad_id, self.vocab_size, self.mask_id, self.rate, self.random_fraction, generator)
+
+    def loss(self, model: nn.Module, ids: Tensor, labels: Tensor, generator: torch.Generator | None) -> Tensor:
+        """Cross-entropy of the task on the corrupted input plus ``weight`` x that of the originals at the selected positions."""
+        corrupted, selected = self.corrupt(ids, generator)
+        logits, states = model.forward_with_states(corrupted)
+        if model.encoder.cls is not None:
+            states = states[:, 1:]  # the CLS state predicts no token
+        flat_ids, flat_selected = ids.reshape(-1, ids.shape[-1]), selected.reshape(-1, ids.shape[-1])
+        predicted = getattr(model, HEAD_NAME)(states[flat_selected])
+        task_loss = F.cross_entropy(logits.float(), labels)
+        if predicted.shape[0] == 0:  # nothing selected in this batch (tiny inputs only)
+            return task_loss + 0.0 * predicted.sum()
+        return task_loss + self.weight * F.cross_entropy(predicted.float(), flat_ids[flat_selected].long())
+
+    def __repr__(self) -> str:
+        return f"MaskedTokenObjective(rate={self.rate}, random_fraction={self.random_fraction:.4f}, mask_id={self.mask_id})"
