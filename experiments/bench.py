@@ -20,7 +20,7 @@ from pathlib import Path
 
 import hydra
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
@@ -32,26 +32,28 @@ from repro.records import git_commit  # noqa: E402
 from repro.runner import pick_device  # noqa: E402
 
 
+def as_list(value, key: str) -> list | None:
+    """``models=x`` or ``models=[x,y]`` (also lengths); None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, (str, int)):
+        return [value]
+    if isinstance(value, ListConfig):
+        return list(value)
+    raise ValueError(f"{key}={value!r} (experiments/conf/bench.yaml): give one value or a list, e.g. {key}=[a,b]")
+
+
 def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="bench")
-def main(cfg: DictConfig) -> None:
+def setup(cfg: DictConfig) -> tuple[list, list[str], Settings]:
+    """The rows to measure, the lines of skipped rows and the settings; bad keys raise with their name."""
     device = pick_device(str(cfg.device))
-    if device.type == "cuda":  # as repro/train.py: TF32 for float32 matmuls and convolutions, tuned cuDNN
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-        torch.backends.cudnn.benchmark = True
     variants = OmegaConf.to_container(cfg.variants, resolve=True) or {}
-    names = list(cfg.models) if cfg.models is not None else None
-    specs, skipped = plan(names, variants, task=str(cfg.task), depth=cfg.depth)
-    for line in skipped:
-        print(line)
-    if not specs:
-        sys.exit("no model to measure: every requested row was skipped (see the lines above)")
+    specs, skipped = plan(as_list(cfg.models, "models"), variants, task=str(cfg.task), depth=cfg.depth)
     settings = Settings(
-        lengths=[int(n) for n in cfg.lengths], batch=int(cfg.batch), modes=modes_for(str(cfg.mode)),
+        lengths=[int(n) for n in as_list(cfg.lengths, "lengths")], batch=int(cfg.batch), modes=modes_for(str(cfg.mode)),
         dtype=str(cfg.dtype), warmup=int(cfg.warmup), reps=int(cfg.reps),
         max_row_seconds=None if cfg.max_row_seconds is None else float(cfg.max_row_seconds),
         count_batch=int(cfg.count_batch), seed=int(cfg.seed), device=device, progress=bool(cfg.progress),
@@ -59,6 +61,24 @@ def main(cfg: DictConfig) -> None:
         oom_at=cfg.debug.oom_at,
     )
     settings.autocast_dtype  # noqa: B018 - validates dtype before anything is measured
+    return specs, skipped, settings
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="bench")
+def main(cfg: DictConfig) -> None:
+    try:
+        specs, skipped, settings = setup(cfg)
+    except (KeyError, ValueError, RuntimeError) as err:
+        sys.exit(f"bench: {err.args[0] if err.args else err}")
+    device = settings.device
+    if device.type == "cuda":  # as repro/train.py: TF32 for float32 matmuls and convolutions, tuned cuDNN
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cudnn.benchmark = True
+    for line in skipped:
+        print(line)
+    if not specs:
+        sys.exit("no model to measure: every requested row was skipped (see the lines above)")
     matmul_n = int(cfg.matmul_n) if device.type == "cuda" else min(int(cfg.matmul_n), 512)
     matmul_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # CPU: the dtype the models run in
     peak = matmul_peak_tflops(matmul_n, device, matmul_dtype)
