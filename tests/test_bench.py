@@ -260,3 +260,26 @@ def test_a_failed_write_leaves_no_folder(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="disk full"):
         report.write_bundle(tmp_path, meta, report.complete_rows(synthetic_rows()), {}, [], {})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_accuracies_come_from_complete_records_paper_before_budget_never_smoke(tmp_path):
+    def record(arm, profile, seed, acc, status="complete"):
+        folder = tmp_path / arm / "text" / profile / f"seed{seed}"
+        folder.mkdir(parents=True)
+        (folder / "metrics.json").write_text(json.dumps({"status": status, "test_acc": acc}))
+
+    record("lra_transformer", "paper", 0, 0.60)
+    record("lra_transformer", "paper", 1, 0.64)
+    record("lra_transformer", "budget", 0, 0.10)
+    record("locality_k61", "budget", 0, 0.80)
+    record("locality_k61", "paper", 0, 0.99, status="running")
+    record("lra_performer", "smoke", 0, 0.50)
+    found = report.read_accuracies(tmp_path, ["lra_transformer", "locality_k61", "lra_performer"])
+    assert found == {"lra_transformer": (pytest.approx(0.62), 2, "paper"), "locality_k61": (0.80, 1, "budget")}
+    rows = [r for r in synthetic_rows()] + [{"model": "locality_k61", "arm": "locality_k61", "kind": "arm", "length": 4096,
+                                            "mode": "train", "status": "ok", "steps_per_s": 30.0, "peak_mem_gb": 0.5,
+                                            "parameters": 10}]
+    meta = {"batch": 32, "device": "test", "date": "2026-01-01"}
+    assert report.figure(report.complete_rows(rows), found, tmp_path / "f.png", meta) == "accuracy"
+    assert report.figure(report.complete_rows(rows), {}, tmp_path / "g.png", meta) == "memory"
+    assert (tmp_path / "f.png").stat().st_size > 0

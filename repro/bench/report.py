@@ -343,7 +343,10 @@ def figure(rows: list[dict], accuracies: dict, path: Path, meta: dict) -> str:
     circles = "circle area = peak memory" if with_memory else "peak memory not measured"
     ax.set_title(f"Speed vs {shows}; {circles} ({meta['device']}, {meta['date']})", fontsize=10)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="best", fontsize=8, markerscale=0.3)
+    ax.margins(0.12)
+    legend = ax.legend(loc="best", fontsize=8)
+    for handle in getattr(legend, "legend_handles", None) or getattr(legend, "legendHandles", []):
+        handle.set_sizes([60])
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
