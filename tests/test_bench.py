@@ -283,3 +283,19 @@ def test_accuracies_come_from_complete_records_paper_before_budget_never_smoke(t
     assert report.figure(report.complete_rows(rows), found, tmp_path / "f.png", meta) == "accuracy"
     assert report.figure(report.complete_rows(rows), {}, tmp_path / "g.png", meta) == "memory"
     assert (tmp_path / "f.png").stat().st_size > 0
+
+
+def test_rerender_plots_accuracy_once_records_exist(bundle, tmp_path):
+    import shutil
+
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundle, copy)
+    runs = tmp_path / "runs" / "locality_k61" / "text" / "paper" / "seed0"
+    runs.mkdir(parents=True)
+    (runs / "metrics.json").write_text(json.dumps({"status": "complete", "test_acc": 0.87}))
+    report.main([str(copy), "--accuracy-dir", str(tmp_path / "runs")])
+    record = json.loads((copy / "bench.json").read_text())
+    assert record["figure_y"] == "accuracy" and record["accuracies"]["locality_k61"]["test_acc"] == 0.87
+    assert (copy / "table.md").read_text() == (bundle / "table.md").read_text()  # same rows, same table
+    assert record["rows"] == json.loads((bundle / "bench.json").read_text())["rows"]
+    assert not [p.name for p in copy.iterdir() if p.name.startswith(".")]

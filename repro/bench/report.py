@@ -20,7 +20,7 @@ import re
 import shutil
 from pathlib import Path
 
-from ..records import write_csv
+from ..records import write_atomic, write_csv
 from ..reference import published
 
 REFERENCE_MODEL = "lra_transformer"  # relative speed and memory are to this row (SDPA backend)
@@ -395,3 +395,39 @@ def _jsonable(value):
     if hasattr(value, "item"):
         return value.item()
     return str(value)
+
+
+def rerender(bundle: Path, accuracy_dir: Path | None = None) -> Path:
+    """Rewrite table.md and figure.png of an existing bundle from its bench.json (e.g. once
+    accuracy records exist on this machine: the figure then plots accuracy)."""
+    bundle = Path(bundle)
+    record = json.loads((bundle / "bench.json").read_text())
+    rows = record["rows"]
+    arms = sorted({r["model"] for r in rows if r.get("kind") == "arm"})
+    accuracies = read_accuracies(accuracy_dir, arms, record.get("task", "text")) if accuracy_dir else {}
+    if any(r["status"] == "ok" for r in rows):
+        tmp_png = bundle / ".figure.tmp.png"
+        record["figure_y"] = figure(rows, accuracies, tmp_png, record)
+        os.replace(tmp_png, bundle / "figure.png")
+    record["accuracies"] = {k: {"test_acc": v[0], "records": v[1], "profile": v[2]} for k, v in accuracies.items()}
+    write_atomic(bundle / "table.md", table_markdown(record, rows, record.get("notes", {}), record.get("skipped", []),
+                                                     record.get("peer_pairs", {})) + "\n")
+    write_atomic(bundle / "bench.json", json.dumps(record, indent=2, default=_jsonable) + "\n")
+    return bundle
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Rewrite a benchmark bundle's table.md and figure.png from its bench.json.")
+    parser.add_argument("bundle", type=Path, help="a folder written by experiments/bench.py")
+    parser.add_argument("--accuracy-dir", type=Path, default=Path("outputs/runs"),
+                        help="run records whose text test accuracy the figure plots (default outputs/runs)")
+    args = parser.parse_args(argv)
+    if not (args.bundle / "bench.json").exists():
+        raise SystemExit(f"{args.bundle}: no bench.json; pass a folder written by experiments/bench.py")
+    print(f"rewrote {rerender(args.bundle, args.accuracy_dir)}")
+
+
+if __name__ == "__main__":
+    main()
