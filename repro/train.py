@@ -124,12 +124,27 @@ def epoch_permutation(seed: int, epoch: int, n: int) -> torch.Tensor:
 
 
 def make_optimizer(model: torch.nn.Module, s: TrainSettings, device: torch.device) -> torch.optim.Optimizer:
-    """AdamW; by default no decay on 1-D parameters (biases, norm gains)."""
-    decay, no_decay = [], []
+    """AdamW; by default no decay on 1-D parameters (biases, norm gains).
+
+    A parameter may carry ``param._optim = {"lr": ..., "weight_decay": ...}`` (the state-space
+    parameters of S4D and S5, which their papers train at a smaller rate without decay): it
+    gets its own group whose ``lr_scale`` (its rate over ``s.lr``) the schedule multiplies,
+    so the schedule's shape applies to every group.
+    """
+    decay, no_decay, special = [], [], {}
     for p in model.parameters():
-        if p.requires_grad:
+        if not p.requires_grad:
+            continue
+        hint = getattr(p, "_optim", None)
+        if hint:
+            key = (float(hint.get("lr", s.lr)), float(hint.get("weight_decay", s.weight_decay)))
+            special.setdefault(key, []).append(p)
+        else:
             (decay if p.ndim >= 2 or s.decay_1d_params else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": s.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    groups = [{"params": decay, "weight_decay": s.weight_decay, "lr_scale": 1.0},
+              {"params": no_decay, "weight_decay": 0.0, "lr_scale": 1.0}]
+    for (lr, wd), params in sorted(special.items()):
+        groups.append({"params": params, "weight_decay": wd, "lr_scale": lr / s.lr, "lr": lr})
     return torch.optim.AdamW(groups, lr=s.lr, betas=s.betas, eps=s.eps, fused=device.type == "cuda")
 
 
@@ -331,7 +346,7 @@ def train(
             progress_frac = max(state["step"] / total_steps, elapsed / budget_s if budget_s else 0.0)
             lr = controller.lr(state["step"], min(progress_frac, 1.0))
             for group in optimizer.param_groups:
-                group["lr"] = lr
+                group["lr"] = lr * group.get("lr_scale", 1.0)
             technique_loss = augment is not None and augment.has_loss
             with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
                 if technique_loss:

@@ -25,7 +25,7 @@ depend on appended padding.
 
 Optimiser: S4D trains A, B and dt with learning rate 0.001 and no weight decay. The
 parameters carry that as ``param._optim = {"lr": ..., "weight_decay": 0.0}`` (the S4
-repository's convention); the engine's optimiser (repro/train.py) does not read it yet.
+repository's convention); repro/train.py: make_optimizer gives them their own group, scaled by the schedule.
 """
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ Padding: padded inputs are zeroed first; the system is linear, so the backward s
 zeros there and real outputs do not depend on appended padding.
 
 Optimiser: S5 trains Lambda, B and dt with ``ssm_lr`` and no weight decay; the parameters
-carry ``param._optim`` (see repro/followup/s4.py), which the engine does not read yet.
+carry ``param._optim`` (see repro/followup/s4.py), which repro/train.py: make_optimizer honours.
 """
 from __future__ import annotations
 
