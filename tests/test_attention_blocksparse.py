@@ -241,3 +241,14 @@ def test_lra_defaults():
     sp = mk("sparse")
     assert (sp.stride, sp.c, sp.causal) == (128, 32, True)
     assert mk("vanilla").backend == "sdpa"
+
+
+def test_sdpa_key_mask_drops_an_all_real_mask_and_opens_fully_padded_samples():
+    from repro.original.attention._common import sdpa_key_mask
+
+    assert sdpa_key_mask(torch.ones(3, 5, dtype=torch.bool)) is None
+    mask = torch.tensor([[True, True, False], [False, False, False]])
+    keys = sdpa_key_mask(mask)
+    assert keys.shape == (2, 1, 1, 3)
+    assert keys[0, 0, 0].tolist() == [True, True, False]
+    assert keys[1, 0, 0].tolist() == [True, True, True]  # no real key: opened, no NaN

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from rotary_embedding_torch import RotaryEmbedding
 from torch import Tensor, nn
 
-from ..original.attention._common import AttentionMixer, QKVOut
+from ..original.attention._common import AttentionMixer, QKVOut, sdpa_key_mask
 from ..original.encoder import FeedForward
 
 
@@ -78,8 +78,8 @@ class RotarySelfAttention(AttentionMixer):
         return self.rotate(q), self.rotate(k), v
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
-        keys = mask | ~mask.any(dim=-1, keepdim=True)  # a fully padded sample: open its keys (no NaN)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=keys[:, None, None, :])
+        # None when the batch has no padding (flash kernel); else fully padded samples opened
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_key_mask(mask))
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", rotary={self.rotary is not None}, disable_half={self.disable_half}"

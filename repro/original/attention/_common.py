@@ -166,6 +166,21 @@ def segment_attention(
     return out
 
 
+def sdpa_key_mask(mask: Tensor) -> Optional[Tensor]:
+    """The key mask for ``scaled_dot_product_attention``: ``None`` when every key is real.
+
+    A boolean ``attn_mask`` rules out the flash kernel, so a batch without padding (the
+    speed benchmark's, or a batch of full-length texts) runs unmasked: on an H200 the LRA
+    text Transformer at 4K trains about twice as fast that way. Costs one host sync per
+    call. Otherwise [B, 1, 1, L], a fully padded sample's keys opened (no NaN; its outputs
+    are zeroed by the mixer).
+    """
+    if bool(mask.all()):
+        return None
+    keys = mask | ~mask.any(dim=-1, keepdim=True)
+    return keys[:, None, None, :]
+
+
 # --------------------------------------------------------------------------- modules
 
 

@@ -20,6 +20,7 @@ blocks), not that reshape.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from . import ATTENTION
@@ -31,7 +32,6 @@ from ._common import (
     gather_blocks,
     n_blocks,
     pad_dim,
-    segment_attention,
 )
 
 
@@ -88,23 +88,38 @@ class LocalAttention(FlexPatternMixin, AttentionMixer):
         km = pad_dim(mask, 1, Lp, False).view(B, nb, S)
 
         if self.look_backward == 0 and self.look_forward == 0:
-            seg = (k, v, [km[:, None, :, None, :]])
+            keys_k, keys_v, key_ok = k, v, km  # [B, H, NB, S, Dh], [B, NB, S]
         else:
             offs = torch.arange(-self.look_backward, self.look_forward + 1, device=q.device)
             idx = torch.arange(nb, device=q.device)[:, None] + offs  # [NB, N]
             valid = (idx >= 0) & (idx < nb)
             idx = idx.clamp(0, nb - 1)
             valid_k = valid[:, :, None].expand(nb, idx.shape[1], S).reshape(nb, -1)
-            seg = (
-                gather_blocks(k, idx),
-                gather_blocks(v, idx),
-                [gather_block_mask(km, idx), valid_k[None, None, :, None, :]],
-            )
+            keys_k, keys_v = gather_blocks(k, idx), gather_blocks(v, idx)  # [B, H, NB, N*S, Dh]
+            key_ok = gather_block_mask(km, idx)[:, 0, :, 0, :] & valid_k  # [B, NB, N*S]
         p = self.dropout if self.training else 0.0
-        out = segment_attention(q, [seg], dropout_p=p, training=self.training)
+        out = _blocks_sdpa(q, keys_k, keys_v, key_ok, p)
         return out.reshape(B, H, Lp, Dh)[:, :, :L]
 
     def extra_repr(self) -> str:
         return (super().extra_repr() + f", block_size={self.block_size}, "
                 f"look_backward={self.look_backward}, look_forward={self.look_forward}, "
                 f"backend={self.backend!r}")
+
+
+def _blocks_sdpa(q: Tensor, k: Tensor, v: Tensor, key_ok: Tensor, dropout_p: float) -> Tensor:
+    """Each query block [B, H, NB, S, Dh] attends to its own key window [B, H, NB, W, Dh].
+
+    One ``scaled_dot_product_attention`` call with the blocks folded into the heads axis
+    ([B, H*NB, S, Dh], a view), so the fused kernels (and their attention dropout) do the
+    work instead of an explicit score tensor. ``key_ok`` [B, NB, W] marks real keys inside
+    the window; a window with no real key (a padded query block) is opened (no NaN; the
+    mixer zeroes those queries' outputs).
+    """
+    B, H, NB, S, Dh = q.shape
+    W = k.shape[3]
+    key_ok = key_ok | ~key_ok.any(dim=-1, keepdim=True)
+    mask = None if bool(key_ok.all()) else key_ok[:, None, :, None, :].expand(B, H, NB, 1, W).reshape(B, H * NB, 1, W)
+    out = F.scaled_dot_product_attention(q.reshape(B, H * NB, S, Dh), k.reshape(B, H * NB, W, Dh),
+                                         v.reshape(B, H * NB, W, Dh), attn_mask=mask, dropout_p=dropout_p)
+    return out.view(B, H, NB, S, Dh)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import ATTENTION
-from ._common import AttentionMixer, dense_attention
+from ._common import AttentionMixer, dense_attention, sdpa_key_mask
 
 BACKENDS = ("sdpa", "materialized")
 
@@ -48,11 +48,11 @@ class VanillaAttention(AttentionMixer):
         return dense_mask(L, device)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+        p = self.dropout if self.training else 0.0
+        if self.backend == "sdpa":  # no padding in the batch: no mask, so the flash kernel
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_key_mask(mask), dropout_p=p)
         keys = mask | ~mask.any(dim=-1, keepdim=True)  # open fully padded samples
         allowed = keys[:, None, None, :]  # [B, 1, 1, L]
-        p = self.dropout if self.training else 0.0
-        if self.backend == "sdpa":
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p)
         return dense_attention(q, k, v, allowed, dropout_p=p, training=self.training)
 
     def extra_repr(self) -> str:
