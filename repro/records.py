@@ -79,11 +79,15 @@ def read_metrics(run_dir: Path) -> dict | None:
 def git_commit(cwd: Path | None = None) -> str:
     """HEAD's commit, with ``+dirty`` when tracked files differ.
 
-    Outside a git checkout (a copied tree on a cluster node) the environment variable
-    ``LRA_REPRO_GIT_COMMIT`` is used when set, else ``unknown``.
+    The environment variable ``LRA_REPRO_GIT_COMMIT``, when set, wins: a tree copied to a
+    cluster or GPU node may carry no git metadata, or stale metadata (seen on 2026-11-26:
+    a copy whose .git still named an older HEAD). Outside a checkout and without the
+    variable: ``unknown``.
     """
     where = str(cwd or Path(__file__).resolve().parent)
-    fallback = os.environ.get("LRA_REPRO_GIT_COMMIT", "unknown")
+    if os.environ.get("LRA_REPRO_GIT_COMMIT"):
+        return os.environ["LRA_REPRO_GIT_COMMIT"]
+    fallback = "unknown"
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10)
         if head.returncode != 0:

@@ -127,3 +127,13 @@ def test_without_task_an_arm_runs_its_tasks_and_skips_missing_data(tmp_path, sha
     assert "ListOps official files not found" in skipped[0]
     assert (run_folder(tmp_path, "two_tasks", "listops") / "metrics.json").exists()
     assert "arm two_tasks: 1 task(s) done, skipped (no data): listops_official" in done.stdout
+
+
+def test_git_commit_prefers_the_environment_variable(monkeypatch):
+    """A copied tree may carry stale git metadata: LRA_REPRO_GIT_COMMIT, when set, wins."""
+    from repro import records
+
+    monkeypatch.setenv("LRA_REPRO_GIT_COMMIT", "abc1234")
+    assert records.git_commit() == "abc1234"
+    monkeypatch.delenv("LRA_REPRO_GIT_COMMIT")
+    assert records.git_commit() != "abc1234"
