@@ -126,6 +126,9 @@ def _check_record(path: Path, rel: str) -> Candidate:
         return Candidate(path, rel, metrics, f"incomplete: missing {', '.join(missing)}")
     arm, task, profile, seed_dir = rel.split("/")
     said = (metrics.get("arm"), metrics.get("task"), metrics.get("profile"), f"seed{metrics.get('seed')}")
+    techniques = (metrics.get("techniques") or {}).get("name")
+    if techniques and arm == f"{metrics.get('arm')}+{techniques}":  # runner.record_arm: not the arm's own techniques
+        said = (arm, *said[1:])
     if said != (arm, task, profile, seed_dir):
         return Candidate(path, rel, metrics, f"inconsistent: metrics.json says {'/'.join(map(str, said))}")
     return Candidate(path, rel, metrics, None)

@@ -80,7 +80,8 @@ def resolve(cfg: DictConfig) -> dict:
         "train": train_cfg,
         "device": device,
         "arm_source": arm.get("source"),
-        "techniques": {"name": techniques.get("name", "none"), "augment": technique_task.get("augment", {})},
+        "techniques": {"name": techniques.get("name", "none"), "augment": technique_task.get("augment", {}),
+                       "arm_default": arm.get("techniques_default", "none")},
     }
 
 
@@ -104,8 +105,19 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def record_arm(run: dict) -> str:
+    """The arm's folder name: ``<arm>`` with the arm's own techniques, ``<arm>+<techniques>`` otherwise.
+
+    So ``arm=s4`` and ``arm=s4 techniques=followup`` write two records instead of the second
+    being skipped as already complete (arms name their default in ``techniques_default``).
+    """
+    techniques = run.get("techniques") or {}
+    name, default = techniques.get("name", "none"), techniques.get("arm_default", "none")
+    return run["arm"] if name == default else f"{run['arm']}+{name}"
+
+
 def run_dir_for(cfg: DictConfig, run: dict) -> Path:
-    return Path(cfg.output_dir) / "runs" / run["arm"] / run["task"]["name"] / run["profile"] / f"seed{run['seed']}"
+    return Path(cfg.output_dir) / "runs" / record_arm(run) / run["task"]["name"] / run["profile"] / f"seed{run['seed']}"
 
 
 def execute(cfg: DictConfig) -> int:

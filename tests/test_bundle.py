@@ -187,3 +187,22 @@ def test_command_line_freeze_verify_cite_ls(runs, tmp_path):
     failed = cli("verify", "results/v2")
     assert failed.returncode == 1 and "changed: CITATION.cff" in failed.stderr
     assert cli("cite", "results/v2").returncode == 1
+
+
+def test_a_record_under_arm_plus_techniques_is_consistent_only_with_those_techniques(tmp_path):
+    """runner.record_arm writes ``<arm>+<techniques>/`` when the techniques are not the arm's own."""
+    runs_root = tmp_path / "runs"
+    for folder, techniques in (("s4+followup", "followup"), ("s5+none", "followup")):
+        arm = folder.partition("+")[0]
+        made = make_record(runs_root, arm, "text", 0, techniques=techniques, labels=fixed_labels("text", 40), accuracy=0.7)
+        metrics = json.loads((made / "metrics.json").read_text())
+        metrics["techniques"] = {"name": techniques}
+        (made / "metrics.json").write_text(json.dumps(metrics))
+        target = runs_root / folder / "text" / "budget" / "seed0"
+        target.parent.mkdir(parents=True)
+        made.rename(target)
+    out = bundle.freeze("v1", runs_root, tmp_path / "results", analysis=False, log=quiet)
+    manifest = bundle.load_manifest(out)
+    assert [r["path"] for r in manifest["runs"]] == ["runs/s4+followup/text/budget/seed0"]
+    assert manifest["left_out"] == [{"path": "s5+none/text/budget/seed0",
+                                     "reason": "inconsistent: metrics.json says s5/text/budget/seed0"}]

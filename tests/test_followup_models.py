@@ -458,11 +458,17 @@ def test_arm_trains_on_listops_and_generated_pathfinder(arm, tmp_path, shared_ca
         assert metrics["status"] == "complete" and metrics["steps"] == 4 and 0.0 <= metrics["test_acc"] <= 1.0
 
 
+@pytest.mark.parametrize("techniques", ["none", "followup"])
 @pytest.mark.parametrize("arm", ARMS)
-def test_cli_runs_the_arm_on_smoke_listops(arm, tmp_path, shared_cache):
-    """``python experiments/run.py arm=<arm> task=listops profile=smoke`` (ListOps shortened, 4 steps, for time)."""
-    done = run_cli(f"arm={arm}", "profile=smoke", *SHORT_LISTOPS, f"output_dir={tmp_path / 'out'}",
+def test_cli_runs_the_arm_on_smoke_listops(arm, techniques, tmp_path, shared_cache):
+    """``python experiments/run.py arm=<arm> task=listops profile=smoke techniques=<t>`` (ListOps shortened, 4 steps).
+
+    With the follow-up's techniques (ListOps operand permutation) the record goes to
+    ``<arm>+followup/`` (repro/runner.py: record_arm)."""
+    done = run_cli(f"arm={arm}", "profile=smoke", f"techniques={techniques}", *SHORT_LISTOPS, f"output_dir={tmp_path / 'out'}",
                    f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'no_data'}", "progress=false", "+train.max_steps=4")
     assert done.returncode == 0, done.stderr[-3000:]
-    metrics = read_json(tmp_path / "out" / "runs" / arm / "listops" / "smoke" / "seed0" / "metrics.json")
+    folder = arm if techniques == "none" else f"{arm}+{techniques}"
+    metrics = read_json(tmp_path / "out" / "runs" / folder / "listops" / "smoke" / "seed0" / "metrics.json")
     assert metrics["status"] == "complete" and metrics["steps"] == 4 and metrics["arm"] == arm
+    assert metrics["techniques"]["name"] == techniques
