@@ -99,14 +99,23 @@ def _constant(x: np.ndarray) -> bool:
 # ---------------------------------------------------------------- across seeds
 
 
-def welch(a, b, alpha: float = 0.05) -> StatResult:
-    """Welch's t-test of mean(a) - mean(b) over seeds, with its (1 - alpha) CI."""
+def _two_arms(test: str, a, b):
+    """Both arms' seed vectors, their sizes and mean difference, and a NaN result when the
+    test cannot run (fewer than 2 seeds in an arm, or no variance in either), else None."""
     a, b = _vector(a, "a"), _vector(b, "b")
     n, estimate = (a.size, b.size), _mean(a) - _mean(b)
     if a.size < 2 or b.size < 2:
-        return _too_few("Welch t-test", n, estimate, "needs at least 2 seeds per arm")
+        return a, b, n, estimate, _too_few(test, n, estimate, "needs at least 2 seeds per arm")
     if _constant(a) and _constant(b):
-        return _too_few("Welch t-test", n, estimate, "both arms have zero variance across seeds")
+        return a, b, n, estimate, _too_few(test, n, estimate, "both arms have zero variance across seeds")
+    return a, b, n, estimate, None
+
+
+def welch(a, b, alpha: float = 0.05) -> StatResult:
+    """Welch's t-test of mean(a) - mean(b) over seeds, with its (1 - alpha) CI."""
+    a, b, n, estimate, too_few = _two_arms("Welch t-test", a, b)
+    if too_few:
+        return too_few
     result = sps.ttest_ind(a, b, equal_var=False)
     low, high = CompareMeans(DescrStatsW(a), DescrStatsW(b)).tconfint_diff(alpha=alpha, usevar="unequal")
     return StatResult("Welch t-test", n, estimate, (float(low), float(high)), float(result.pvalue),
@@ -223,12 +232,9 @@ def tost_ind(a, b, margin: float, alpha: float = 0.05) -> StatResult:
     """TOST equivalence of two arms: H0 |mu_A - mu_B| >= margin; small p means "as good as"."""
     if not margin > 0:
         raise ValueError(f"margin must be positive, got {margin}")
-    a, b = _vector(a, "a"), _vector(b, "b")
-    n, estimate = (a.size, b.size), _mean(a) - _mean(b)
-    if a.size < 2 or b.size < 2:
-        return _too_few("TOST (two arms)", n, estimate, "needs at least 2 seeds per arm")
-    if _constant(a) and _constant(b):
-        return _too_few("TOST (two arms)", n, estimate, "both arms have zero variance across seeds")
+    a, b, n, estimate, too_few = _two_arms("TOST (two arms)", a, b)
+    if too_few:
+        return too_few
     p, _, _ = ttost_ind(a, b, -margin, margin, usevar="unequal")
     low, high = CompareMeans(DescrStatsW(a), DescrStatsW(b)).tconfint_diff(alpha=2 * alpha, usevar="unequal")
     return StatResult("TOST (two arms)", n, estimate, (float(low), float(high)), float(p), details={"margin": margin})

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 
 from conftest import ROOT
+from test_listops import independent_eval
 
 from repro.followup.techniques import StepDraws, build_train_augment
 from repro.followup.techniques.cifar_autoaugment import CifarAutoAugment
@@ -36,30 +37,7 @@ def composed(*overrides: str):
 # ------------------------------------------------------------------ ListOps operand permutation
 
 
-def evaluate_tokens(tokens: list[str]) -> int:
-    """An evaluator of the token form written for this test (a stack machine, not listops_trees)."""
-    stack: list = []
-    for tok in tokens:
-        if tok.startswith("["):
-            stack.append([tok])
-        elif tok == "]":
-            op, *args = stack.pop()
-            if op == "[MIN":
-                value = min(args)
-            elif op == "[MAX":
-                value = max(args)
-            elif op == "[SM":
-                value = sum(args) % 10
-            else:  # [MED: numpy's median, floored to an int as the release's int(np.median)
-                value = int(np.median(args))
-            if stack:
-                stack[-1].append(value)
-            else:
-                stack.append(value)
-        else:
-            stack[-1].append(int(tok)) if stack else stack.append(int(tok))
-    (result,) = stack
-    return result
+evaluate_tokens = independent_eval  # the stack evaluator written in tests/test_listops.py (not listops_trees)
 
 
 def canonical(tokens: list[str]) -> str:
