@@ -240,16 +240,25 @@ def tost_ind(a, b, margin: float, alpha: float = 0.05) -> StatResult:
     return StatResult("TOST (two arms)", n, estimate, (float(low), float(high)), float(p), details={"margin": margin})
 
 
+def _one_arm(test: str, a, reference: float):
+    """Our seed vector, its size and difference from ``reference``, and a NaN result when
+    the test cannot run (fewer than 2 seeds, or no variance), else None."""
+    a = _vector(a, "a")
+    n, estimate = (a.size,), _mean(a) - reference
+    if a.size < 2:
+        return a, n, estimate, _too_few(test, n, estimate, "needs at least 2 seeds")
+    if _constant(a):
+        return a, n, estimate, _too_few(test, n, estimate, "zero variance across seeds")
+    return a, n, estimate, None
+
+
 def tost_published(a, reference: float, margin: float, alpha: float = 0.05) -> StatResult:
     """One-sample TOST of our seeds against a published number: H0 |mu - reference| >= margin."""
     if not margin > 0:
         raise ValueError(f"margin must be positive, got {margin}")
-    a = _vector(a, "a")
-    n, estimate = (a.size,), _mean(a) - reference
-    if a.size < 2:
-        return _too_few("TOST (vs published)", n, estimate, "needs at least 2 seeds")
-    if _constant(a):
-        return _too_few("TOST (vs published)", n, estimate, "zero variance across seeds")
+    a, n, estimate, too_few = _one_arm("TOST (vs published)", a, reference)
+    if too_few:
+        return too_few
     described = DescrStatsW(a)
     p, _, _ = described.ttost_mean(reference - margin, reference + margin)
     low, high = described.tconfint_mean(alpha=2 * alpha)
@@ -259,12 +268,9 @@ def tost_published(a, reference: float, margin: float, alpha: float = 0.05) -> S
 
 def one_sample(a, reference: float, alpha: float = 0.05) -> StatResult:
     """Two-sided one-sample t-test of our seeds' mean against a published number."""
-    a = _vector(a, "a")
-    n, estimate = (a.size,), _mean(a) - reference
-    if a.size < 2:
-        return _too_few("one-sample t-test", n, estimate, "needs at least 2 seeds")
-    if _constant(a):
-        return _too_few("one-sample t-test", n, estimate, "zero variance across seeds")
+    a, n, estimate, too_few = _one_arm("one-sample t-test", a, reference)
+    if too_few:
+        return too_few
     result = sps.ttest_1samp(a, reference)
     low, high = DescrStatsW(a).tconfint_mean(alpha=alpha)
     return StatResult("one-sample t-test", n, estimate, (float(low) - reference, float(high) - reference),
