@@ -1,0 +1,100 @@
+"""Run a grid of (arm, task, seed) cells back to back within a wall-clock deadline.
+
+``python experiments/run_grid.py GRID.yaml [--deadline-minutes M] [--dry-run] [--include-optional]
+[-- extra overrides]``: each cell is one ``python experiments/run.py arm=A task=T seed=S <common>
+<extra>`` subprocess. A cell whose record is already complete is skipped by the runner in a few
+seconds, so rerunning the same command continues a grid across GPU calls (carry or copy the
+``outputs/runs`` records along). A cell is started only if ``minutes_per_run +
+overhead_minutes`` still fit before the deadline; the cells left are listed at the end. Each
+finished cell appends a line (cell, exit status, wall seconds) to ``<output_dir>/grid_log.csv``.
+Exit status: 0 when every attempted cell ended 0 (3, data missing, counts as skipped), else 1.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+RUN = Path(__file__).resolve().parent / "run.py"
+
+
+def load_grid(path: Path, include_optional: bool) -> tuple[dict, list[tuple[str, str, int]]]:
+    """The grid file's settings and its cells in order; a bad file names the key to fix."""
+    try:
+        grid = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        sys.exit(f"{path}: cannot read the grid: {err}")
+    if not isinstance(grid, dict) or not isinstance(grid.get("cells"), list):
+        sys.exit(f"{path}: needs a 'cells' list of {{arms: [...], tasks: [...], seeds: [...]}}")
+    cells = []
+    for i, block in enumerate(grid["cells"]):
+        missing = [k for k in ("arms", "tasks", "seeds") if not isinstance(block.get(k), list)]
+        if missing:
+            sys.exit(f"{path}: cells[{i}] lacks list key(s) {', '.join(missing)}")
+        if block.get("optional") and not include_optional:
+            continue
+        cells += [(a, t, int(s)) for a, t, s in itertools.product(block["arms"], block["tasks"], block["seeds"])]
+    return grid, cells
+
+
+def command(arm: str, task: str, seed: int, common: list[str], extra: list[str]) -> list[str]:
+    return [sys.executable, str(RUN), f"arm={arm}", f"task={task}", f"seed={seed}", "progress=false", *common, *extra]
+
+
+def output_dir(extra: list[str]) -> Path:
+    for item in extra:
+        if item.startswith("output_dir="):
+            return Path(item.split("=", 1)[1])
+    return Path("outputs")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("grid", type=Path)
+    parser.add_argument("--deadline-minutes", type=float, default=None, help="stop starting cells after this")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    parser.add_argument("--include-optional", action="store_true", help="also the cells marked optional")
+    args = parser.parse_args(argv)
+    grid, cells = load_grid(args.grid, args.include_optional)
+    common = [str(x) for x in grid.get("common", [])]
+    cost_s = 60.0 * (float(grid.get("minutes_per_run", 0)) + float(grid.get("overhead_minutes", 0)))
+    if args.dry_run:
+        for cell in cells:
+            print(" ".join(command(*cell, common, extra)[1:]))
+        return 0
+    start, failed, pending = time.monotonic(), [], []
+    log_path = output_dir(extra) / "grid_log.csv"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    for n, (arm, task, seed) in enumerate(cells, 1):
+        elapsed = time.monotonic() - start
+        if args.deadline_minutes is not None and elapsed + cost_s > 60.0 * args.deadline_minutes:
+            pending = cells[n - 1:]
+            break
+        print(f"[grid {n}/{len(cells)}] {arm} {task} seed {seed} at {elapsed / 60:.1f} min", flush=True)
+        began = time.monotonic()
+        status = subprocess.run(command(arm, task, seed, common, extra)).returncode
+        wall = time.monotonic() - began
+        with log_path.open("a", newline="") as handle:
+            csv.writer(handle).writerow([arm, task, seed, status, f"{wall:.1f}", time.strftime("%Y-%m-%dT%H:%M:%S")])
+        if status not in (0, 3):
+            failed.append((arm, task, seed, status))
+    for arm, task, seed in pending:
+        print(f"[grid] not started (deadline): {arm} {task} seed {seed}")
+    for arm, task, seed, status in failed:
+        print(f"[grid] failed with exit {status}: {arm} {task} seed {seed}")
+    print(f"[grid] {len(cells) - len(pending)} of {len(cells)} cells attempted, {len(failed)} failed, "
+          f"{len(pending)} left; log {log_path}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""experiments/run_grid.py: cells back to back, complete ones skipped on rerun, a deadline respected."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from conftest import ROOT, read_json
+
+GRID = ROOT / "experiments" / "run_grid.py"
+SHORT = ["profile=smoke", "task.max_len=300", "task.generate.min_len=50", "task.generate.max_len=300",
+         "profile.tasks.listops.generate.n_train=32", "profile.tasks.listops.generate.n_val=16",
+         "profile.tasks.listops.generate.n_test=16", "+train.max_steps=2"]
+
+
+def _grid(tmp_path, minutes_per_run=0.0):
+    path = tmp_path / "grid.yaml"
+    path.write_text(
+        "common: [" + ", ".join(SHORT) + "]\n"
+        f"minutes_per_run: {minutes_per_run}\noverhead_minutes: 0\n"
+        "cells:\n  - {arms: [locality_k5], tasks: [listops], seeds: [0, 1]}\n"
+        "  - {arms: [locality_k61], tasks: [listops], seeds: [0], optional: true}\n")
+    return path
+
+
+def _run(tmp_path, shared_cache, *args):
+    extra = ["--", f"output_dir={tmp_path / 'out'}", f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'none'}"]
+    return subprocess.run([sys.executable, str(GRID), str(_grid(tmp_path, *args[:1])), *args[1:], *extra],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+
+
+def test_grid_runs_its_cells_then_skips_them_on_rerun(tmp_path, shared_cache):
+    first = _run(tmp_path, shared_cache, 0.0)
+    assert first.returncode == 0, first.stderr[-2000:]
+    for seed in (0, 1):
+        metrics = read_json(tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / f"seed{seed}" / "metrics.json")
+        assert metrics["status"] == "complete" and metrics["seed"] == seed
+    assert not (tmp_path / "out" / "runs" / "locality_k61").exists()  # optional cells need --include-optional
+    second = _run(tmp_path, shared_cache, 0.0)
+    assert second.returncode == 0 and second.stdout.count("record complete") == 2
+    log = (tmp_path / "out" / "grid_log.csv").read_text().splitlines()
+    assert len(log) == 4 and all(line.split(",")[3] == "0" for line in log)
+
+
+def test_a_cell_that_would_overrun_the_deadline_is_not_started(tmp_path, shared_cache):
+    done = _run(tmp_path, shared_cache, 5.0, "--deadline-minutes", "4")
+    assert done.returncode == 0
+    assert "not started (deadline): locality_k5 listops seed 0" in done.stdout
+    assert "0 of 2 cells attempted" in done.stdout
+    assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_a_grid_without_cells_names_the_key(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cells:\n  - {arms: [locality_k5], seeds: [0]}\n")
+    done = subprocess.run([sys.executable, str(GRID), str(bad), "--dry-run"], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode != 0 and "cells[0] lacks list key(s) tasks" in done.stderr
