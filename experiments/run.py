@@ -4,6 +4,15 @@ With ``task`` omitted, the arm runs every task it defines in turn, one record
 each, skipping (with one line) a task whose data is absent. Config groups live
 in experiments/conf (arm/, task/, profile/); add your own arm with
 ``--config-dir my_conf`` (a folder holding ``arm/<name>.yaml``).
+
+Scaling out (issue 9):
+- ``torchrun --nproc_per_node=N experiments/run.py ...``: data-parallel over N processes
+  (one GPU each; gloo on CPU), same global batch, one record written by rank 0.
+- ``python experiments/run.py -m arm=locality_k5,locality_k61 task=listops seed=0,1``: a
+  Hydra sweep, one record per member; rerunning it skips members whose record is complete.
+  A member that fails is reported at the end and the others still run; an interrupted
+  member (SIGTERM/SIGUSR1: checkpointed) stops the sweep with 128 + signum, and rerunning
+  resumes it. On Slurm: ``hydra/launcher=...`` (experiments/conf/hydra/launcher/).
 """
 from __future__ import annotations
 
@@ -12,6 +21,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
@@ -19,12 +29,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from repro.runner import arm_tasks, execute  # noqa: E402
 
 
+class MemberFailed(RuntimeError):
+    """A sweep member ended without a record; Hydra runs the other members, then reports it."""
+
+
+def finish(status: int) -> None:
+    """Exit with ``status`` (non-zero) in a single run; in a sweep, fail only this member unless interrupted."""
+    if status == 0:
+        return
+    if status >= 128 or HydraConfig.get().mode != RunMode.MULTIRUN:
+        sys.exit(status)  # interrupted (checkpointed): stop here so the job can be requeued and resumed
+    raise MemberFailed(f"sweep member {' '.join(HydraConfig.get().overrides.task)} ended with status {status}")
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     if cfg.get("task") is not None:
-        status = execute(cfg)
-        if status not in (0,):
-            sys.exit(status)
+        finish(execute(cfg))
         return
     overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("task=")]
     statuses = {}
@@ -39,7 +60,7 @@ def main(cfg: DictConfig) -> None:
           + (f", skipped (no data): {', '.join(skipped)}" if skipped else "")
           + (f", failed: {', '.join(failed)}" if failed else ""))
     if failed:
-        sys.exit(1)
+        finish(1)
 
 
 if __name__ == "__main__":

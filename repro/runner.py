@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from . import records
+from . import distributed, records
 from .followup.techniques import build_train_augment
 from .model import build_model
 from .tasks import DataMissing, Split, TaskData, get_task_builder
@@ -129,14 +129,22 @@ def execute(cfg: DictConfig) -> int:
         print(f"[{run['arm']}/{task_name}] record complete in {run_dir}; skipping (force=true reruns it)")
         return 0
     workers = cfg.workers or min(16, os.cpu_count() or 1)
+    # Under torchrun: join the process group; rank 0 builds (and caches) the data first.
+    dist = distributed.setup(pick_device(run["device"]))
+    if not dist.is_main:
+        distributed.barrier(dist)
     try:
         task = get_task_builder(run["task"].get("builder", task_name))(run["task"], Path(cfg.data_dir), Path(cfg.cache_dir), workers)
     except DataMissing as err:
-        print(f"[{run['arm']}/{task_name}] skipped: data missing: {err}")
+        if dist.is_main:
+            print(f"[{run['arm']}/{task_name}] skipped: data missing: {err}")
         return 3
+    finally:
+        if dist.is_main:
+            distributed.barrier(dist)
     if run["subset"]:
         task = take_subset(task, run["subset"], run["task"].get("data_seed", 0))
-    device = pick_device(run["device"])
+    device = dist.device
     settings = TrainSettings.from_dict(run["train"])
     augment = build_train_augment(run["techniques"], task)
     seed_everything(run["seed"])
@@ -144,18 +152,26 @@ def execute(cfg: DictConfig) -> int:
     if augment is not None:
         augment.attach(model)
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"[{run['arm']}/{task_name}] {run['profile']} seed {run['seed']} on {device}: "
-          f"{n_params:,} parameters, {len(task.train)}/{len(task.val)}/{len(task.test)} examples -> {run_dir}")
-    records.write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(run)))
+    if dist.is_main:
+        where = f"{device} x{dist.world} processes" if dist.active else f"{device}"
+        print(f"[{run['arm']}/{task_name}] {run['profile']} seed {run['seed']} on {where}: "
+              f"{n_params:,} parameters, {len(task.train)}/{len(task.val)}/{len(task.test)} examples -> {run_dir}")
+        records.write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(run)))
     try:
         result = train(model, task, settings, run["seed"], run_dir, device, resume=cfg.resume,
-                       sigterm_at_step=cfg.debug.sigterm_at_step, progress=cfg.progress, augment=augment)
+                       sigterm_at_step=cfg.debug.sigterm_at_step, progress=cfg.progress, augment=augment,
+                       pause_at_step=cfg.debug.get("pause_at_step"), dist=dist)
     except RunInterrupted as err:
-        print(f"[{run['arm']}/{task_name}] {err}", file=sys.stderr)
+        if dist.is_main:
+            print(f"[{run['arm']}/{task_name}] {err}", file=sys.stderr)
+        err.pass_on()  # e.g. a cluster launcher's requeue handler, now that the checkpoint is written
         return 128 + err.signum
     except NonFiniteLoss as err:
-        print(f"[{run['arm']}/{task_name}] stopped: {err}", file=sys.stderr)
+        if dist.is_main:
+            print(f"[{run['arm']}/{task_name}] stopped: {err}", file=sys.stderr)
         return 1
+    if not dist.is_main:  # one record per run: rank 0's
+        return 0
     metrics = {
         "status": "complete",
         "arm": run["arm"],

@@ -8,12 +8,23 @@ best-validation weights are kept and the test set is scored once, with them
 
 Resuming: ``last.pt`` holds everything the next step depends on (weights,
 optimiser, schedule, step, RNG states, history), so a run interrupted by
-SIGTERM/SIGINT and restarted ends with the same metrics as one never stopped.
+SIGTERM/SIGINT/SIGUSR1 and restarted ends with the same metrics as one never stopped.
+Writing a new ``last.pt`` keeps the one before as ``last.prev.pt``, each with a sha256
+beside it; an unreadable latest checkpoint (truncated, corrupt) falls back to the previous.
+
+Data parallel (``torchrun``, repro/distributed.py): every rank walks the same global
+permutation and takes its equal slice of each global batch of ``train.batch_size``;
+DistributedDataParallel averages the gradients, so a step is the step of one process on
+the whole batch (up to floating-point reduction order). Evaluation batches are dealt out
+to the ranks and gathered back in order; rank 0 writes checkpoints and decides the
+time-based stops, which every rank then obeys at the same step.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import os
+import sys
 import random
 import signal
 import threading
@@ -26,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from .distributed import DistContext, agree_max, barrier, gather_1d, gather_objects, mean_, sum_
 from .records import write_atomic
 from .schedule import LRController
 from .tasks.base import Split, TaskData
@@ -38,11 +50,24 @@ class NonFiniteLoss(RuntimeError):
 
 
 class RunInterrupted(RuntimeError):
-    """SIGTERM/SIGINT arrived; a checkpoint was written and the run can be resumed."""
+    """SIGTERM/SIGINT/SIGUSR1 arrived; a checkpoint was written and the run can be resumed."""
 
-    def __init__(self, signum: int, step: int, checkpoint: Path):
+    def __init__(self, signum: int, step: int, checkpoint: Path, previous_handler=None):
         self.signum = signum
+        self.previous_handler = previous_handler
         super().__init__(f"stopped by {signal.Signals(signum).name} at step {step}; checkpoint {checkpoint}; rerun the same command to resume")
+
+    def pass_on(self) -> None:
+        """Call the Python handler the signal had before training took it (e.g. a cluster
+        launcher's requeue-on-SIGUSR1), now that the checkpoint is safe; default handlers are
+        left alone (the caller exits with 128 + signum)."""
+        handler = self.previous_handler
+        if callable(handler) and handler is not signal.default_int_handler:
+            handler(self.signum, None)
+
+
+class CorruptCheckpoint(RuntimeError):
+    """A checkpoint file fails its checksum or cannot be loaded."""
 
 
 @dataclass
@@ -148,16 +173,78 @@ def make_optimizer(model: torch.nn.Module, s: TrainSettings, device: torch.devic
     return torch.optim.AdamW(groups, lr=s.lr, betas=s.betas, eps=s.eps, fused=device.type == "cuda")
 
 
-def save_checkpoint(path: Path, state: dict) -> None:
+def checksum_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def previous_path(path: Path) -> Path:
+    """``last.pt`` -> ``last.prev.pt``: the checkpoint before the latest."""
+    return path.with_name(f"{path.stem}.prev{path.suffix}")
+
+
+def save_checkpoint(path: Path, state: dict, keep_previous: bool = False) -> None:
+    """Write ``state`` atomically, then its sha256 beside it (``<name>.sha256``).
+
+    ``keep_previous``: first move the current file (and its sha256) to ``previous_path``,
+    the fallback when the new one turns out unreadable.
+    """
     import io
 
     buffer = io.BytesIO()
     torch.save(state, buffer)
-    write_atomic(path, buffer.getvalue())
+    data = buffer.getvalue()
+    if keep_previous and path.exists():
+        previous = previous_path(path)
+        checksum_path(previous).unlink(missing_ok=True)
+        os.replace(path, previous)
+        if checksum_path(path).exists():
+            os.replace(checksum_path(path), checksum_path(previous))
+    write_atomic(path, data)
+    write_atomic(checksum_path(path), hashlib.sha256(data).hexdigest() + "\n")
+
+
+def load_checkpoint(path: Path, device: torch.device) -> dict:
+    """Load a checkpoint, checking its sha256 when one was written; CorruptCheckpoint names the file."""
+    path = Path(path)
+    data = path.read_bytes()
+    digest_file = checksum_path(path)
+    if digest_file.exists():
+        expected = digest_file.read_text().strip()
+        if hashlib.sha256(data).hexdigest() != expected:
+            raise CorruptCheckpoint(f"{path}: sha256 differs from {digest_file.name} (corrupt or truncated, {len(data)} bytes)")
+    import io
+
+    try:
+        return torch.load(io.BytesIO(data), map_location=device, weights_only=False)
+    except Exception as err:  # truncated zip, unpickling errors: all mean the file is unusable
+        raise CorruptCheckpoint(f"{path}: cannot be loaded ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from err
+
+
+def load_resume_checkpoint(last_path: Path, device: torch.device) -> tuple[dict | None, Path | None]:
+    """The newest readable of ``last.pt`` and ``last.prev.pt``, warning (on stderr) about each unreadable one."""
+    candidates = [p for p in (last_path, previous_path(last_path)) if p.exists()]
+    for i, path in enumerate(candidates):
+        try:
+            return load_checkpoint(path, device), path
+        except CorruptCheckpoint as err:
+            then = f"falling back to {candidates[i + 1]}" if i + 1 < len(candidates) else "no earlier checkpoint is readable"
+            print(f"warning: checkpoint {err}; {then}", file=sys.stderr, flush=True)
+    if candidates:
+        print(f"warning: no readable checkpoint among {', '.join(p.name for p in candidates)} in {last_path.parent}; "
+              f"starting this run from step 0", file=sys.stderr, flush=True)
+    return None, None
+
+
+def remove_checkpoint(path: Path) -> None:
+    for p in (path, checksum_path(path)):
+        p.unlink(missing_ok=True)
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)  # SIGUSR1: Slurm's warning before preemption/time limit
 
 
 class _SignalFlag:
-    """Turns SIGTERM/SIGINT into a flag the loop checks between steps."""
+    """Turns SIGTERM/SIGINT/SIGUSR1 into a flag the loop checks between steps."""
 
     def __init__(self):
         self.signum: int | None = None
@@ -165,9 +252,13 @@ class _SignalFlag:
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in STOP_SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
+
+    def previous(self, signum: int):
+        """The handler ``signum`` had before (None outside the main thread)."""
+        return self._previous.get(signum)
 
     def _handle(self, signum, frame):
         self.signum = signum
@@ -181,14 +272,21 @@ class _SignalFlag:
 
 
 @torch.no_grad()
-def evaluate(model, split: dict, batch_size: int, autocast_dtype, prepare=None) -> dict:
-    """Loss, accuracy and predictions of ``model`` on a split held as tensors."""
+def evaluate(model, split: dict, batch_size: int, autocast_dtype, prepare=None, dist: DistContext | None = None) -> dict:
+    """Loss, accuracy and predictions of ``model`` on a split held as tensors.
+
+    With several ranks (``dist``), batch ``b`` is scored by rank ``b % world`` and the
+    predictions are gathered back in order, so every rank returns what one process would
+    (each batch holds the same examples as in a one-process run).
+    """
+    ctx = dist or DistContext()
     model.eval()
     x, y = split["x"], split["y"]
     device = x.device
     total_loss = torch.zeros((), device=device, dtype=torch.float64)
     predictions = []
-    for start in range(0, len(y), batch_size):
+    starts = range(0, len(y), batch_size)
+    for start in starts[ctx.rank :: ctx.world]:
         inputs = x[start : start + batch_size].to(device, non_blocking=True)
         inputs = prepare(inputs) if prepare else inputs.long()
         labels = y[start : start + batch_size].to(device)
@@ -197,6 +295,9 @@ def evaluate(model, split: dict, batch_size: int, autocast_dtype, prepare=None) 
         total_loss += F.cross_entropy(logits.float(), labels, reduction="sum").double()
         predictions.append(logits.argmax(-1))
     model.train()
+    if ctx.active:
+        predictions = _gather_batches(ctx, predictions, starts, len(y), batch_size, device)
+        sum_(ctx, total_loss)
     predictions = torch.cat(predictions).cpu()
     labels = y.cpu()
     return {
@@ -205,6 +306,46 @@ def evaluate(model, split: dict, batch_size: int, autocast_dtype, prepare=None) 
         "predictions": predictions.numpy(),
         "labels": labels.numpy(),
     }
+
+
+def _gather_batches(ctx: DistContext, mine: list, starts: range, n: int, batch_size: int, device) -> list:
+    """Per-batch predictions of every rank (rank r scored batches r, r + world, ...), in batch order."""
+    sizes = [min(batch_size, n - start) for start in starts]
+    lengths = [sum(sizes[r :: ctx.world]) for r in range(ctx.world)]
+    local = torch.cat(mine) if mine else torch.zeros(0, dtype=torch.long, device=device)
+    parts = gather_1d(ctx, local, lengths)
+    offsets = [0] * ctx.world
+    ordered = []
+    for b, size in enumerate(sizes):
+        r = b % ctx.world
+        ordered.append(parts[r][offsets[r] : offsets[r] + size])
+        offsets[r] += size
+    return ordered
+
+
+class _TechniqueLoss(torch.nn.Module):
+    """A technique's replacement loss as a module's forward, so DistributedDataParallel sees the pass."""
+
+    def __init__(self, model: torch.nn.Module, augment):
+        super().__init__()
+        self.model = model
+        self.augment = augment
+
+    def forward(self, inputs, labels, draws):
+        return self.augment.loss(self.model, inputs, labels, draws)
+
+
+def debug_signals(stop: "_SignalFlag", sigterm_at_step: int | None, pause_at_step: int | None, step: int, loud: bool) -> None:
+    """Test hooks: send this process SIGTERM after ``sigterm_at_step``; after ``pause_at_step``,
+    wait up to two minutes for a signal from outside (so a test can send one at a known step)."""
+    if sigterm_at_step is not None and step == sigterm_at_step:
+        os.kill(os.getpid(), signal.SIGTERM)
+    if pause_at_step is not None and step == pause_at_step:
+        if loud:
+            print(f"paused after step {step} (debug.pause_at_step): waiting for a signal", flush=True)
+        deadline = time.monotonic() + 120
+        while stop.signum is None and time.monotonic() < deadline:
+            time.sleep(0.02)
 
 
 # ---------------------------------------------------------------- the loop
@@ -221,6 +362,8 @@ def train(
     sigterm_at_step: int | None = None,
     progress: bool = True,
     augment=None,
+    pause_at_step: int | None = None,
+    dist: DistContext | None = None,
 ) -> dict:
     """Train, keep the best-validation weights, score the test set with them.
 
@@ -229,10 +372,20 @@ def train(
     replace the loss (the multitask MLM); its randomness is seeded by (seed, step), so
     resuming draws what an uninterrupted run draws. Evaluation never sees it.
 
-    Returns a dict of metrics, the history rows and the test predictions; the
-    caller writes the record. Raises NonFiniteLoss or RunInterrupted.
+    ``dist`` (repro.distributed.setup): this process's rank in a data-parallel run; None
+    or world 1 trains in this process alone. ``pause_at_step`` (tests): after that step,
+    wait (up to two minutes) for a stop signal sent from outside.
+
+    Returns a dict of metrics, the history rows and the test predictions (on every rank;
+    only rank 0 should write them); the caller writes the record. Raises NonFiniteLoss or
+    RunInterrupted.
     """
     s = settings
+    ctx = dist or DistContext(device=device)
+    if ctx.active and s.batch_size % ctx.world:
+        raise ValueError(f"train.batch_size={s.batch_size} is not divisible by the {ctx.world} processes: each takes an equal "
+                         f"slice of the global batch; set +train.batch_size to a multiple of {ctx.world} or change --nproc_per_node")
+    rank_rows = slice(ctx.rank * (s.batch_size // ctx.world), (ctx.rank + 1) * (s.batch_size // ctx.world))
     run_dir = Path(run_dir)
     ckpt_dir = run_dir / "checkpoints"
     last_path, best_path = ckpt_dir / "last.pt", ckpt_dir / "best.pt"
@@ -267,24 +420,45 @@ def train(
         "epoch_loss_sum": 0.0, "epoch_loss_count": 0,
         "best_val_acc": -1.0, "best_val_step": -1, "history": [], "last_eval_step": -1,
     }
-    if resume and last_path.exists():
-        ckpt = torch.load(last_path, map_location=device, weights_only=False)
+    ckpt, source = load_resume_checkpoint(last_path, device) if resume else (None, None)
+    if ckpt is not None:
         if ckpt.get("format") != CHECKPOINT_FORMAT:
-            raise RuntimeError(f"{last_path}: checkpoint format {ckpt.get('format')} is not {CHECKPOINT_FORMAT}; delete it to start over")
+            raise RuntimeError(f"{source}: checkpoint format {ckpt.get('format')} is not {CHECKPOINT_FORMAT}; delete it to start over")
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         controller.load_state_dict(ckpt["controller"])
         state = ckpt["state"]
-        set_rng_state(ckpt["rng"])
-        print(f"resuming {run_dir} from step {state['step']}")
-    elif last_path.exists():
-        last_path.unlink()
+        rank_rngs = ckpt.get("rng_ranks")
+        set_rng_state(rank_rngs[ctx.rank] if ctx.active and rank_rngs and len(rank_rngs) == ctx.world else ckpt["rng"])
+        if ctx.is_main:
+            print(f"resuming {run_dir} from step {state['step']}" + ("" if source == last_path else f" (from {source.name})"))
+    else:
+        if not resume and ctx.is_main:
+            remove_checkpoint(last_path)
+            remove_checkpoint(previous_path(last_path))
+        if ctx.rank > 0:  # every rank built the same model; each draws its own dropout from here on
+            seed_everything(seed + 1_000_003 * ctx.rank)
+    del ckpt
+
+    step_model = model  # what the training step calls: the model, or its DDP wrapper
+    if ctx.active:
+        from torch.nn.parallel import DistributedDataParallel
+
+        core = _TechniqueLoss(model, augment) if augment is not None and augment.has_loss else model
+        step_model = DistributedDataParallel(core, device_ids=[device.index] if device.type == "cuda" else None)
 
     def checkpoint():
-        save_checkpoint(last_path, {
+        """All ranks call it (their RNG states are gathered); rank 0 writes ``last.pt``, keeping the one before."""
+        rngs = gather_objects(ctx, rng_state()) if ctx.active else None
+        if not ctx.is_main:
+            return
+        payload = {
             "format": CHECKPOINT_FORMAT, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "controller": controller.state_dict(), "state": state, "rng": rng_state(),
-        })
+            "controller": controller.state_dict(), "state": state, "rng": rngs[0] if rngs else rng_state(),
+        }
+        if rngs:
+            payload["rng_ranks"] = rngs
+        save_checkpoint(last_path, payload, keep_previous=True)
 
     loss_buffer: list[torch.Tensor] = []
     buffer_first_step = state["step"]
@@ -294,7 +468,7 @@ def train(
         nonlocal buffer_first_step
         if not loss_buffer:
             return
-        values = torch.stack(loss_buffer).float().cpu()
+        values = mean_(ctx, torch.stack(loss_buffer).float()).cpu()  # per-rank means -> global-batch means
         bad = (~torch.isfinite(values)).nonzero()
         if len(bad):
             step = buffer_first_step + int(bad[0]) + 1
@@ -310,13 +484,14 @@ def train(
 
     def run_validation():
         flush_losses()
-        result = evaluate(model, splits["val"], eval_bs, autocast_dtype, task.prepare)
+        result = evaluate(model, splits["val"], eval_bs, autocast_dtype, task.prepare, dist=ctx)
         state["history"].append({"step": state["step"], "epoch": state["step"] / steps_per_epoch,
                                  "val_loss": result["loss"], "val_acc": result["acc"], "elapsed_s": round(state["elapsed_s"], 3)})
         state["last_eval_step"] = state["step"]
         if result["acc"] > state["best_val_acc"]:
             state["best_val_acc"], state["best_val_step"] = result["acc"], state["step"]
-            save_checkpoint(best_path, {"format": CHECKPOINT_FORMAT, "model": model.state_dict(), "step": state["step"]})
+            if ctx.is_main:
+                save_checkpoint(best_path, {"format": CHECKPOINT_FORMAT, "model": model.state_dict(), "step": state["step"]})
         return result
 
     model.train()
@@ -324,11 +499,14 @@ def train(
     segment_start = time.monotonic()
     last_eval_time = last_ckpt_time = time.monotonic()
     perm_epoch, perm = -1, None
-    bar = tqdm(total=total_steps, initial=state["step"], desc=f"train {task.name}", unit="step", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(total=total_steps, initial=state["step"], desc=f"train {task.name}", unit="step",
+               disable=not progress or not ctx.is_main, dynamic_ncols=True)
 
     with _SignalFlag() as stop:
         while True:
             elapsed = state["elapsed_s"] + (time.monotonic() - segment_start)
+            if ctx.active:  # rank 0's clock decides the budget stop and the time-placed schedule
+                elapsed = agree_max(ctx, [elapsed if ctx.is_main else 0.0])[0]
             done = state["step"] >= total_steps or (budget_s is not None and elapsed >= budget_s)
             if done:
                 break
@@ -336,11 +514,17 @@ def train(
             if epoch != perm_epoch:
                 perm_epoch, perm = epoch, epoch_permutation(seed, epoch, n_train).to(data_device)
             idx = perm[index_in_epoch * s.batch_size : (index_in_epoch + 1) * s.batch_size]
+            if ctx.active and augment is None:
+                idx = idx[rank_rows]  # this rank's slice of the global batch
             inputs = splits["train"]["x"][idx].to(device, non_blocking=True)
             labels = splits["train"]["y"][idx].to(device, non_blocking=True)
             draws = augment.draws(seed, state["step"]) if augment is not None else None
             if augment is not None:
                 inputs = augment.transform(inputs, draws)
+                if ctx.active:  # transformed as one process would transform the whole batch, then sliced
+                    inputs, labels = inputs[rank_rows], labels[rank_rows]
+                    if ctx.rank > 0:  # the objective's own draws (MLM masks) differ between ranks
+                        draws = augment.draws(seed + 1_000_003 * ctx.rank, state["step"])
             inputs = task.prepare(inputs) if task.prepare else inputs.long()
 
             progress_frac = max(state["step"] / total_steps, elapsed / budget_s if budget_s else 0.0)
@@ -349,10 +533,12 @@ def train(
                 group["lr"] = lr * group.get("lr_scale", 1.0)
             technique_loss = augment is not None and augment.has_loss
             with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-                if technique_loss:
+                if technique_loss and ctx.active:
+                    loss = step_model(inputs, labels, draws)  # through DDP, so its gradients are averaged
+                elif technique_loss:
                     loss = augment.loss(model, inputs, labels, draws)  # task loss + auxiliary loss
                 else:
-                    logits = model(inputs)
+                    logits = step_model(inputs)
             if not technique_loss:
                 loss = F.cross_entropy(logits.float(), labels)
             optimizer.zero_grad(set_to_none=True)
@@ -362,7 +548,7 @@ def train(
             optimizer.step()
             loss_buffer.append(loss.detach())
             state["step"] += 1
-            state["examples"] += len(labels)
+            state["examples"] += len(labels) * ctx.world  # every rank trained on an equal slice
             bar.update(1)
 
             now = time.monotonic()
@@ -376,28 +562,37 @@ def train(
             if epoch_end and state["epoch_loss_count"]:
                 controller.end_epoch(state["epoch_loss_sum"] / state["epoch_loss_count"])
                 state["epoch_loss_sum"], state["epoch_loss_count"] = 0.0, 0
+            time_eval = bool(s.eval_every_seconds and now - last_eval_time >= s.eval_every_seconds)
+            if ctx.active:
+                # One agreement per step: rank 0's clock for evaluation and checkpoints, any rank's signal.
+                debug_signals(stop, sigterm_at_step, pause_at_step, state["step"], ctx.is_main)
+                time_ckpt = bool(s.checkpoint_every_seconds and time.monotonic() - last_ckpt_time >= s.checkpoint_every_seconds)
+                agreed = agree_max(ctx, [float(time_eval and ctx.is_main), float(time_ckpt and ctx.is_main), float(stop.signum or 0)])
+                time_eval, time_ckpt, signum = bool(agreed[0]), bool(agreed[1]), int(agreed[2]) or None
             want_eval = (
                 epoch_end
                 or (s.eval_every_steps and state["step"] % s.eval_every_steps == 0)
-                or (s.eval_every_seconds and now - last_eval_time >= s.eval_every_seconds)
+                or time_eval
             )
             if want_eval:
                 run_validation()
                 last_eval_time = time.monotonic()
-            if sigterm_at_step is not None and state["step"] == sigterm_at_step:
-                os.kill(os.getpid(), signal.SIGTERM)
+            if not ctx.active:
+                debug_signals(stop, sigterm_at_step, pause_at_step, state["step"], True)
+                time_ckpt = bool(s.checkpoint_every_seconds and time.monotonic() - last_ckpt_time >= s.checkpoint_every_seconds)
+                signum = stop.signum
             want_ckpt = (
-                stop.signum is not None
+                signum is not None
                 or (s.checkpoint_every_steps and state["step"] % s.checkpoint_every_steps == 0)
-                or (s.checkpoint_every_seconds and time.monotonic() - last_ckpt_time >= s.checkpoint_every_seconds)
+                or time_ckpt
             )
             if want_ckpt:
                 flush_losses()
                 checkpoint()
                 last_ckpt_time = time.monotonic()
-            if stop.signum is not None:
+            if signum is not None:
                 bar.close()
-                raise RunInterrupted(stop.signum, state["step"], last_path)
+                raise RunInterrupted(signum, state["step"], last_path, stop.previous(signum))
             # Time spent validating and checkpointing counts toward the budget, not toward throughput.
             now = time.monotonic()
             state["elapsed_s"] += now - segment_start
@@ -409,9 +604,13 @@ def train(
     flush_losses()
     checkpoint()
 
-    best = torch.load(best_path, map_location=device, weights_only=False)
+    barrier(ctx)  # rank 0 has written best.pt
+    best = load_checkpoint(best_path, device)
+    if best["step"] != state["best_val_step"]:
+        raise RuntimeError(f"{best_path} holds step {best['step']} but the run's best validation was at step "
+                           f"{state['best_val_step']}; delete {ckpt_dir} and rerun (force=true)")
     model.load_state_dict(best["model"])
-    test = evaluate(model, splits["test"], eval_bs, autocast_dtype, task.prepare)
+    test = evaluate(model, splits["test"], eval_bs, autocast_dtype, task.prepare, dist=ctx)
     wall = time.monotonic() - wall_start
     metrics = {
         "best_val_acc": state["best_val_acc"],
@@ -433,5 +632,8 @@ def train(
         "autocast": str(autocast_dtype).replace("torch.", "") if autocast_dtype else "none",
         "train_settings": asdict(s),
     }
+    if ctx.active:
+        metrics["data_parallel"] = {"processes": ctx.world, "per_process_batch": s.batch_size // ctx.world,
+                                    "backend": "nccl" if device.type == "cuda" else "gloo"}
     predictions = [{"index": i, "prediction": int(p), "label": int(l)} for i, (p, l) in enumerate(zip(test["predictions"], test["labels"]))]
     return {"metrics": metrics, "history": state["history"], "predictions": predictions}
