@@ -67,6 +67,11 @@ def setup(device: torch.device) -> DistContext:
         return _CONTEXT
     world = world_from_env()
     if world <= 1:
+        tasks = os.environ.get("SLURM_STEP_NUM_TASKS", "1")
+        if "WORLD_SIZE" not in os.environ and tasks.isdigit() and int(tasks) > 1:
+            raise RuntimeError(f"this Slurm step runs {tasks} tasks but no torchrun environment (WORLD_SIZE): each task would "
+                               f"train and write the same run; use one task per run (hydra.launcher.tasks_per_node=1) or "
+                               f"start torchrun --nproc_per_node=N inside a one-task step")
         _CONTEXT = DistContext(device=device)
         return _CONTEXT
     missing = [key for key in ENV_KEYS + ("MASTER_ADDR", "MASTER_PORT") if key not in os.environ]

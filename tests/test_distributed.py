@@ -186,3 +186,27 @@ def test_an_interrupted_run_hands_the_signal_to_a_launcher_handler():
     assert calls == [signal.SIGUSR1]
     RunInterrupted(signal.SIGINT, 5, Path("last.pt"), signal.default_int_handler).pass_on()  # no KeyboardInterrupt
     RunInterrupted(signal.SIGTERM, 5, Path("last.pt"), signal.SIG_DFL).pass_on()
+
+
+def test_several_slurm_tasks_without_torchrun_are_refused(monkeypatch):
+    """Two copies of one run in one Slurm step would race on the same record: refuse, saying what to do."""
+    from repro import distributed
+
+    monkeypatch.setattr(distributed, "_CONTEXT", None)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "4")
+    with pytest.raises(RuntimeError, match=r"runs 4 tasks but no torchrun environment .*tasks_per_node=1"):
+        distributed.setup(torch.device("cpu"))
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "1")
+    assert distributed.setup(torch.device("cpu")) == DistContext(device=torch.device("cpu"))
+
+
+def test_a_sweep_member_without_data_is_reported_after_the_others_ran(tmp_path, shared_cache):
+    out = tmp_path / "sweep"
+    done = run_cli("-m", "arm=locality_k5", "task=listops", "task.source=official,generated", "profile=smoke",
+                   "+train.max_steps=4", *common(out, shared_cache))
+    assert done.returncode != 0
+    assert "[locality_k5/listops] skipped: data missing" in done.stdout
+    assert "sweep member arm=locality_k5 task=listops task.source=official profile=smoke" in done.stderr
+    assert "ended with status 3" in done.stderr
+    assert read_json(folder(out) / "metrics.json")["steps"] == 4  # the member after the failed one still ran
