@@ -166,6 +166,13 @@ def segment_attention(
     return out
 
 
+def open_fully_masked(key_mask: Tensor) -> Tensor:
+    """``key_mask`` [..., K] with every all-False row set all-True: a query with no real key
+    (a fully padded sample, or a window of padding) then attends to everything instead of
+    giving NaN; the mixer zeroes those queries' outputs."""
+    return key_mask | ~key_mask.any(dim=-1, keepdim=True)
+
+
 def sdpa_key_mask(mask: Tensor) -> Optional[Tensor]:
     """The key mask for ``scaled_dot_product_attention``: ``None`` when every key is real.
 
@@ -177,8 +184,7 @@ def sdpa_key_mask(mask: Tensor) -> Optional[Tensor]:
     """
     if bool(mask.all()):
         return None
-    keys = mask | ~mask.any(dim=-1, keepdim=True)
-    return keys[:, None, None, :]
+    return open_fully_masked(mask)[:, None, None, :]
 
 
 # --------------------------------------------------------------------------- modules

@@ -31,6 +31,7 @@ from ._common import (
     gather_block_mask,
     gather_blocks,
     n_blocks,
+    open_fully_masked,
     pad_dim,
 )
 
@@ -118,7 +119,7 @@ def _blocks_sdpa(q: Tensor, k: Tensor, v: Tensor, key_ok: Tensor, dropout_p: flo
     """
     B, H, NB, S, Dh = q.shape
     W = k.shape[3]
-    key_ok = key_ok | ~key_ok.any(dim=-1, keepdim=True)
+    key_ok = open_fully_masked(key_ok)
     mask = None if bool(key_ok.all()) else key_ok[:, None, :, None, :].expand(B, H, NB, 1, W).reshape(B, H * NB, 1, W)
     out = F.scaled_dot_product_attention(q.reshape(B, H * NB, S, Dh), k.reshape(B, H * NB, W, Dh),
                                          v.reshape(B, H * NB, W, Dh), attn_mask=mask, dropout_p=dropout_p)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import ATTENTION
-from ._common import AttentionMixer, dense_attention, sdpa_key_mask
+from ._common import AttentionMixer, dense_attention, open_fully_masked, sdpa_key_mask
 
 BACKENDS = ("sdpa", "materialized")
 
@@ -51,8 +51,7 @@ class VanillaAttention(AttentionMixer):
         p = self.dropout if self.training else 0.0
         if self.backend == "sdpa":  # no padding in the batch: no mask, so the flash kernel
             return F.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_key_mask(mask), dropout_p=p)
-        keys = mask | ~mask.any(dim=-1, keepdim=True)  # open fully padded samples
-        allowed = keys[:, None, None, :]  # [B, 1, 1, L]
+        allowed = open_fully_masked(mask)[:, None, None, :]  # [B, 1, 1, L]
         return dense_attention(q, k, v, allowed, dropout_p=p, training=self.training)
 
     def extra_repr(self) -> str:
