@@ -12,6 +12,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "experiments" / "run.py"
 
+# Smoke ListOps shortened to 50-300 tokens and 32/16/16 trees, for tests that run whole arms
+# (add "task=listops" and the profile; full-length smoke ListOps runs in test_runner/test_listops).
+SHORT_LISTOPS_OVERRIDES = ["task.max_len=300", "task.generate.min_len=50", "task.generate.max_len=300",
+                           "profile.tasks.listops.generate.n_train=32", "profile.tasks.listops.generate.n_val=16",
+                           "profile.tasks.listops.generate.n_test=16"]
+
 
 def run_cli(*overrides: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
     """``python experiments/run.py <overrides>``; returns the completed process (text output)."""

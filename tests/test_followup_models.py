@@ -13,7 +13,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from conftest import ROOT, read_json, run_cli
+from conftest import ROOT, SHORT_LISTOPS_OVERRIDES, read_json, run_cli
 
 from repro.followup.fftconv import fft_conv, two_sided
 from repro.followup.gmlp import GMLPMixer, SpatialGatingUnit
@@ -442,9 +442,7 @@ def test_smoke_profile_shrinks_the_arm(arm):
         assert run["model"]["qkv_dim"] == 16 and run["model"]["d_ff"] == 64
 
 
-SHORT_LISTOPS = ["task=listops", "task.max_len=300", "task.generate.min_len=50", "task.generate.max_len=300",
-                 "profile.tasks.listops.generate.n_train=32", "profile.tasks.listops.generate.n_val=16",
-                 "profile.tasks.listops.generate.n_test=16"]
+SHORT_LISTOPS = ["task=listops", *SHORT_LISTOPS_OVERRIDES]
 
 
 @pytest.mark.parametrize("arm", ARMS)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from conftest import ROOT, read_json, run_cli
+from conftest import ROOT, SHORT_LISTOPS_OVERRIDES, read_json, run_cli
 
 from repro.heads import TwoTowerHead
 from repro.model import ResidualSublayer, SequenceClassifier
@@ -206,9 +206,7 @@ def test_arm_trains_on_listops_and_generated_pathfinder(arm, tmp_path, shared_ca
     """
     common = [f"arm=lra_{arm}", "profile=smoke", f"output_dir={tmp_path / 'out'}", f"cache_dir={shared_cache}",
               f"data_dir={tmp_path / 'no_data'}", "progress=false", "workers=2", "+train.max_steps=4"]
-    listops = ["task=listops", "task.max_len=300", "task.generate.min_len=50", "task.generate.max_len=300",
-               "profile.tasks.listops.generate.n_train=32", "profile.tasks.listops.generate.n_val=16",
-               "profile.tasks.listops.generate.n_test=16"]
+    listops = ["task=listops", *SHORT_LISTOPS_OVERRIDES]
     for task, extra in (("listops", listops), ("pathfinder", ["task=pathfinder"])):
         cfg = composed(*common, *extra)
         assert execute(cfg) == 0, (arm, task)

@@ -134,7 +134,7 @@ import random  # noqa: E402
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from conftest import ROOT, read_json, run_cli  # noqa: E402
+from conftest import ROOT, SHORT_LISTOPS_OVERRIDES, read_json, run_cli  # noqa: E402
 from test_image import make_official as make_cifar  # noqa: E402
 from test_tasks_smoke import make_aan, make_acl_imdb  # noqa: E402
 
@@ -146,9 +146,7 @@ TABLE4_TASKS = ("listops", "image", "pathfinder", "text", "retrieval")
 # ListOps shortened to 50-300 tokens and text/retrieval cut to 256 bytes: the smoke profile's
 # widths and data otherwise, two steps (full-length ListOps runs in test_cli_* below and by hand).
 SHORT = {
-    "listops": ["task.max_len=300", "task.generate.min_len=50", "task.generate.max_len=300",
-                "profile.tasks.listops.generate.n_train=32", "profile.tasks.listops.generate.n_val=16",
-                "profile.tasks.listops.generate.n_test=16"],
+    "listops": SHORT_LISTOPS_OVERRIDES,
     "text": ["task.max_len=256"],
     "retrieval": ["task.max_len=256"],
     "image": [],

@@ -4,12 +4,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import ROOT, read_json
+from conftest import ROOT, SHORT_LISTOPS_OVERRIDES, read_json
 
 GRID = ROOT / "experiments" / "run_grid.py"
-SHORT = ["profile=smoke", "task.max_len=300", "task.generate.min_len=50", "task.generate.max_len=300",
-         "profile.tasks.listops.generate.n_train=32", "profile.tasks.listops.generate.n_val=16",
-         "profile.tasks.listops.generate.n_test=16", "+train.max_steps=2"]
+SHORT = ["profile=smoke", *SHORT_LISTOPS_OVERRIDES, "+train.max_steps=2"]
 
 
 def _grid(tmp_path, minutes_per_run=0.0):
