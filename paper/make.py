@@ -55,18 +55,13 @@ from render import MISSING, Table, fmt_ci, fmt_number, fmt_p, fmt_seeds  # noqa:
 
 from repro import stats  # noqa: E402
 from repro.bundle import BundleError, ROOTS_DIR, listops_roots_key, load_manifest, manifest_hash, read_config, require_intact  # noqa: E402
-from repro.reference import published  # noqa: E402
+from repro.reference import LRA_MODEL_ARMS, published  # noqa: E402
 
 PROFILE_ORDER = ("paper", "budget", "smoke")
 TASK_NAMES = {"listops": "ListOps", "text": "Text", "retrieval": "Retrieval", "image": "Image",
               "pathfinder": "Pathfinder", "pathx": "Path-X"}
 # LRA Table 1/2 model (published CSV row) -> our arm (experiments/conf/arm/lra_*.yaml)
-LRA_ARMS = {
-    "transformer": "lra_transformer", "local_attention": "lra_local", "sparse_transformer": "lra_sparse",
-    "longformer": "lra_longformer", "linformer": "lra_linformer", "reformer": "lra_reformer",
-    "sinkhorn": "lra_sinkhorn", "synthesizer": "lra_synthesizer", "bigbird": "lra_bigbird",
-    "linear_transformer": "lra_linear", "performer": "lra_performer",
-}
+LRA_ARMS = LRA_MODEL_ARMS
 LRA_NAMES = {"bigbird": "BigBird", "linear_transformer": "Linear Transformer", "local_attention": "Local Attention",
              "sparse_transformer": "Sparse Transformer"}
 LRA_TABLE1_TASKS = [("listops", "listops"), ("text", "text"), ("retrieval", "retrieval"), ("image", "image"),

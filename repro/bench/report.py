@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 
 from ..records import write_atomic, write_csv
-from ..reference import published
+from ..reference import LRA_MODEL_ARMS, published
 
 REFERENCE_MODEL = "lra_transformer"  # relative speed and memory are to this row (SDPA backend)
 ROW_FIELDS = [
@@ -30,20 +30,9 @@ ROW_FIELDS = [
     "peak_mem_gb", "peak_mem_bytes", "peak_mem_reason", "flops_per_step", "flops_source", "tflops", "roofline_fraction",
     "conv_layer_tflops", "parameters", "note",
 ]
-# Our row name -> the model's name in lra_table2_efficiency.csv (Sparse Transformer and
-# Longformer were not timed in the paper: implemented with masks).
-PUBLISHED_NAMES = {
-    "lra_transformer": "transformer",
-    "lra_transformer_materialized": "transformer",
-    "lra_local": "local_attention",
-    "lra_linformer": "linformer",
-    "lra_reformer": "reformer",
-    "lra_sinkhorn": "sinkhorn",
-    "lra_synthesizer": "synthesizer",
-    "lra_bigbird": "bigbird",
-    "lra_linear": "linear_transformer",
-    "lra_performer": "performer",
-}
+# Our row name -> the model's name in the LRA tables (repro.reference.LRA_MODEL_ARMS); Sparse Transformer and
+# Longformer have no Table 2 row (not timed in the paper: implemented with masks), so no TPU cells.
+PUBLISHED_NAMES = {**{arm: model for model, arm in LRA_MODEL_ARMS.items()}, "lra_transformer_materialized": "transformer"}
 MODE_TITLES = {
     "train": "Training steps per second (forward, backward, AdamW step)",
     "infer": "Inference steps per second (forward pass, no gradients)",
