@@ -11,6 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "experiments" / "run.py"
+CONF = ROOT / "experiments" / "conf"
 
 # Smoke ListOps shortened to 50-300 tokens and 32/16/16 trees, for tests that run whole arms
 # (add "task=listops" and the profile; full-length smoke ListOps runs in test_runner/test_listops).
@@ -34,3 +35,11 @@ def read_json(path: Path) -> dict:
 def shared_cache(tmp_path_factory) -> Path:
     """One data cache for every CLI test of the session (generated ListOps is reused)."""
     return tmp_path_factory.mktemp("cache")
+
+
+def composed(*overrides: str):
+    """The run configuration experiments/run.py would get for ``overrides`` (Hydra's compose API)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))

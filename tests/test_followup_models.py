@@ -11,9 +11,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
-from conftest import ROOT, SHORT_LISTOPS_OVERRIDES, read_json, run_cli
+from conftest import SHORT_LISTOPS_OVERRIDES, composed, read_json, run_cli
 
 from repro.followup.fftconv import fft_conv, two_sided
 from repro.followup.gmlp import GMLPMixer, SpatialGatingUnit
@@ -23,14 +22,10 @@ from repro.followup.s5 import S5Mixer, S5SSM, block_hippo_n, hippo_legs, hippo_n
 from repro.model import ResidualSublayer, SequenceClassifier
 from repro.runner import arm_tasks, execute, resolve
 
-CONF = ROOT / "experiments" / "conf"
 ARMS = ("gmlp", "s4", "s5", "mega")
 TASKS = {"listops", "text", "retrieval", "image", "pathfinder", "pathx"}
 
 
-def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
 
 
 # ------------------------------------------------------------------ the FFT long convolution

@@ -5,9 +5,8 @@ import math
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
-from conftest import ROOT, SHORT_LISTOPS_OVERRIDES, read_json, run_cli
+from conftest import SHORT_LISTOPS_OVERRIDES, composed, read_json, run_cli
 
 from repro.heads import TwoTowerHead
 from repro.model import ResidualSublayer, SequenceClassifier
@@ -16,7 +15,6 @@ from repro.original.encoder import FeedForward, build_lra_layers
 from repro.runner import arm_tasks, execute, resolve
 from repro.schedule import LRController
 
-CONF = ROOT / "experiments" / "conf"
 ARMS = ("transformer", "local", "sparse", "longformer", "linformer", "reformer", "sinkhorn", "synthesizer",
         "bigbird", "linear", "performer")
 TASKS = {"listops", "text", "retrieval", "image", "pathfinder", "pathx"}
@@ -25,9 +23,6 @@ MECHANISMS = {"transformer": "vanilla", "local": "local", "sparse": "sparse", "l
               "bigbird": "bigbird", "linear": "linear", "performer": "performer"}
 
 
-def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
 
 
 def small_cfg(attention: str, **extra) -> dict:

@@ -132,15 +132,13 @@ def test_head_width_must_allow_a_rotary_table():
 
 import random  # noqa: E402
 
-from hydra import compose, initialize_config_dir  # noqa: E402
 
-from conftest import ROOT, SHORT_LISTOPS_OVERRIDES, read_json, run_cli  # noqa: E402
+from conftest import SHORT_LISTOPS_OVERRIDES, composed, read_json, run_cli  # noqa: E402
 from test_image import make_official as make_cifar  # noqa: E402
 from test_tasks_smoke import make_aan, make_acl_imdb  # noqa: E402
 
 from repro.runner import execute, resolve  # noqa: E402
 
-CONF = ROOT / "experiments" / "conf"
 TABLE4_ARMS = ("rotary_transformer", "rotary_transformer_notech", "learned_pe", "sinusoidal_pe")
 TABLE4_TASKS = ("listops", "image", "pathfinder", "text", "retrieval")
 # ListOps shortened to 50-300 tokens and text/retrieval cut to 256 bytes: the smoke profile's
@@ -154,9 +152,6 @@ SHORT = {
 }
 
 
-def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
 
 
 def test_arms_resolve_to_table_5():

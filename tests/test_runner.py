@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from conftest import read_json, run_cli
+from conftest import composed, read_json, run_cli
 
 from repro.records import METRIC_FIELDS
 
@@ -139,19 +139,12 @@ def test_git_commit_prefers_the_environment_variable(monkeypatch):
     assert records.git_commit() != "abc1234"
 
 
-def _compose_run(*overrides: str):
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "experiments" / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
-
-
 def test_every_arm_declares_the_techniques_its_defaults_pick():
     """An arm's ``techniques_default`` key equals what its defaults list selects (none when absent)."""
     arms = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "experiments" / "conf" / "arm").glob("*.yaml"))
     assert len(arms) >= 25
     for arm in arms:
-        cfg = _compose_run(f"arm={arm}", "task=listops", "profile=smoke")
+        cfg = composed(f"arm={arm}", "task=listops", "profile=smoke")
         assert cfg.techniques.name == cfg.arm.get("techniques_default", "none"), arm
 
 
@@ -159,7 +152,7 @@ def test_a_run_with_other_techniques_gets_its_own_record_folder():
     from repro.runner import resolve, run_dir_for
 
     def folder(*overrides):
-        cfg = _compose_run(*overrides, "task=listops", "profile=smoke")
+        cfg = composed(*overrides, "task=listops", "profile=smoke")
         return run_dir_for(cfg, resolve(cfg)).parts[-4]
 
     assert folder("arm=locality_k5") == "locality_k5"

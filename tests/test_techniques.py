@@ -9,16 +9,15 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from hydra import compose, initialize_config_dir
 
-from conftest import ROOT
+from conftest import composed
 from test_listops import independent_eval
 
 from repro.followup.techniques import StepDraws, build_train_augment
 from repro.followup.techniques.cifar_autoaugment import CifarAutoAugment
 from repro.followup.techniques.dihedral import DihedralAugment, d4_transform
 from repro.followup.techniques.listops_permute import permute_operands
-from repro.followup.techniques.mlm import MaskedTokenObjective, corrupt_tokens
+from repro.followup.techniques.mlm import corrupt_tokens
 from repro.model import SequenceClassifier
 from repro.runner import resolve
 from repro.tasks import listops_trees as trees
@@ -26,12 +25,8 @@ from repro.tasks.base import Split, TaskData
 from repro.tasks.listops import VOCAB, encode
 from repro.tasks.pathfinder import build as build_pathfinder
 
-CONF = ROOT / "experiments" / "conf"
 
 
-def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
 
 
 # ------------------------------------------------------------------ ListOps operand permutation
