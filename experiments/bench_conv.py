@@ -22,10 +22,10 @@ from repro.bench.timing import matmul_peak_tflops, time_ms  # noqa: E402
 from repro.followup.conv import CONV_IMPLS, conv1d_same  # noqa: E402
 
 
-def bench_shape(batch: int, c_in: int, c_out: int, kernel: int, length: int, groups: int) -> list[dict]:
+def bench_shape(batch: int, c_in: int, c_out: int, kernel: int, length: int, groups: int, impls=CONV_IMPLS) -> list[dict]:
     rows = []
     macs = batch * length * c_out * (c_in // groups) * kernel
-    for impl in CONV_IMPLS:
+    for impl in impls:
         x = torch.randn(batch, c_in, length, device="cuda", requires_grad=True)
         w = (torch.randn(c_out, c_in // groups, kernel, device="cuda") / (c_in * kernel) ** 0.5).requires_grad_()
         bias = torch.zeros(c_out, device="cuda", requires_grad=True)
@@ -52,6 +52,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("bench_conv.json"))
     parser.add_argument("--kernels", type=int, nargs="+", default=[5, 31, 61])
+    parser.add_argument("--impls", nargs="+", default=list(CONV_IMPLS), choices=CONV_IMPLS, help="only these")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_conv needs a CUDA GPU")
@@ -63,7 +64,7 @@ def main() -> None:
     shapes += [(128, 128, 256, 61, 1024, 32)]  # Pathfinder, groups 32
     shapes += [(16, 128, 256, 61, 4096, 1)]  # text
     for shape in shapes:
-        rows += bench_shape(*shape)
+        rows += bench_shape(*shape, impls=args.impls)
     record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
               "bf16_matmul_peak_tflops": peak, "rows": rows}
     args.out.write_text(json.dumps(record, indent=2))

@@ -1,8 +1,11 @@
 """Run a grid of (arm, task, seed) cells back to back within a wall-clock deadline.
 
-``python experiments/run_grid.py GRID.yaml [--deadline-minutes M] [--dry-run] [--include-optional]
-[-- extra overrides]``: each cell is one ``python experiments/run.py arm=A task=T seed=S <common>
-<extra>`` subprocess. A cell whose record is already complete is skipped by the runner in a few
+``python experiments/run_grid.py GRID.yaml [--deadline-minutes M] [--gpus 0,1,...] [--dry-run]
+[--include-optional] [-- extra overrides]``: each cell is one ``python experiments/run.py arm=A
+task=T seed=S <common> <extra>`` subprocess. With ``--gpus``, one cell runs on each listed GPU at
+a time (``CUDA_VISIBLE_DEVICES``), the next cell going to the first GPU that frees up, and each
+cell's output goes to ``<output_dir>/grid_logs/ARM_TASK_seedS.log``; without it, cells run one
+after another in this process's output. A cell whose record is already complete is skipped by the runner in a few
 seconds, so rerunning the same command continues a grid across GPU calls (carry or copy the
 ``outputs/runs`` records along). A cell is started only if ``minutes_per_run +
 overhead_minutes`` still fit before the deadline; the cells left are listed at the end. Each
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
+import os
 import subprocess
 import sys
 import time
@@ -61,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("grid", type=Path)
     parser.add_argument("--deadline-minutes", type=float, default=None, help="stop starting cells after this")
+    parser.add_argument("--gpus", default=None, help="comma-separated GPU ids: one cell at a time on each")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     parser.add_argument("--include-optional", action="store_true", help="also the cells marked optional")
     args = parser.parse_args(argv)
@@ -74,19 +79,52 @@ def main(argv: list[str] | None = None) -> int:
     start, failed, pending = time.monotonic(), [], []
     log_path = output_dir(extra) / "grid_log.csv"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    for n, (arm, task, seed) in enumerate(cells, 1):
-        elapsed = time.monotonic() - start
-        if args.deadline_minutes is not None and elapsed + cost_s > 60.0 * args.deadline_minutes:
-            pending = cells[n - 1:]
-            break
-        print(f"[grid {n}/{len(cells)}] {arm} {task} seed {seed} at {elapsed / 60:.1f} min", flush=True)
-        began = time.monotonic()
-        status = subprocess.run(command(arm, task, seed, common, extra)).returncode
+    slots = args.gpus.split(",") if args.gpus else [None]
+    running: dict[str, tuple] = {}  # slot -> (process, cell, began, log handle)
+
+    def finish(slot: str) -> None:
+        process, (arm, task, seed), began, handle = running.pop(slot)
+        if handle is not None:
+            handle.close()
         wall = time.monotonic() - began
-        with log_path.open("a", newline="") as handle:
-            csv.writer(handle).writerow([arm, task, seed, status, f"{wall:.1f}", time.strftime("%Y-%m-%dT%H:%M:%S")])
-        if status not in (0, 3):
-            failed.append((arm, task, seed, status))
+        with log_path.open("a", newline="") as out:
+            csv.writer(out).writerow([arm, task, seed, process.returncode, f"{wall:.1f}",
+                                      time.strftime("%Y-%m-%dT%H:%M:%S"), slot if slot is not None else ""])
+        if slot is not None:
+            print(f"[grid] done on GPU {slot}: {arm} {task} seed {seed}, exit {process.returncode}, {wall / 60:.1f} min", flush=True)
+        if process.returncode not in (0, 3):
+            failed.append((arm, task, seed, process.returncode))
+
+    queue = list(enumerate(cells, 1))
+    while queue or running:
+        free = [slot for slot in slots if slot not in running]
+        if queue and free:
+            n, (arm, task, seed) = queue[0]
+            elapsed = time.monotonic() - start
+            if args.deadline_minutes is not None and elapsed + cost_s > 60.0 * args.deadline_minutes:
+                pending = [cell for _, cell in queue]
+                queue = []
+                continue
+            queue.pop(0)
+            slot = free[0]
+            where = f" on GPU {slot}" if slot is not None else ""
+            print(f"[grid {n}/{len(cells)}] {arm} {task} seed {seed}{where} at {elapsed / 60:.1f} min", flush=True)
+            env, handle = None, None
+            if slot is not None:
+                env = {**os.environ, "CUDA_VISIBLE_DEVICES": slot}
+                cell_log = output_dir(extra) / "grid_logs" / f"{arm}_{task}_seed{seed}.log"
+                cell_log.parent.mkdir(parents=True, exist_ok=True)
+                handle = cell_log.open("a")
+            process = subprocess.Popen(command(arm, task, seed, common, extra), env=env, stdout=handle,
+                                       stderr=subprocess.STDOUT if handle else None)
+            running[slot] = (process, (arm, task, seed), time.monotonic(), handle)
+            if slot is None:
+                process.wait()
+            continue
+        for slot in [s for s, (p, *_) in running.items() if p.poll() is not None]:
+            finish(slot)
+        if running and (not queue or not [s for s in slots if s not in running]):
+            time.sleep(1.0)
     for arm, task, seed in pending:
         print(f"[grid] not started (deadline): {arm} {task} seed {seed}")
     for arm, task, seed, status in failed:

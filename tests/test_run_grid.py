@@ -52,3 +52,17 @@ def test_a_grid_without_cells_names_the_key(tmp_path):
     bad.write_text("cells:\n  - {arms: [locality_k5], seeds: [0]}\n")
     done = subprocess.run([sys.executable, str(GRID), str(bad), "--dry-run"], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode != 0 and "cells[0] lacks list key(s) tasks" in done.stderr
+
+
+def test_cells_spread_over_gpu_slots_each_with_its_own_log(tmp_path, shared_cache):
+    """--gpus runs one cell per listed device at once (CUDA_VISIBLE_DEVICES; smoke runs stay on CPU)."""
+    done = _run(tmp_path, shared_cache, 0.0, "--gpus", "0,1")
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert "on GPU 0" in done.stdout and "on GPU 1" in done.stdout
+    rows = [line.split(",") for line in (tmp_path / "out" / "grid_log.csv").read_text().splitlines()]
+    assert sorted((row[2], row[3], row[6]) for row in rows) == [("0", "0", "0"), ("1", "0", "1")]
+    for seed in (0, 1):
+        log = (tmp_path / "out" / "grid_logs" / f"locality_k5_listops_seed{seed}.log").read_text()
+        assert "best val" in log
+        metrics = read_json(tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / f"seed{seed}" / "metrics.json")
+        assert metrics["status"] == "complete"

@@ -22,10 +22,16 @@ import torch.nn.functional as F
 from torch import nn
 
 # Forward, input-gradient and weight-gradient precisions of the split implementations.
+# Gradient modes: "bf16" / "tf32" call cuDNN's own backward kernels in that precision;
+# "flip" (input gradient) runs it as a bf16 *forward* convolution of the output gradient
+# with the flipped, transposed kernel; "mm" (weight gradient) is one bf16 matrix product
+# per chunk of taps over channels-last windows; "unfold" the older einsum over windows.
 SPLIT_IMPLS = {
     "bf16_tf32wgrad": ("bf16", "bf16", "tf32"),
     "bf16_tf32bwd": ("bf16", "tf32", "tf32"),
     "bf16_unfoldwgrad": ("bf16", "bf16", "unfold"),
+    "bf16_flip_tf32w": ("bf16", "flip", "tf32"),
+    "bf16_flip_mmw": ("bf16", "flip", "mm"),
 }
 CONV_IMPLS = ("tf32", "bf16", "conv2d_bf16", "fft", "fft_bf16", *SPLIT_IMPLS)
 IMPL_CHOICES = ("auto", *CONV_IMPLS)
@@ -140,6 +146,45 @@ def _as(dtype_name: str, *tensors):
     return [t if t.dtype == torch.float64 else t.to(dtype) for t in tensors]
 
 
+def _input_grad_flip(grad_out: torch.Tensor, weight: torch.Tensor, groups: int) -> torch.Tensor:
+    """dL/dx as a forward 'same' convolution of ``grad_out`` by the flipped, transposed kernel.
+
+    ``dx[c, m] = sum_{o,t} w[o, c, t] g[o, m + p - t]`` = ``sum_{o,s} w'[c, o, s] g[o, m + s - p]``
+    with ``w'[c, o, s] = w[o, c, K-1-s]`` (per group). cuDNN's forward kernels are fast in
+    bf16 where its bf16 input-gradient kernels are not (experiments/perf_notes.md).
+    """
+    c_out, c_per_group, k = weight.shape
+    w_t = weight.unflatten(0, (groups, c_out // groups)).transpose(1, 2).flatten(0, 1).flip(-1)
+    return F.conv1d(grad_out, w_t.contiguous(), None, padding=k // 2, groups=groups)
+
+
+def _weight_grad_mm(x: torch.Tensor, grad_out: torch.Tensor, weight_shape, groups: int, taps_per_chunk: int = 16) -> torch.Tensor:
+    """dL/dW[o, c, t] = sum_{b,l} g[b, o, l] x_pad[b, c, l + t] as matrix products over b*l.
+
+    Channels-last windows of ``taps_per_chunk`` taps at a time are materialised
+    ([B*L, C*taps], bounded memory) and multiplied by the output gradient [B*L, O]:
+    a reduction of length B*L, which tensor cores run near peak.
+    """
+    c_out, c_per_group, k = weight_shape
+    batch, c_in, length = x.shape
+    pad = k // 2
+    x_cl = F.pad(x, (pad, pad)).transpose(1, 2)  # [B, L+2p, C]
+    g = grad_out.transpose(1, 2).reshape(batch * length, groups, c_out // groups)  # [N, G, O/G]
+    pieces = []
+    for t0 in range(0, k, taps_per_chunk):
+        t1 = min(k, t0 + taps_per_chunk)
+        # windows[b, l, t, c] = x_pad[b, c, l + t0 + t]
+        win = x_cl[:, t0 : t1 + length - 1].unfold(1, length, 1)  # [B, taps, C, L]
+        win = win.permute(0, 3, 1, 2).reshape(batch * length, t1 - t0, groups, c_per_group)
+        if groups == 1:  # one plain GEMM: [O, N] @ [N, taps*C]
+            piece = (g[:, 0].t() @ win.flatten(1)).unflatten(1, (t1 - t0, c_per_group)).unsqueeze(0)
+        else:
+            piece = torch.einsum("ngo,ntgc->gotc", g, win)
+        pieces.append(piece)  # [G, O/G, taps, C/G]
+    grad = torch.cat(pieces, dim=2)  # [G, O/G, K, C/G]
+    return grad.flatten(0, 1).transpose(1, 2)
+
+
 def _weight_grad_unfold(x: torch.Tensor, grad_out: torch.Tensor, weight_shape, groups: int) -> torch.Tensor:
     """dL/dW[o, c, t] = sum_{b,l} g[b, o, l] x_pad[b, c, l + t], as bf16 matrix products."""
     c_out, c_per_group, k = weight_shape
@@ -178,11 +223,17 @@ class _SplitPrecisionConv(torch.autograd.Function):
         pad = weight.shape[-1] // 2
         grad_x = grad_w = grad_b = None
         with torch.autocast(device_type=x.device.type, enabled=False):
-            if ctx.needs_input_grad[0]:
+            if ctx.needs_input_grad[0] and dgrad == "flip":
+                g, w = _as("bf16", grad_out, weight)
+                grad_x = _input_grad_flip(g.to(w.dtype), w, groups).to(x.dtype)
+            elif ctx.needs_input_grad[0]:
                 g, w = _as(dgrad, grad_out, weight)
                 grad_x = torch.nn.grad.conv1d_input(x.shape, w, g, padding=pad, groups=groups).to(x.dtype)
             if ctx.needs_input_grad[1]:
-                if wgrad == "unfold":
+                if wgrad == "mm":
+                    g, xx = _as("bf16", grad_out, x)
+                    grad_w = _weight_grad_mm(xx, g.to(xx.dtype), weight.shape, groups)
+                elif wgrad == "unfold":
                     g, xx = _as("bf16", grad_out, x)
                     g = g.to(xx.dtype)
                     grad_w = _weight_grad_unfold(xx, g, weight.shape, groups)
