@@ -5,7 +5,9 @@
 task=T seed=S <common> <extra>`` subprocess. With ``--gpus``, one cell runs on each listed GPU at
 a time (``CUDA_VISIBLE_DEVICES``), the next cell going to the first GPU that frees up, and each
 cell's output goes to ``<output_dir>/grid_logs/ARM_TASK_seedS.log``; without it, cells run one
-after another in this process's output. A cell whose record is already complete is skipped by the runner in a few
+after another in this process's output. With ``--claim-dir D``, several grid processes (started at
+different times, on different GPUs or hosts sharing a file system) share one queue: a cell is
+started only by the process that creates ``D/ARM_TASK_seedS`` first. A cell whose record is already complete is skipped by the runner in a few
 seconds, so rerunning the same command continues a grid across GPU calls (carry or copy the
 ``outputs/runs`` records along). A cell is started only if ``minutes_per_run +
 overhead_minutes`` still fit before the deadline; the cells left are listed at the end. Each
@@ -51,6 +53,16 @@ def command(arm: str, task: str, seed: int, common: list[str], extra: list[str])
     return [sys.executable, str(RUN), f"arm={arm}", f"task={task}", f"seed={seed}", "progress=false", *common, *extra]
 
 
+def claim(folder: Path, arm: str, task: str, seed: int) -> bool:
+    """Atomically claim a cell for this process; False if another process already has."""
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(folder / f"{arm}_{task}_seed{seed}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
 def output_dir(extra: list[str]) -> Path:
     for item in extra:
         if item.startswith("output_dir="):
@@ -66,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("grid", type=Path)
     parser.add_argument("--deadline-minutes", type=float, default=None, help="stop starting cells after this")
     parser.add_argument("--gpus", default=None, help="comma-separated GPU ids: one cell at a time on each")
+    parser.add_argument("--claim-dir", type=Path, default=None, help="share the queue with other grid processes")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     parser.add_argument("--include-optional", action="store_true", help="also the cells marked optional")
     args = parser.parse_args(argv)
@@ -106,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
                 queue = []
                 continue
             queue.pop(0)
+            if args.claim_dir is not None and not claim(args.claim_dir, arm, task, seed):
+                print(f"[grid] claimed by another grid process: {arm} {task} seed {seed}", flush=True)
+                continue
             slot = free[0]
             where = f" on GPU {slot}" if slot is not None else ""
             print(f"[grid {n}/{len(cells)}] {arm} {task} seed {seed}{where} at {elapsed / 60:.1f} min", flush=True)

@@ -23,6 +23,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from . import distributed, records
+from .followup.conv import resolved_impls
 from .followup.techniques import build_train_augment
 from .model import build_model
 from .tasks import DataMissing, Split, TaskData, get_task_builder
@@ -181,6 +182,7 @@ def execute(cfg: DictConfig) -> int:
         "parameters": n_params,
         "techniques": {**run["techniques"], "built": augment.describe() if augment else None},
         **result["metrics"],
+        "conv_impls": resolved_impls(model),
         "versions": records.versions(),
         "git_commit": records.git_commit(),
         "data": task.info,

@@ -168,3 +168,27 @@ def test_same_seed_same_numbers_on_cpu(tmp_path):
     a, b = once(tmp_path / "a"), once(tmp_path / "b")
     assert a["predictions"] == b["predictions"]
     assert [r.get("train_loss") for r in a["history"]] == [r.get("train_loss") for r in b["history"]]
+
+
+def test_auto_table_picks_the_fastest_measured_impl_for_the_device_and_shape():
+    from repro.followup.conv import table_choice
+
+    table = {"device": "GPU X", "rows": [
+        {"impl": "fft", "kernel": 61, "length": 2000, "groups": 1, "fwd_bwd_ms": 3.9},
+        {"impl": "bf16_flip_tf32w", "kernel": 61, "length": 2000, "groups": 1, "fwd_bwd_ms": 3.1},
+        {"impl": "bf16", "kernel": 61, "length": 1024, "groups": 32, "fwd_bwd_ms": 3.0},
+    ]}
+    assert table_choice(table, "GPU X", 61, 2000, 1) == "bf16_flip_tf32w"
+    assert table_choice(table, "GPU X", 61, 1024, 32) == "bf16"
+    assert table_choice(table, "GPU X", 61, 4096, 1) is None  # unmeasured shape: built-in rule
+    assert table_choice(table, "GPU Y", 61, 2000, 1) is None  # measured on another card
+    assert table_choice(None, "GPU X", 61, 2000, 1) is None
+
+
+def test_a_model_reports_the_conv_impl_it_ran():
+    from repro.followup.conv import resolved_impls
+
+    model = SequenceClassifier(CONV_CFG, vocab_size=10, max_len=16, num_classes=2, pad_id=0, two_tower=False)
+    assert resolved_impls(model) is None  # nothing ran yet
+    model(torch.randint(1, 10, (2, 16)))
+    assert resolved_impls(model) == ["bf16"]  # 'auto' off CUDA: the plain convolution

@@ -66,3 +66,15 @@ def test_cells_spread_over_gpu_slots_each_with_its_own_log(tmp_path, shared_cach
         assert "best val" in log
         metrics = read_json(tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / f"seed{seed}" / "metrics.json")
         assert metrics["status"] == "complete"
+
+
+def test_a_cell_claimed_by_another_grid_process_is_left_to_it(tmp_path, shared_cache):
+    claims = tmp_path / "claims"
+    claims.mkdir()
+    (claims / "locality_k5_listops_seed0").touch()  # another process holds seed 0
+    done = _run(tmp_path, shared_cache, 0.0, "--claim-dir", str(claims))
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert "claimed by another grid process: locality_k5 listops seed 0" in done.stdout
+    assert not (tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / "seed0").exists()
+    assert read_json(tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / "seed1" / "metrics.json")["status"] == "complete"
+    assert (claims / "locality_k5_listops_seed1").exists()

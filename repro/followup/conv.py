@@ -17,6 +17,10 @@ shape the fastest implementation that ``experiments/bench_conv.py`` measured.
 """
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -37,17 +41,53 @@ CONV_IMPLS = ("tf32", "bf16", "conv2d_bf16", "fft", "fft_bf16", *SPLIT_IMPLS)
 IMPL_CHOICES = ("auto", *CONV_IMPLS)
 
 
+AUTO_TABLE_ENV = "LRA_CONV_AUTO_TABLE"
+
+
 def choose_impl(x: torch.Tensor, kernel_size: int, groups: int) -> str:
     """``impl=auto``: the fastest forward+backward measured by experiments/bench_conv.py.
 
-    H200, torch 2.11, 128->256 channels (2026-11-26): K=5 and K=31 at L=2000: cuDNN bf16
+    If the environment variable ``LRA_CONV_AUTO_TABLE`` names a bench_conv JSON measured on
+    this device, its fastest impl for (kernel, length, groups) wins. Otherwise the built-in
+    table, H200, torch 2.11, 128->256 channels (2026-11-26): K=5 and K=31 at L=2000: cuDNN bf16
     (0.62 / 1.17 ms); K=61, groups 32, L=1024: bf16 (3.0 ms; TF32 10.7); K=61 at L=2000:
     FFT (3.9 ms; TF32 5.3; bf16 74.6, the slow cuDNN bf16 backward); K=61 at L=4096:
     bf16 forward with TF32 backward (5.2 ms; FFT 7.0). Off CUDA: the plain convolution.
     """
-    if x.device.type != "cuda" or groups > 1 or kernel_size <= 31:
+    if x.device.type != "cuda":
+        return "bf16"
+    measured = table_choice(_auto_table(), torch.cuda.get_device_name(x.device), kernel_size, x.shape[-1], groups)
+    if measured is not None:
+        return measured
+    if groups > 1 or kernel_size <= 31:
         return "bf16"
     return "fft" if x.shape[-1] <= 2048 else "bf16_tf32bwd"
+
+
+def table_choice(table: dict | None, device: str, kernel_size: int, length: int, groups: int) -> str | None:
+    """The fastest impl a bench_conv record measured for this shape on this device, else None."""
+    if not table or table.get("device") != device:
+        return None
+    rows = [r for r in table.get("rows", []) if (r["kernel"], r["length"], r["groups"]) == (kernel_size, length, groups)]
+    return min(rows, key=lambda r: r["fwd_bwd_ms"])["impl"] if rows else None
+
+
+_TABLES: dict[str, dict] = {}
+
+
+def _auto_table() -> dict | None:
+    path = os.environ.get(AUTO_TABLE_ENV)
+    if not path:
+        return None
+    if path not in _TABLES:
+        try:
+            _TABLES[path] = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as err:
+            raise RuntimeError(f"{AUTO_TABLE_ENV}={path}: cannot read the bench_conv table ({err}); "
+                               "unset it or point it at experiments/bench_conv.py --out output") from err
+    return _TABLES[path]
+
+
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
 
 
@@ -271,11 +311,15 @@ class BoundedConvMixer(nn.Module):
         self.out = nn.Linear(d_hidden, d_model)
         self.groups = groups
         self.impl = impl
+        self.resolved_impl: str | None = None  # what 'auto' picked at the last forward (run records)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         if mask is not None:
             x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
-        h = conv1d_same(x.transpose(1, 2), self.conv.weight, self.conv.bias, self.groups, self.impl)
+        h_in = x.transpose(1, 2)
+        impl = choose_impl(h_in, self.conv.kernel_size[0], self.groups) if self.impl == "auto" else self.impl
+        self.resolved_impl = impl
+        h = conv1d_same(h_in, self.conv.weight, self.conv.bias, self.groups, impl)
         h = self.activation(h.transpose(1, 2))
         return self.out(h)
 
@@ -298,3 +342,9 @@ def build_conv_layers(cfg: dict) -> list[nn.Module]:
         )
         for _ in range(cfg["depth"])
     ]
+
+
+def resolved_impls(model: nn.Module) -> list[str] | None:
+    """The conv implementations a model's bounded-conv layers ran (for the run record), or None."""
+    found = {m.resolved_impl for m in model.modules() if isinstance(m, BoundedConvMixer) and m.resolved_impl}
+    return sorted(found) or None
