@@ -12,8 +12,11 @@ not depend on how much padding follows it.
 
 ``impl`` picks how the convolution runs under bf16 autocast on GPU. cuDNN's bf16
 conv1d backward with large kernels is slow (10 vs 145 TFLOP/s for TF32 on an H200,
-kernel 61, 128->256 channels, length 2000), so ``auto`` (the default) picks per
-shape the fastest implementation that ``experiments/bench_conv.py`` measured.
+kernel 61, 128->256 channels, length 2000): its bf16 *input-gradient* kernel is the
+trap, while its bf16 forward runs at about 300 TFLOP/s. ``bf16_flip_tf32w`` therefore
+computes the input gradient as a bf16 forward convolution of the flipped, transposed
+kernel (217 TFLOP/s for the whole layer). ``auto`` (the default) picks per shape the
+fastest implementation that ``experiments/bench_conv.py`` measured.
 """
 from __future__ import annotations
 
@@ -49,10 +52,11 @@ def choose_impl(x: torch.Tensor, kernel_size: int, groups: int) -> str:
 
     If the environment variable ``LRA_CONV_AUTO_TABLE`` names a bench_conv JSON measured on
     this device, its fastest impl for (kernel, length, groups) wins. Otherwise the built-in
-    table, H200, torch 2.11, 128->256 channels (2026-11-26): K=5 and K=31 at L=2000: cuDNN bf16
-    (0.62 / 1.17 ms); K=61, groups 32, L=1024: bf16 (3.0 ms; TF32 10.7); K=61 at L=2000:
-    FFT (3.9 ms; TF32 5.3; bf16 74.6, the slow cuDNN bf16 backward); K=61 at L=4096:
-    bf16 forward with TF32 backward (5.2 ms; FFT 7.0). Off CUDA: the plain convolution.
+    table, H200, torch 2.11, 128->256 channels (experiments/perf_notes.md, 2026-11-26): K=5 and
+    K=31 at L=2000: cuDNN bf16 (0.62 / 1.17 ms); K=61, groups 32, L=1024: bf16 (3.0 ms; TF32
+    10.7); K=61, groups 1, at L=2000 and L=4096: bf16 forward, input gradient as a bf16 forward
+    conv of the flipped kernel, TF32 weight gradient (3.54 / 3.59 ms; FFT 3.88 / 6.99; TF32
+    5.37; plain bf16 74.4, cuDNN's slow bf16 input gradient). Off CUDA: the plain convolution.
     """
     if x.device.type != "cuda":
         return "bf16"
@@ -61,7 +65,7 @@ def choose_impl(x: torch.Tensor, kernel_size: int, groups: int) -> str:
         return measured
     if groups > 1 or kernel_size <= 31:
         return "bf16"
-    return "fft" if x.shape[-1] <= 2048 else "bf16_tf32bwd"
+    return "bf16_flip_tf32w"
 
 
 def table_choice(table: dict | None, device: str, kernel_size: int, length: int, groups: int) -> str | None:
