@@ -39,6 +39,7 @@ SPLIT_IMPLS = {
     "bf16_unfoldwgrad": ("bf16", "bf16", "unfold"),
     "bf16_flip_tf32w": ("bf16", "flip", "tf32"),
     "bf16_flip_mmw": ("bf16", "flip", "mm"),
+    "bf16_flip": ("bf16", "flip", "bf16"),  # not yet measured: is cuDNN's bf16 weight gradient fast?
 }
 CONV_IMPLS = ("tf32", "bf16", "conv2d_bf16", "fft", "fft_bf16", *SPLIT_IMPLS)
 IMPL_CHOICES = ("auto", *CONV_IMPLS)
