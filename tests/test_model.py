@@ -192,3 +192,21 @@ def test_a_model_reports_the_conv_impl_it_ran():
     assert resolved_impls(model) is None  # nothing ran yet
     model(torch.randint(1, 10, (2, 16)))
     assert resolved_impls(model) == ["bf16"]  # 'auto' off CUDA: the plain convolution
+
+
+def test_a_bad_auto_table_is_refused_naming_the_file(tmp_path, monkeypatch):
+    import json as _json
+
+    from repro.followup import conv
+
+    bad = tmp_path / "table.json"
+    bad.write_text(_json.dumps({"device": "GPU X", "rows": [{"impl": "warp_drive", "kernel": 61, "length": 2000,
+                                                            "groups": 1, "fwd_bwd_ms": 1.0}]}))
+    monkeypatch.setenv(conv.AUTO_TABLE_ENV, str(bad))
+    with pytest.raises(RuntimeError, match=r"table.json names conv impl\(s\) \['warp_drive'\] that this version does not have"):
+        conv._auto_table()
+    broken = tmp_path / "broken.json"
+    broken.write_text(_json.dumps({"device": "GPU X"}))
+    monkeypatch.setenv(conv.AUTO_TABLE_ENV, str(broken))
+    with pytest.raises(RuntimeError, match="broken.json: not a readable experiments/bench_conv.py record"):
+        conv._auto_table()

@@ -62,7 +62,7 @@ def test_cells_spread_over_gpu_slots_each_with_its_own_log(tmp_path, shared_cach
     rows = [line.split(",") for line in (tmp_path / "out" / "grid_log.csv").read_text().splitlines()]
     assert sorted((row[2], row[3], row[6]) for row in rows) == [("0", "0", "0"), ("1", "0", "1")]
     for seed in (0, 1):
-        log = (tmp_path / "out" / "grid_logs" / f"locality_k5_listops_seed{seed}.log").read_text()
+        log = (tmp_path / "out" / "grid_logs" / f"locality_k5__listops__seed{seed}.log").read_text()
         assert "best val" in log
         metrics = read_json(tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / f"seed{seed}" / "metrics.json")
         assert metrics["status"] == "complete"
@@ -71,10 +71,45 @@ def test_cells_spread_over_gpu_slots_each_with_its_own_log(tmp_path, shared_cach
 def test_a_cell_claimed_by_another_grid_process_is_left_to_it(tmp_path, shared_cache):
     claims = tmp_path / "claims"
     claims.mkdir()
-    (claims / "locality_k5_listops_seed0").touch()  # another process holds seed 0
+    (claims / "locality_k5__listops__seed0").touch()  # another process holds seed 0 now
     done = _run(tmp_path, shared_cache, 0.0, "--claim-dir", str(claims))
     assert done.returncode == 0, done.stdout[-2000:]
     assert "claimed by another grid process: locality_k5 listops seed 0" in done.stdout
     assert not (tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / "seed0").exists()
     assert read_json(tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / "seed1" / "metrics.json")["status"] == "complete"
-    assert (claims / "locality_k5_listops_seed1").exists()
+    assert "1 of 2 cells attempted, 1 claimed by another grid process" in done.stdout
+    assert not (claims / "locality_k5__listops__seed1").exists()  # released when its run ended
+
+
+def test_sigterm_to_the_grid_reaches_its_running_cell_and_releases_the_claim(tmp_path, shared_cache):
+    """A grid stopped by SIGTERM passes it on (the run checkpoints and exits 143), logs it, frees the claim."""
+    import signal
+    import time
+
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("common: [" + ", ".join(["profile=smoke", *SHORT_LISTOPS_OVERRIDES, "+train.max_steps=6",
+                                            "debug.pause_at_step=2"]) + "]\n"
+                    "minutes_per_run: 0\noverhead_minutes: 0\ncells:\n  - {arms: [locality_k5], tasks: [listops], seeds: [0]}\n")
+    claims, out = tmp_path / "claims", tmp_path / "out"
+    extra = ["--", f"output_dir={out}", f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'none'}"]
+    grid_process = subprocess.Popen([sys.executable, str(GRID), str(grid), "--gpus", "0", "--claim-dir", str(claims), *extra],
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    run_dir = out / "runs" / "locality_k5" / "listops" / "smoke" / "seed0"
+    cell_log = out / "grid_logs" / "locality_k5__listops__seed0.log"
+
+    def paused() -> bool:
+        return cell_log.exists() and "paused after step 2" in cell_log.read_text()
+
+    deadline = time.monotonic() + 300
+    while not paused() and time.monotonic() < deadline and grid_process.poll() is None:
+        time.sleep(0.5)
+    assert paused(), "the cell never reached its pause"
+    assert (claims / "locality_k5__listops__seed0").exists()
+    grid_process.send_signal(signal.SIGTERM)
+    output, _ = grid_process.communicate(timeout=300)
+    assert grid_process.returncode == 128 + signal.SIGTERM, output[-2000:]
+    row = (out / "grid_log.csv").read_text().strip().split(",")
+    assert row[:4] == ["locality_k5", "listops", "0", str(128 + signal.SIGTERM)]
+    assert not (claims / "locality_k5__listops__seed0").exists()
+    assert (run_dir / "checkpoints" / "last.pt").exists()
+    assert not (run_dir / "metrics.json").exists()

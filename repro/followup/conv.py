@@ -57,10 +57,13 @@ def choose_impl(x: torch.Tensor, kernel_size: int, groups: int) -> str:
     K=31 at L=2000: cuDNN bf16 (0.62 / 1.17 ms); K=61, groups 32, L=1024: bf16 (3.0 ms; TF32
     10.7); K=61, groups 1, at L=2000 and L=4096: bf16 forward, input gradient as a bf16 forward
     conv of the flipped kernel, TF32 weight gradient (3.54 / 3.59 ms; FFT 3.88 / 6.99; TF32
-    5.37; plain bf16 74.4, cuDNN's slow bf16 input gradient). Off CUDA: the plain convolution.
+    5.37; plain bf16 74.4, cuDNN's slow bf16 input gradient). Off CUDA or outside bf16
+    autocast: the plain convolution (``bf16`` names cuDNN's own kernels in the input's dtype).
     """
     if x.device.type != "cuda":
         return "bf16"
+    if not (torch.is_autocast_enabled(x.device.type) and torch.get_autocast_dtype(x.device.type) == torch.bfloat16):
+        return "bf16"  # full precision asked for (train.precision=fp32): the plain convolution, in fp32
     measured = table_choice(_auto_table(), torch.cuda.get_device_name(x.device), kernel_size, x.shape[-1], groups)
     if measured is not None:
         return measured
@@ -86,10 +89,19 @@ def _auto_table() -> dict | None:
         return None
     if path not in _TABLES:
         try:
-            _TABLES[path] = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as err:
-            raise RuntimeError(f"{AUTO_TABLE_ENV}={path}: cannot read the bench_conv table ({err}); "
-                               "unset it or point it at experiments/bench_conv.py --out output") from err
+            table = json.loads(Path(path).read_text())
+            rows = table["rows"]
+            unknown = sorted({r["impl"] for r in rows} - set(CONV_IMPLS))
+            layout_ok = all(isinstance(r["kernel"] + r["length"] + r["groups"] + r["fwd_bwd_ms"], (int, float)) for r in rows)
+            if not layout_ok or not isinstance(table["device"], str):
+                raise TypeError("rows need numeric kernel, length, groups, fwd_bwd_ms and the record a device name")
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise RuntimeError(f"{AUTO_TABLE_ENV}={path}: not a readable experiments/bench_conv.py record "
+                               f"({type(err).__name__}: {err}); unset it or point it at bench_conv.py --out output") from err
+        if unknown:
+            raise RuntimeError(f"{AUTO_TABLE_ENV}={path} names conv impl(s) {unknown} that this version does not have "
+                               f"({', '.join(CONV_IMPLS)}); rerun experiments/bench_conv.py with this version")
+        _TABLES[path] = table
     return _TABLES[path]
 
 
