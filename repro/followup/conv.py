@@ -92,8 +92,8 @@ def _auto_table() -> dict | None:
             table = json.loads(Path(path).read_text())
             rows = table["rows"]
             unknown = sorted({r["impl"] for r in rows} - set(CONV_IMPLS))
-            layout_ok = all(isinstance(r["kernel"] + r["length"] + r["groups"] + r["fwd_bwd_ms"], (int, float)) for r in rows)
-            if not layout_ok or not isinstance(table["device"], str):
+            numeric = ("kernel", "length", "groups", "fwd_bwd_ms")
+            if not all(isinstance(r[key], (int, float)) for r in rows for key in numeric) or not isinstance(table["device"], str):
                 raise TypeError("rows need numeric kernel, length, groups, fwd_bwd_ms and the record a device name")
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise RuntimeError(f"{AUTO_TABLE_ENV}={path}: not a readable experiments/bench_conv.py record "
@@ -253,6 +253,10 @@ def _weight_grad_unfold(x: torch.Tensor, grad_out: torch.Tensor, weight_shape, g
     return grad.flatten(0, 1)
 
 
+# Weight-gradient modes computed by our own bf16 matrix products (the others call cuDNN).
+_MATMUL_WEIGHT_GRADS = {"mm": _weight_grad_mm, "unfold": _weight_grad_unfold}
+
+
 class _SplitPrecisionConv(torch.autograd.Function):
     """'Same' conv1d whose forward, input gradient and weight gradient each pick a precision.
 
@@ -287,13 +291,9 @@ class _SplitPrecisionConv(torch.autograd.Function):
                 g, w = _as(dgrad, grad_out, weight)
                 grad_x = torch.nn.grad.conv1d_input(x.shape, w, g, padding=pad, groups=groups).to(x.dtype)
             if ctx.needs_input_grad[1]:
-                if wgrad == "mm":
+                if wgrad in _MATMUL_WEIGHT_GRADS:
                     g, xx = _as("bf16", grad_out, x)
-                    grad_w = _weight_grad_mm(xx, g.to(xx.dtype), weight.shape, groups)
-                elif wgrad == "unfold":
-                    g, xx = _as("bf16", grad_out, x)
-                    g = g.to(xx.dtype)
-                    grad_w = _weight_grad_unfold(xx, g, weight.shape, groups)
+                    grad_w = _MATMUL_WEIGHT_GRADS[wgrad](xx, g.to(xx.dtype), weight.shape, groups)
                 else:
                     g, xx = _as(wgrad, grad_out, x)
                     grad_w = torch.nn.grad.conv1d_weight(xx, weight.shape, g, padding=pad, groups=groups)
