@@ -61,6 +61,7 @@ def main() -> None:
     peak = matmul_peak_tflops()
     rows = []
     shapes = [(32, 128, 256, k, 2000, 1) for k in args.kernels]  # ListOps, Table 7
+    shapes += [(32, 128, 256, 61, 1024, 1)]  # ListOps batches trimmed by length bucketing (repro/batching.py)
     shapes += [(128, 128, 256, 61, 1024, 32)]  # Pathfinder, groups 32
     shapes += [(16, 128, 256, 61, 4096, 1)]  # text
     for shape in shapes:

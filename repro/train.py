@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from .batching import batch_widths, bucketed_order, resolve_bucketing, sequence_lengths, trimmed_width
 from .distributed import DistContext, agree_max, barrier, gather_1d, gather_objects, mean_, sum_
 from .records import write_atomic
 from .schedule import LRController
@@ -98,6 +99,9 @@ class TrainSettings:
     precision: str = "bf16"  # autocast dtype on CUDA: bf16 | fp32
     data_on_device: bool = True
     deterministic: bool = False  # torch.use_deterministic_algorithms on CUDA (CPU runs are deterministic)
+    length_bucketing: str = "off"  # off | auto | on: batches of similar length, trimmed (repro/batching.py)
+    bucket_pool_batches: int = 64  # batches sorted together by length before the batches are shuffled
+    trim_multiple: int = 128  # trimmed widths are multiples of this (few shapes for cuDNN's autotuner)
 
     @classmethod
     def from_dict(cls, cfg: dict) -> "TrainSettings":
@@ -272,22 +276,34 @@ class _SignalFlag:
 
 
 @torch.no_grad()
-def evaluate(model, split: dict, batch_size: int, autocast_dtype, prepare=None, dist: DistContext | None = None) -> dict:
+def evaluate(model, split: dict, batch_size: int, autocast_dtype, prepare=None, dist: DistContext | None = None,
+             lengths: torch.Tensor | None = None, trim_multiple: int = 128) -> dict:
     """Loss, accuracy and predictions of ``model`` on a split held as tensors.
 
     With several ranks (``dist``), batch ``b`` is scored by rank ``b % world`` and the
     predictions are gathered back in order, so every rank returns what one process would
-    (each batch holds the same examples as in a one-process run).
+    (each batch holds the same examples as in a one-process run). With ``lengths`` (length
+    bucketing, a length-flexible model), examples are scored in order of length, each batch
+    trimmed to its longest (repro/batching.py); predictions come back in the split's order.
     """
     ctx = dist or DistContext()
     model.eval()
     x, y = split["x"], split["y"]
+    labels_in_order = y
+    order = None
+    if lengths is not None:
+        order = torch.argsort(lengths, stable=True)
+        x, y, lengths = x[order.to(x.device)], y[order.to(y.device)], lengths[order]
     device = x.device
     total_loss = torch.zeros((), device=device, dtype=torch.float64)
     predictions = []
     starts = range(0, len(y), batch_size)
     for start in starts[ctx.rank :: ctx.world]:
-        inputs = x[start : start + batch_size].to(device, non_blocking=True)
+        inputs = x[start : start + batch_size]
+        if lengths is not None:
+            width = trimmed_width(int(lengths[start : start + batch_size].max()), trim_multiple, x.shape[-1])
+            inputs = inputs[..., :width]
+        inputs = inputs.to(device, non_blocking=True)
         inputs = prepare(inputs) if prepare else inputs.long()
         labels = y[start : start + batch_size].to(device)
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
@@ -299,7 +315,9 @@ def evaluate(model, split: dict, batch_size: int, autocast_dtype, prepare=None, 
         predictions = _gather_batches(ctx, predictions, starts, len(y), batch_size, device)
         sum_(ctx, total_loss)
     predictions = torch.cat(predictions).cpu()
-    labels = y.cpu()
+    if order is not None:
+        predictions = torch.empty_like(predictions).index_copy_(0, order, predictions)
+    labels = labels_in_order.cpu()
     return {
         "loss": float(total_loss) / len(labels),
         "acc": float((predictions == labels).double().mean()),
@@ -414,6 +432,10 @@ def train(
         total_steps = min(total_steps, s.max_steps)
     budget_s = s.budget_minutes * 60 if s.budget_minutes else None
     eval_bs = s.eval_batch_size or s.batch_size
+    bucketing, bucketing_reason = resolve_bucketing(s.length_bucketing, model, task.pad_id, augment is not None)
+    full_width = int(splits["train"]["x"].shape[-1])  # the padded length (bucketing only: never RGB channels)
+    lengths = ({name: torch.from_numpy(sequence_lengths(sp.inputs, task.pad_id)) for name, sp in task.splits().items()}
+               if bucketing else {})
 
     state = {
         "step": 0, "elapsed_s": 0.0, "train_time_s": 0.0, "examples": 0,
@@ -484,7 +506,8 @@ def train(
 
     def run_validation():
         flush_losses()
-        result = evaluate(model, splits["val"], eval_bs, autocast_dtype, task.prepare, dist=ctx)
+        result = evaluate(model, splits["val"], eval_bs, autocast_dtype, task.prepare, dist=ctx,
+                          lengths=lengths.get("val"), trim_multiple=s.trim_multiple)
         state["history"].append({"step": state["step"], "epoch": state["step"] / steps_per_epoch,
                                  "val_loss": result["loss"], "val_acc": result["acc"], "elapsed_s": round(state["elapsed_s"], 3)})
         state["last_eval_step"] = state["step"]
@@ -512,11 +535,21 @@ def train(
                 break
             epoch, index_in_epoch = divmod(state["step"], steps_per_epoch)
             if epoch != perm_epoch:
-                perm_epoch, perm = epoch, epoch_permutation(seed, epoch, n_train).to(data_device)
+                perm_epoch, perm = epoch, epoch_permutation(seed, epoch, n_train)
+                if bucketing:  # the same examples as without, regrouped by length (repro/batching.py)
+                    regroup = torch.Generator().manual_seed(seed * 1_000_003 + epoch + 500_009)
+                    perm = bucketed_order(perm[: steps_per_epoch * s.batch_size], lengths["train"], s.batch_size,
+                                          s.bucket_pool_batches, regroup)
+                    widths = batch_widths(perm, lengths["train"], s.batch_size, s.trim_multiple, full_width)
+                perm = perm.to(data_device)
             idx = perm[index_in_epoch * s.batch_size : (index_in_epoch + 1) * s.batch_size]
             if ctx.active and augment is None:
                 idx = idx[rank_rows]  # this rank's slice of the global batch
-            inputs = splits["train"]["x"][idx].to(device, non_blocking=True)
+            source = splits["train"]["x"]
+            if bucketing:
+                source = source.narrow(-1, 0, widths[index_in_epoch])
+                state["width_sum"] = state.get("width_sum", 0) + widths[index_in_epoch]
+            inputs = source[idx].to(device, non_blocking=True)
             labels = splits["train"]["y"][idx].to(device, non_blocking=True)
             draws = augment.draws(seed, state["step"]) if augment is not None else None
             if augment is not None:
@@ -610,7 +643,8 @@ def train(
         raise RuntimeError(f"{best_path} holds step {best['step']} but the run's best validation was at step "
                            f"{state['best_val_step']}; delete {ckpt_dir} and rerun (force=true)")
     model.load_state_dict(best["model"])
-    test = evaluate(model, splits["test"], eval_bs, autocast_dtype, task.prepare, dist=ctx)
+    test = evaluate(model, splits["test"], eval_bs, autocast_dtype, task.prepare, dist=ctx,
+                    lengths=lengths.get("test"), trim_multiple=s.trim_multiple)
     wall = time.monotonic() - wall_start
     metrics = {
         "best_val_acc": state["best_val_acc"],
@@ -631,6 +665,10 @@ def train(
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "autocast": str(autocast_dtype).replace("torch.", "") if autocast_dtype else "none",
         "train_settings": asdict(s),
+        "length_bucketing": {
+            "used": bucketing, "why": bucketing_reason, "full_width": full_width if bucketing else None,
+            "mean_train_width": state.get("width_sum", 0) / state["step"] if bucketing and state["step"] else None,
+        },
     }
     if ctx.active:
         metrics["data_parallel"] = {"processes": ctx.world, "per_process_batch": s.batch_size // ctx.world,

@@ -177,9 +177,16 @@ def test_auto_table_picks_the_fastest_measured_impl_for_the_device_and_shape():
         {"impl": "fft", "kernel": 61, "length": 2000, "groups": 1, "fwd_bwd_ms": 3.9},
         {"impl": "bf16_flip_tf32w", "kernel": 61, "length": 2000, "groups": 1, "fwd_bwd_ms": 3.1},
         {"impl": "bf16", "kernel": 61, "length": 1024, "groups": 32, "fwd_bwd_ms": 3.0},
+        {"impl": "bf16_flip", "kernel": 61, "length": 1000, "groups": 1, "fwd_bwd_ms": 1.2},
+        {"impl": "fft", "kernel": 61, "length": 1000, "groups": 1, "fwd_bwd_ms": 1.9},
     ]}
     assert table_choice(table, "GPU X", 61, 2000, 1) == "bf16_flip_tf32w"
     assert table_choice(table, "GPU X", 61, 1024, 32) == "bf16"
+    # Lengths between measured ones take the nearest measured length's fastest (bucketed widths).
+    assert table_choice(table, "GPU X", 61, 1536, 1) == "bf16_flip_tf32w"
+    assert table_choice(table, "GPU X", 61, 1280, 1) == "bf16_flip"
+    assert table_choice(table, "GPU X", 61, 512, 1) == "bf16_flip"
+    assert table_choice(table, "GPU X", 61, 499, 1) is None  # more than 2x from any measured length
     assert table_choice(table, "GPU X", 61, 4096, 1) is None  # unmeasured shape: built-in rule
     assert table_choice(table, "GPU Y", 61, 2000, 1) is None  # measured on another card
     assert table_choice(None, "GPU X", 61, 2000, 1) is None

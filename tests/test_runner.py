@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import pytest
 import yaml
 
 from conftest import composed, read_json, run_cli
@@ -51,10 +52,11 @@ def test_smoke_run_writes_a_complete_record(tmp_path, shared_cache):
     assert again.returncode == 0 and "record complete" in again.stdout
 
 
-def test_killed_run_resumes_to_the_uninterrupted_metrics(tmp_path, shared_cache):
+@pytest.mark.parametrize("bucketing", ["off", "on"])
+def test_killed_run_resumes_to_the_uninterrupted_metrics(tmp_path, shared_cache, bucketing):
     whole = tmp_path / "whole"
     cut = tmp_path / "cut"
-    args = ["arm=locality_k5", "task=listops", "profile=smoke"]
+    args = ["arm=locality_k5", "task=listops", "profile=smoke", f"++train.length_bucketing={bucketing}"]
     done = run_cli(*args, *common(whole, shared_cache))
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -73,6 +75,8 @@ def test_killed_run_resumes_to_the_uninterrupted_metrics(tmp_path, shared_cache)
     for key in ("best_val_acc", "best_val_step", "test_acc", "test_loss", "steps", "epochs"):
         assert a[key] == b[key], (key, a[key], b[key])
     assert read_csv(run_folder(whole, "locality_k5") / "predictions.csv") == read_csv(run_folder(cut, "locality_k5") / "predictions.csv")
+    assert a["length_bucketing"]["used"] == (bucketing == "on") == b["length_bucketing"]["used"]
+    assert a["length_bucketing"]["mean_train_width"] == b["length_bucketing"]["mean_train_width"]
 
 
 def test_unknown_arm_exits_nonzero_listing_the_arms(tmp_path, shared_cache):

@@ -21,6 +21,7 @@ fastest implementation that ``experiments/bench_conv.py`` measured.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -73,11 +74,17 @@ def choose_impl(x: torch.Tensor, kernel_size: int, groups: int) -> str:
 
 
 def table_choice(table: dict | None, device: str, kernel_size: int, length: int, groups: int) -> str | None:
-    """The fastest impl a bench_conv record measured for this shape on this device, else None."""
+    """The fastest impl a bench_conv record measured on this device for this kernel and groups, at
+    the measured length nearest ``length`` (within a factor of 2: length-bucketed batches have
+    many widths), else None."""
     if not table or table.get("device") != device:
         return None
-    rows = [r for r in table.get("rows", []) if (r["kernel"], r["length"], r["groups"]) == (kernel_size, length, groups)]
-    return min(rows, key=lambda r: r["fwd_bwd_ms"])["impl"] if rows else None
+    rows = [r for r in table.get("rows", []) if (r["kernel"], r["groups"]) == (kernel_size, groups)
+            and max(r["length"], length) <= 2 * min(r["length"], length)]
+    if not rows:
+        return None
+    nearest = min(rows, key=lambda r: abs(math.log(r["length"] / length)))["length"]
+    return min((r for r in rows if r["length"] == nearest), key=lambda r: r["fwd_bwd_ms"])["impl"]
 
 
 _TABLES: dict[str, dict] = {}
@@ -306,6 +313,10 @@ class _SplitPrecisionConv(torch.autograd.Function):
 
 class BoundedConvMixer(nn.Module):
     """Conv D->H (kernel K, groups g), activation, linear H->D (seed 003 appendix A.2)."""
+
+    # Padded positions are zeroed before the convolution and the linear layer is per token, so
+    # trimming trailing padding leaves every real position's output unchanged (repro/batching.py).
+    length_flexible = True
 
     def __init__(
         self,

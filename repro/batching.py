@@ -1,0 +1,98 @@
+"""Length bucketing: batches of similar length, trimmed to their longest sequence.
+
+The padded tasks spend much of every step on padding: generated ListOps sequences are 500-2,000
+tokens (mean about 1,030) padded to 2,000, IMDb reviews are mostly far shorter than 4,096
+bytes. A random batch of 32 is nearly always as long as the longest example, so trimming alone
+saves little; sorting each *pool* of consecutive batches of the epoch's permutation by length,
+cutting it into batches and shuffling the batches (the bucketing of fairseq and tensor2tensor)
+makes batches of similar lengths, and each is trimmed to its longest sequence rounded up to
+``multiple`` (a few distinct shapes for cuDNN's autotuner).
+
+Trimming changes nothing a model computes only if the model is *length-flexible*: padded
+positions must not reach the real positions' outputs, and no weight may be tied to the padded
+length. A mixer says so with a class attribute ``length_flexible = True`` (the bounded
+convolution zeroes padded positions before each convolution); tests check trimmed equals padded
+for each model that claims it. LRA pads every batch to the task length (seed 001 section 2.2),
+so the paper profile keeps ``train.length_bucketing=off``; the budget profile uses ``auto``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+MODES = ("off", "auto", "on")
+
+
+def sequence_lengths(inputs: np.ndarray, pad_id: int, chunk_rows: int = 8192) -> np.ndarray:
+    """Per example, one past the last non-padding position (over every tower of ``[N, ..., L]``)."""
+    inputs = np.asarray(inputs) if not isinstance(inputs, np.ndarray) else inputs
+    n, width = inputs.shape[0], inputs.shape[-1]
+    positions = np.arange(1, width + 1, dtype=np.int64)
+    lengths = np.empty(n, dtype=np.int64)
+    for start in range(0, n, chunk_rows):
+        rows = np.asarray(inputs[start : start + chunk_rows]).reshape(-1, width)
+        last = np.where(rows != pad_id, positions, 0).max(axis=1)
+        lengths[start : start + chunk_rows] = last.reshape(min(chunk_rows, n - start), -1).max(axis=1)
+    return lengths
+
+
+def bucketed_order(order: torch.Tensor, lengths: torch.Tensor, batch_size: int, pool_batches: int,
+                   generator: torch.Generator) -> torch.Tensor:
+    """``order`` (a multiple of ``batch_size`` long) regrouped into batches of similar length.
+
+    Each run of ``pool_batches`` consecutive batches is sorted by length (stably) and cut into
+    batches again; then the batches of the whole epoch are shuffled by ``generator``. Every
+    index of ``order`` appears exactly once in the result.
+    """
+    if len(order) % batch_size:
+        raise ValueError(f"{len(order)} indices are not a whole number of batches of {batch_size}")
+    pool = batch_size * max(1, pool_batches)
+    pieces = []
+    for start in range(0, len(order), pool):
+        chunk = order[start : start + pool]
+        pieces.append(chunk[torch.argsort(lengths[chunk], stable=True)])
+    batches = torch.cat(pieces).view(-1, batch_size)
+    return batches[torch.randperm(len(batches), generator=generator)].reshape(-1)
+
+
+def trimmed_width(longest: int, multiple: int, full: int) -> int:
+    """``longest`` rounded up to a multiple of ``multiple``, at least ``multiple`` and at most ``full``."""
+    return min(full, max(multiple, math.ceil(longest / multiple) * multiple))
+
+
+def batch_widths(order: torch.Tensor, lengths: torch.Tensor, batch_size: int, multiple: int, full: int) -> list[int]:
+    """The trimmed width of each consecutive batch of ``order``."""
+    longest = lengths[order].view(-1, batch_size).amax(dim=1)
+    return [trimmed_width(int(w), multiple, full) for w in longest]
+
+
+def model_is_length_flexible(model: torch.nn.Module) -> bool:
+    """True when every token mixer of ``model`` declares ``length_flexible`` (see the module doc)."""
+    encoder = getattr(model, "encoder", None)
+    sublayers = getattr(encoder, "sublayers", None)
+    if sublayers is None or len(sublayers) == 0:
+        return False
+    return all(getattr(sub.mixer, "length_flexible", False) for sub in sublayers)
+
+
+def resolve_bucketing(mode: str, model: torch.nn.Module, pad_id: int | None, has_augment: bool) -> tuple[bool, str]:
+    """Whether to bucket and trim (``train.length_bucketing``), and why; ``on`` refuses what ``auto`` skips."""
+    mode = {False: "off", True: "on"}.get(mode, mode) if isinstance(mode, bool) else mode  # YAML reads off/on as booleans
+    if mode not in MODES:
+        raise ValueError(f"train.length_bucketing={mode!r}: use off, auto or on")
+    if mode == "off":
+        return False, "off"
+    reasons = []
+    if pad_id is None:
+        reasons.append("the task has no padding (every sequence is full length)")
+    if not model_is_length_flexible(model):
+        reasons.append("the model's mixers do not declare length_flexible (their output may depend on the padded length)")
+    if has_augment:
+        reasons.append("training techniques transform the padded batch")
+    if not reasons:
+        return True, "length-flexible model on a padded task"
+    if mode == "on":
+        raise ValueError(f"train.length_bucketing=on, but {'; '.join(reasons)}; use train.length_bucketing=auto or off")
+    return False, "auto: " + "; ".join(reasons)
