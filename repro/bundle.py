@@ -58,6 +58,7 @@ FORMAT = "lra-repro-bundle/1"
 MANIFEST = "MANIFEST.json"
 MANIFEST_HASH = "MANIFEST.sha256"
 CITATION = "CITATION.cff"
+NOTES = "NOTES.md"
 VERSION_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors", ".bin")
 ROOTS_DIR = "analysis/listops_roots"
@@ -250,8 +251,11 @@ def freeze(version: str, runs_root: Path = Path("outputs/runs"), results_root: P
            arms=None, tasks=None, profiles=None, seeds=None, bench: list[Path] | None = None,
            analysis: bool = True, data_dir: Path = Path("data"), cache_dir: Path = Path(".cache/lra-repro"),
            workers: int = 1, authors: list[str] | None = None, title: str | None = None,
-           log=print) -> Path:
-    """Freeze the chosen complete records into ``results_root/version``; returns the bundle folder."""
+           notes: Path | None = None, log=print) -> Path:
+    """Freeze the chosen complete records into ``results_root/version``; returns the bundle folder.
+
+    ``notes``: a Markdown file (how the grid was run, its budget, what is missing) copied into the
+    bundle as NOTES.md and checksummed with the rest."""
     if not VERSION_PATTERN.match(version):
         raise BundleError(f"version {version!r}: use letters, digits, '.', '_' or '-' (e.g. v1 or 2026-11-26.1)")
     results_root = Path(results_root)
@@ -263,6 +267,8 @@ def freeze(version: str, runs_root: Path = Path("outputs/runs"), results_root: P
     left_out = [{"path": c.rel, "reason": c.problem} for c in candidates if c.problem]
     for item in left_out:
         log(f"left out {item['path']}: {item['reason']}", file=sys.stderr)
+    if notes is not None and not Path(notes).is_file():
+        raise BundleError(f"--notes {notes}: no such file; give a Markdown file to copy into the bundle as {NOTES}")
     if not chosen and not bench:
         raise BundleError(f"nothing to freeze: no complete record under {runs_root} matches the filters"
                           + (f" ({len(left_out)} incomplete left out)" if left_out else ""))
@@ -279,6 +285,7 @@ def freeze(version: str, runs_root: Path = Path("outputs/runs"), results_root: P
             m = cand.metrics
             runs.append({"path": f"runs/{cand.rel}", "arm": m["arm"], "task": m["task"], "profile": m["profile"],
                          "seed": m["seed"], "test_acc": m.get("test_acc"), "device": m.get("device"),
+                         "budget_minutes": m.get("budget_minutes"),
                          "git_commit": m.get("git_commit"), "versions": m.get("versions")})
         bench_files = _copy_bench(list(bench or []), staging)
 
@@ -308,6 +315,8 @@ def freeze(version: str, runs_root: Path = Path("outputs/runs"), results_root: P
         title = title or f"LRA-repro results, bundle {version}"
         authors = authors or ["LRA-repro contributors"]
         records.write_atomic(staging / CITATION, _citation(version, created, commit, authors, title, len(runs)))
+        if notes is not None:
+            shutil.copyfile(notes, staging / NOTES)
 
         files = [{"path": rel, "sha256": sha256_file(staging / rel), "size": (staging / rel).stat().st_size}
                  for rel in bundle_files(staging)]
@@ -322,6 +331,7 @@ def freeze(version: str, runs_root: Path = Path("outputs/runs"), results_root: P
             "package_versions": sorted({json.dumps(r["versions"], sort_keys=True) for r in runs if r["versions"]}),
             "devices": sorted({str(r["device"]) for r in runs}),
             "profiles": sorted({r["profile"] for r in runs}),
+            "budget_minutes": sorted({r["budget_minutes"] for r in runs if r["budget_minutes"] is not None}),
             "runs": [{k: v for k, v in r.items() if k != "versions"} for r in runs],
             "bench": bench_files,
             "analysis": analysed,
@@ -437,6 +447,7 @@ def _parser() -> argparse.ArgumentParser:
     fr.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     fr.add_argument("--author", action="append", help="author for CITATION.cff (repeatable)")
     fr.add_argument("--title", help="title for CITATION.cff")
+    fr.add_argument("--notes", type=Path, help=f"Markdown file copied into the bundle as {NOTES} (budget, how it was run)")
     for name, text in (("verify", "recompute every checksum"), ("cite", "print BibTeX and a one-line citation")):
         p = sub.add_parser(name, help=text)
         p.add_argument("bundle", type=Path)
@@ -453,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(message, file=file)
             freeze(args.version, args.runs, args.results, args.arm, args.task, args.profile, args.seed, args.bench,
                    analysis=not args.no_analysis, data_dir=args.data_dir, cache_dir=args.cache_dir,
-                   workers=args.workers, authors=args.author, title=args.title, log=log)
+                   workers=args.workers, authors=args.author, title=args.title, notes=args.notes, log=log)
         elif args.command == "verify":
             problems = verify(args.bundle)
             if problems:

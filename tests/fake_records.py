@@ -60,6 +60,7 @@ def make_record(runs_root: Path, arm: str, task: str, seed: int, *, profile: str
         "peak_gpu_mem_bytes": peak_mem, "device": device,
         "versions": {"python": "3.11.7", "torch": "2.11.0+cu130", "cuda": "13.0", "numpy": "2.4.6", "repro": "0.1.0"},
         "git_commit": "0123456789abcdef0123456789abcdef01234567", "data": {"source": "fake"},
+        "budget_minutes": 3.0 if profile == "budget" else None,
     }
     assert set(records.METRIC_FIELDS) <= set(metrics)
     rows = [{"index": i, "prediction": int(p), "label": int(l)} for i, (p, l) in enumerate(zip(predictions, labels))]

@@ -50,6 +50,7 @@ def test_freeze_copies_complete_records_only_and_verify_passes(runs):
         {"path": "lra_performer/text/budget/seed0", "reason": "incomplete: status 'running'"},
         {"path": "lra_transformer/text/budget/seed1", "reason": "incomplete: no metrics.json (run in progress or interrupted)"}]
     assert manifest["devices"] == ["NVIDIA H200", "cpu"] and manifest["profiles"] == ["budget", "smoke"]
+    assert manifest["budget_minutes"] == [3.0] and manifest["runs"][0]["budget_minutes"] == 3.0
     assert manifest["version"] == "v1" and manifest["created"] and manifest["git_commit"]
     assert manifest["package_versions"][0]["torch"] == "2.11.0+cu130"
     # no checkpoints, every file listed with its real hash and size, nothing left behind in results/
@@ -206,3 +207,14 @@ def test_a_record_under_arm_plus_techniques_is_consistent_only_with_those_techni
     assert [r["path"] for r in manifest["runs"]] == ["runs/s4+followup/text/budget/seed0"]
     assert manifest["left_out"] == [{"path": "s5+none/text/budget/seed0",
                                      "reason": "inconsistent: metrics.json says s5/text/budget/seed0"}]
+
+
+def test_notes_are_frozen_and_checksummed(runs, tmp_path):
+    notes = tmp_path / "grid_notes.md"
+    notes.write_text("# How this grid ran\n3 minutes per run.\n")
+    out = freeze(runs, notes=notes)
+    assert (out / "NOTES.md").read_text() == notes.read_text()
+    assert "NOTES.md" in {e["path"] for e in bundle.load_manifest(out)["files"]} and bundle.verify(out) == []
+    with pytest.raises(BundleError, match=r"--notes .*missing\.md: no such file; give a Markdown file to copy into the bundle as NOTES\.md"):
+        freeze(runs, "v2", notes=tmp_path / "missing.md")
+    assert not (out.parent / "v2").exists()

@@ -192,6 +192,14 @@ def test_auto_table_picks_the_fastest_measured_impl_for_the_device_and_shape():
     assert table_choice(None, "GPU X", 61, 2000, 1) is None
 
 
+def test_builtin_auto_rule_follows_the_measured_shapes():
+    from repro.followup.conv import builtin_choice
+
+    assert [builtin_choice(61, n, 1) for n in (512, 1024, 1536, 1664, 2000, 4096)] == [
+        "fft", "fft", "fft", "bf16_flip_tf32w", "bf16_flip_tf32w", "bf16_flip_tf32w"]
+    assert builtin_choice(61, 1024, 32) == "bf16" and builtin_choice(31, 2000, 1) == "bf16"
+
+
 def test_a_model_reports_the_conv_impl_it_ran():
     from repro.followup.conv import resolved_impls
 
@@ -199,6 +207,11 @@ def test_a_model_reports_the_conv_impl_it_ran():
     assert resolved_impls(model) is None  # nothing ran yet
     model(torch.randint(1, 10, (2, 16)))
     assert resolved_impls(model) == ["bf16"]  # 'auto' off CUDA: the plain convolution
+    for layer in model.modules():
+        if isinstance(layer, BoundedConvMixer):
+            layer.impl = "fft"
+    model(torch.randint(1, 10, (2, 16)))
+    assert resolved_impls(model) == ["bf16", "fft"]  # every impl that ran, not only the last
 
 
 def test_a_bad_auto_table_is_refused_naming_the_file(tmp_path, monkeypatch):

@@ -68,9 +68,21 @@ def choose_impl(x: torch.Tensor, kernel_size: int, groups: int) -> str:
     measured = table_choice(_auto_table(), torch.cuda.get_device_name(x.device), kernel_size, x.shape[-1], groups)
     if measured is not None:
         return measured
+    return builtin_choice(kernel_size, x.shape[-1], groups)
+
+
+def builtin_choice(kernel_size: int, length: int, groups: int) -> str:
+    """``auto`` without a bench table (H200, torch 2.11, 128->256 channels, batch 32).
+
+    K <= 31 or grouped: cuDNN bf16. K=61 at L=2000 and 4096: ``bf16_flip_tf32w`` (3.54 / 3.59 ms).
+    K=61 at L=1024 (length-bucketed ListOps batches): cuDNN picks slow kernels for the flipped and
+    weight-gradient convolutions there (``bf16_flip_tf32w`` 7.36 ms, ``bf16_flip_mmw`` 7.54) while
+    the FFT takes 3.07 ms (experiments/evidence/2026-11-26-session4/bench_conv.json), so lengths up
+    to 1,536 (halfway to the next measured length) take the FFT.
+    """
     if groups > 1 or kernel_size <= 31:
         return "bf16"
-    return "bf16_flip_tf32w"
+    return "fft" if length <= 1536 else "bf16_flip_tf32w"
 
 
 def table_choice(table: dict | None, device: str, kernel_size: int, length: int, groups: int) -> str | None:
@@ -339,14 +351,14 @@ class BoundedConvMixer(nn.Module):
         self.out = nn.Linear(d_hidden, d_model)
         self.groups = groups
         self.impl = impl
-        self.resolved_impl: str | None = None  # what 'auto' picked at the last forward (run records)
+        self.resolved_impls: set[str] = set()  # what ran, every shape seen (run records; bucketed widths differ)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         if mask is not None:
             x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
         h_in = x.transpose(1, 2)
         impl = choose_impl(h_in, self.conv.kernel_size[0], self.groups) if self.impl == "auto" else self.impl
-        self.resolved_impl = impl
+        self.resolved_impls.add(impl)
         h = conv1d_same(h_in, self.conv.weight, self.conv.bias, self.groups, impl)
         h = self.activation(h.transpose(1, 2))
         return self.out(h)
@@ -374,5 +386,5 @@ def build_conv_layers(cfg: dict) -> list[nn.Module]:
 
 def resolved_impls(model: nn.Module) -> list[str] | None:
     """The conv implementations a model's bounded-conv layers ran (for the run record), or None."""
-    found = {m.resolved_impl for m in model.modules() if isinstance(m, BoundedConvMixer) and m.resolved_impl}
+    found = set().union(*(m.resolved_impls for m in model.modules() if isinstance(m, BoundedConvMixer)))
     return sorted(found) or None
