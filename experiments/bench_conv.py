@@ -53,6 +53,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench_conv.json"))
     parser.add_argument("--kernels", type=int, nargs="+", default=[5, 31, 61])
     parser.add_argument("--impls", nargs="+", default=list(CONV_IMPLS), choices=CONV_IMPLS, help="only these")
+    parser.add_argument("--lengths", type=int, nargs="+", default=None,
+                        help="only ListOps-width shapes (batch 32, 128->256, groups 1) at these lengths, for each --kernels")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_conv needs a CUDA GPU")
@@ -60,10 +62,14 @@ def main() -> None:
     torch.backends.cudnn.allow_tf32 = True
     peak = matmul_peak_tflops()
     rows = []
-    shapes = [(32, 128, 256, k, 2000, 1) for k in args.kernels]  # ListOps, Table 7
-    shapes += [(32, 128, 256, 61, 1024, 1)]  # ListOps batches trimmed by length bucketing (repro/batching.py)
-    shapes += [(128, 128, 256, 61, 1024, 32)]  # Pathfinder, groups 32
-    shapes += [(16, 128, 256, 61, 4096, 1)]  # text
+    if args.lengths:  # the widths of length-bucketed batches (repro/batching.py)
+        shapes = [(32, 128, 256, k, n, 1) for k in args.kernels for n in args.lengths]
+    else:
+        shapes = [(32, 128, 256, k, 2000, 1) for k in args.kernels]  # ListOps, Table 7
+        if 61 in args.kernels:  # the task shapes of the K=61 arm
+            shapes += [(32, 128, 256, 61, 1024, 1)]  # ListOps batches trimmed by length bucketing
+            shapes += [(128, 128, 256, 61, 1024, 32)]  # Pathfinder, groups 32
+            shapes += [(16, 128, 256, 61, 4096, 1)]  # text
     for shape in shapes:
         rows += bench_shape(*shape, impls=args.impls)
     record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,

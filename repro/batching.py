@@ -27,13 +27,11 @@ MODES = ("off", "auto", "on")
 
 def sequence_lengths(inputs: np.ndarray, pad_id: int, chunk_rows: int = 8192) -> np.ndarray:
     """Per example, one past the last non-padding position (over every tower of ``[N, ..., L]``)."""
-    inputs = np.asarray(inputs) if not isinstance(inputs, np.ndarray) else inputs
     n, width = inputs.shape[0], inputs.shape[-1]
-    positions = np.arange(1, width + 1, dtype=np.int64)
     lengths = np.empty(n, dtype=np.int64)
     for start in range(0, n, chunk_rows):
-        rows = np.asarray(inputs[start : start + chunk_rows]).reshape(-1, width)
-        last = np.where(rows != pad_id, positions, 0).max(axis=1)
+        real = np.asarray(inputs[start : start + chunk_rows]).reshape(-1, width) != pad_id  # bool, no int64 copy
+        last = np.where(real.any(axis=1), width - np.argmax(real[:, ::-1], axis=1), 0)
         lengths[start : start + chunk_rows] = last.reshape(min(chunk_rows, n - start), -1).max(axis=1)
     return lengths
 

@@ -289,23 +289,24 @@ def evaluate(model, split: dict, batch_size: int, autocast_dtype, prepare=None, 
     ctx = dist or DistContext()
     model.eval()
     x, y = split["x"], split["y"]
-    labels_in_order = y
     order = None
     if lengths is not None:
         order = torch.argsort(lengths, stable=True)
-        x, y, lengths = x[order.to(x.device)], y[order.to(y.device)], lengths[order]
+        sorted_lengths, order_on_data = lengths[order], order.to(x.device)
     device = x.device
     total_loss = torch.zeros((), device=device, dtype=torch.float64)
     predictions = []
     starts = range(0, len(y), batch_size)
     for start in starts[ctx.rank :: ctx.world]:
-        inputs = x[start : start + batch_size]
-        if lengths is not None:
-            width = trimmed_width(int(lengths[start : start + batch_size].max()), trim_multiple, x.shape[-1])
-            inputs = inputs[..., :width]
+        if order is None:
+            inputs, labels = x[start : start + batch_size], y[start : start + batch_size]
+        else:  # this batch of the length-sorted order, trimmed to its longest
+            rows = order_on_data[start : start + batch_size]
+            width = trimmed_width(int(sorted_lengths[start : start + batch_size].max()), trim_multiple, x.shape[-1])
+            inputs, labels = x.narrow(-1, 0, width)[rows], y[rows]
         inputs = inputs.to(device, non_blocking=True)
         inputs = prepare(inputs) if prepare else inputs.long()
-        labels = y[start : start + batch_size].to(device)
+        labels = labels.to(device)
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             logits = model(inputs)
         total_loss += F.cross_entropy(logits.float(), labels, reduction="sum").double()
@@ -317,7 +318,7 @@ def evaluate(model, split: dict, batch_size: int, autocast_dtype, prepare=None, 
     predictions = torch.cat(predictions).cpu()
     if order is not None:
         predictions = torch.empty_like(predictions).index_copy_(0, order, predictions)
-    labels = labels_in_order.cpu()
+    labels = y.cpu()
     return {
         "loss": float(total_loss) / len(labels),
         "acc": float((predictions == labels).double().mean()),
@@ -433,6 +434,11 @@ def train(
     budget_s = s.budget_minutes * 60 if s.budget_minutes else None
     eval_bs = s.eval_batch_size or s.batch_size
     bucketing, bucketing_reason = resolve_bucketing(s.length_bucketing, model, task.pad_id, augment is not None)
+    if bucketing and (s.trim_multiple < 1 or s.bucket_pool_batches < 1):
+        raise ValueError(f"train.trim_multiple={s.trim_multiple} and train.bucket_pool_batches={s.bucket_pool_batches} "
+                         "must both be at least 1")
+    batching = {"bucketing": bucketing, "pool_batches": s.bucket_pool_batches if bucketing else None,
+                "trim_multiple": s.trim_multiple if bucketing else None}
     full_width = int(splits["train"]["x"].shape[-1])  # the padded length (bucketing only: never RGB channels)
     lengths = ({name: torch.from_numpy(sequence_lengths(sp.inputs, task.pad_id)) for name, sp in task.splits().items()}
                if bucketing else {})
@@ -441,11 +447,21 @@ def train(
         "step": 0, "elapsed_s": 0.0, "train_time_s": 0.0, "examples": 0,
         "epoch_loss_sum": 0.0, "epoch_loss_count": 0,
         "best_val_acc": -1.0, "best_val_step": -1, "history": [], "last_eval_step": -1,
+        "batching": batching, "bucketed_steps": 0, "width_sum": 0,
     }
     ckpt, source = load_resume_checkpoint(last_path, device) if resume else (None, None)
     if ckpt is not None:
         if ckpt.get("format") != CHECKPOINT_FORMAT:
             raise RuntimeError(f"{source}: checkpoint format {ckpt.get('format')} is not {CHECKPOINT_FORMAT}; delete it to start over")
+        trained_with = ckpt["state"].get("batching", {"bucketing": False, "pool_batches": None, "trim_multiple": None})
+        if trained_with != batching:
+            # Switching mid-run would train some examples twice and skip others in the current epoch.
+            same = ("++train.length_bucketing=off" if not trained_with["bucketing"] else
+                    f"++train.length_bucketing=on ++train.bucket_pool_batches={trained_with['pool_batches']} "
+                    f"++train.trim_multiple={trained_with['trim_multiple']}")
+            raise RuntimeError(f"{source} was trained with length bucketing {'on' if trained_with['bucketing'] else 'off'} "
+                               f"and this run would train with it {'on' if bucketing else 'off'} "
+                               f"(train.length_bucketing={s.length_bucketing}): add {same} to continue it, or resume=false to start over")
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         controller.load_state_dict(ckpt["controller"])
@@ -549,6 +565,7 @@ def train(
             if bucketing:
                 source = source.narrow(-1, 0, widths[index_in_epoch])
                 state["width_sum"] = state.get("width_sum", 0) + widths[index_in_epoch]
+                state["bucketed_steps"] = state.get("bucketed_steps", 0) + 1
             inputs = source[idx].to(device, non_blocking=True)
             labels = splits["train"]["y"][idx].to(device, non_blocking=True)
             draws = augment.draws(seed, state["step"]) if augment is not None else None
@@ -667,7 +684,7 @@ def train(
         "train_settings": asdict(s),
         "length_bucketing": {
             "used": bucketing, "why": bucketing_reason, "full_width": full_width if bucketing else None,
-            "mean_train_width": state.get("width_sum", 0) / state["step"] if bucketing and state["step"] else None,
+            "mean_train_width": state["width_sum"] / state["bucketed_steps"] if bucketing and state.get("bucketed_steps") else None,
         },
     }
     if ctx.active:

@@ -10,7 +10,7 @@ import torch
 from repro.batching import batch_widths, bucketed_order, resolve_bucketing, sequence_lengths, trimmed_width
 from repro.model import SequenceClassifier
 from repro.tasks.base import Split, TaskData
-from repro.train import TrainSettings, epoch_permutation, evaluate, train
+from repro.train import RunInterrupted, TrainSettings, epoch_permutation, evaluate, train
 
 CONV_CFG = dict(backbone="conv", d_model=8, d_hidden=12, kernel_size=5, depth=2)
 LRA_CFG = dict(backbone="lra_transformer", d_model=8, d_ff=16, n_heads=2, depth=1, attention="linformer", positional="learned")
@@ -64,15 +64,22 @@ def test_trimmed_widths_round_up_and_stay_within_the_padded_length():
     assert batch_widths(torch.tensor([0, 1, 2, 3]), lengths, 2, 64, 200) == [192, 64]
 
 
-def test_trimmed_batch_gives_the_padded_batch_logits():
+@pytest.mark.parametrize("extra", [
+    {},
+    {"cls_token": True, "positional": "learned", "pooling": "cls"},
+    {"positional": "sinusoidal", "pooling": "max", "kernel_size": 7},
+    {"prenorm": False, "groups": 4},
+])
+def test_trimmed_batch_gives_the_padded_batch_logits(extra):
     torch.manual_seed(0)
-    model = SequenceClassifier(CONV_CFG, vocab_size=8, max_len=96, num_classes=3, pad_id=0, two_tower=False).double().eval()
+    cfg = {**CONV_CFG, **extra}
+    model = SequenceClassifier(cfg, vocab_size=8, max_len=96, num_classes=3, pad_id=0, two_tower=False).double().eval()
     rows, lengths = padded_rows(np.random.default_rng(2), 6, 96)
     rows[:, 60:] = 0
     ids = torch.from_numpy(rows).long()
     width = trimmed_width(int(lengths.clip(max=60).max()), 16, 96)
     torch.testing.assert_close(model(ids[:, :width]), model(ids), rtol=1e-12, atol=1e-12)
-    towers = SequenceClassifier(CONV_CFG, vocab_size=8, max_len=96, num_classes=2, pad_id=0, two_tower=True).double().eval()
+    towers = SequenceClassifier(cfg, vocab_size=8, max_len=96, num_classes=2, pad_id=0, two_tower=True).double().eval()
     pairs = ids.view(3, 2, 96)
     torch.testing.assert_close(towers(pairs[..., :width]), towers(pairs), rtol=1e-12, atol=1e-12)
 
@@ -138,3 +145,33 @@ def test_bucketed_training_sees_each_example_once_per_epoch(tmp_path):
     widths = [b.shape[1] for b in seen]
     assert all(w % 8 == 0 or w == 48 for w in widths) and min(widths) < 48
     assert result["metrics"]["length_bucketing"]["mean_train_width"] == pytest.approx(sum(widths) / 24)
+
+
+def test_a_run_cannot_resume_under_another_bucketing_setting(tmp_path):
+    rng = np.random.default_rng(6)
+
+    def split(m):
+        rows, _ = padded_rows(rng, m, 48)
+        return Split(rows, rng.integers(0, 2, m))
+
+    task = TaskData("padded", split(96), split(16), split(16), num_classes=2, vocab_size=8, max_len=48)
+
+    def settings(mode):
+        return TrainSettings(lr=1e-3, weight_decay=0.0, batch_size=8, epochs=2, checkpoint_every_seconds=None,
+                             length_bucketing=mode, bucket_pool_batches=4, trim_multiple=8)
+
+    def model():
+        torch.manual_seed(0)
+        return SequenceClassifier(CONV_CFG, vocab_size=8, max_len=48, num_classes=2, pad_id=0, two_tower=False)
+
+    with pytest.raises(RunInterrupted):
+        train(model(), task, settings("off"), seed=1, run_dir=tmp_path, device=torch.device("cpu"), progress=False,
+              sigterm_at_step=6)
+    last = tmp_path / "checkpoints" / "last.pt"
+    with pytest.raises(RuntimeError) as err:
+        train(model(), task, settings("on"), seed=1, run_dir=tmp_path, device=torch.device("cpu"), progress=False)
+    assert str(err.value) == (
+        f"{last} was trained with length bucketing off and this run would train with it on "
+        "(train.length_bucketing=on): add ++train.length_bucketing=off to continue it, or resume=false to start over")
+    resumed = train(model(), task, settings("off"), seed=1, run_dir=tmp_path, device=torch.device("cpu"), progress=False)
+    assert resumed["metrics"]["steps"] == 24 and not resumed["metrics"]["length_bucketing"]["used"]

@@ -182,11 +182,12 @@ def test_auto_table_picks_the_fastest_measured_impl_for_the_device_and_shape():
     ]}
     assert table_choice(table, "GPU X", 61, 2000, 1) == "bf16_flip_tf32w"
     assert table_choice(table, "GPU X", 61, 1024, 32) == "bf16"
-    # Lengths between measured ones take the nearest measured length's fastest (bucketed widths).
-    assert table_choice(table, "GPU X", 61, 1536, 1) == "bf16_flip_tf32w"
-    assert table_choice(table, "GPU X", 61, 1280, 1) == "bf16_flip"
-    assert table_choice(table, "GPU X", 61, 512, 1) == "bf16_flip"
-    assert table_choice(table, "GPU X", 61, 499, 1) is None  # more than 2x from any measured length
+    # A length within 15% of a measured one takes that length's fastest (bucketed widths) ...
+    assert table_choice(table, "GPU X", 61, 1792, 1) == "bf16_flip_tf32w"
+    assert table_choice(table, "GPU X", 61, 1100, 1) == "bf16_flip"
+    # ... and one farther from every measured length is left to the built-in rule.
+    assert table_choice(table, "GPU X", 61, 1280, 1) is None
+    assert table_choice(table, "GPU X", 61, 512, 1) is None
     assert table_choice(table, "GPU X", 61, 4096, 1) is None  # unmeasured shape: built-in rule
     assert table_choice(table, "GPU Y", 61, 2000, 1) is None  # measured on another card
     assert table_choice(None, "GPU X", 61, 2000, 1) is None
@@ -195,8 +196,8 @@ def test_auto_table_picks_the_fastest_measured_impl_for_the_device_and_shape():
 def test_builtin_auto_rule_follows_the_measured_shapes():
     from repro.followup.conv import builtin_choice
 
-    assert [builtin_choice(61, n, 1) for n in (512, 1024, 1536, 1664, 2000, 4096)] == [
-        "fft", "fft", "fft", "bf16_flip_tf32w", "bf16_flip_tf32w", "bf16_flip_tf32w"]
+    assert [builtin_choice(61, n, 1) for n in (512, 1024, 1088, 1152, 1536, 2000, 4096)] == [
+        "fft", "fft", "fft", "bf16_flip_tf32w", "bf16_flip_tf32w", "bf16_flip_tf32w", "bf16_flip_tf32w"]
     assert builtin_choice(61, 1024, 32) == "bf16" and builtin_choice(31, 2000, 1) == "bf16"
 
 

@@ -74,29 +74,35 @@ def choose_impl(x: torch.Tensor, kernel_size: int, groups: int) -> str:
 def builtin_choice(kernel_size: int, length: int, groups: int) -> str:
     """``auto`` without a bench table (H200, torch 2.11, 128->256 channels, batch 32).
 
-    K <= 31 or grouped: cuDNN bf16. K=61 at L=2000 and 4096: ``bf16_flip_tf32w`` (3.54 / 3.59 ms).
-    K=61 at L=1024 (length-bucketed ListOps batches): cuDNN picks slow kernels for the flipped and
-    weight-gradient convolutions there (``bf16_flip_tf32w`` 7.36 ms, ``bf16_flip_mmw`` 7.54) while
-    the FFT takes 3.07 ms (experiments/evidence/2026-11-26-session4/bench_conv.json), so lengths up
-    to 1,536 (halfway to the next measured length) take the FFT.
+    K <= 31 or grouped: cuDNN bf16. K=61: the FFT up to L=1,088, ``bf16_flip_tf32w`` above
+    (whatever the task: the image task's L=1,024 takes the FFT too).
+    At L <= 1,024 cuDNN picks slow kernels for the flipped and weight-gradient convolutions
+    (``bf16_flip_tf32w`` 3.8-7.4 ms at L=512-1,024 against the FFT's 1.8-2.4); from L=1,152 up
+    the flipped path is faster (2.53 vs 2.74 ms at 1,152; 3.51 vs 3.86 at 2,000; 3.59 vs 6.99
+    at 4,096, batch 16). Lengths 512-2,000 in steps of 128:
+    experiments/evidence/2026-11-26-session4/bench_conv_lengths.json.
     """
     if groups > 1 or kernel_size <= 31:
         return "bf16"
-    return "fft" if length <= 1536 else "bf16_flip_tf32w"
+    return "fft" if length <= 1088 else "bf16_flip_tf32w"
 
 
 def table_choice(table: dict | None, device: str, kernel_size: int, length: int, groups: int) -> str | None:
-    """The fastest impl a bench_conv record measured on this device for this kernel and groups, at
-    the measured length nearest ``length`` (within a factor of 2: length-bucketed batches have
-    many widths), else None."""
+    """The fastest impl a bench_conv record measured on this device for this kernel and groups at
+    the measured length nearest ``length``, if that is within 15% (length-bucketed batches have
+    many widths; cuDNN's kernel choice changes abruptly between lengths, see ``builtin_choice``);
+    else None, and the built-in rule decides."""
     if not table or table.get("device") != device:
         return None
     rows = [r for r in table.get("rows", []) if (r["kernel"], r["groups"]) == (kernel_size, groups)
-            and max(r["length"], length) <= 2 * min(r["length"], length)]
+            and max(r["length"], length) <= TABLE_LENGTH_RATIO * min(r["length"], length)]
     if not rows:
         return None
     nearest = min(rows, key=lambda r: abs(math.log(r["length"] / length)))["length"]
     return min((r for r in rows if r["length"] == nearest), key=lambda r: r["fwd_bwd_ms"])["impl"]
+
+
+TABLE_LENGTH_RATIO = 1.15
 
 
 _TABLES: dict[str, dict] = {}
