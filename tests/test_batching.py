@@ -25,6 +25,22 @@ def padded_rows(rng: np.random.Generator, n: int, width: int, pad_id: int = 0) -
     return rows, lengths
 
 
+def padded_task(seed: int, n_train: int, width: int = 48) -> TaskData:
+    """Right-padded random sequences in each split (labels random)."""
+    rng = np.random.default_rng(seed)
+
+    def split(m):
+        rows, _ = padded_rows(rng, m, width)
+        return Split(rows, rng.integers(0, 2, m))
+
+    return TaskData("padded", split(n_train), split(16), split(16), num_classes=2, vocab_size=8, max_len=width)
+
+
+def bucketing_settings(mode: str) -> TrainSettings:
+    return TrainSettings(lr=1e-3, weight_decay=0.0, batch_size=8, epochs=2, checkpoint_every_seconds=None,
+                         length_bucketing=mode, bucket_pool_batches=4, trim_multiple=8)
+
+
 def test_sequence_lengths_is_one_past_the_last_real_token():
     rng = np.random.default_rng(0)
     rows, lengths = padded_rows(rng, 50, 40)
@@ -113,13 +129,7 @@ def test_length_sorted_evaluation_equals_padded_evaluation():
 
 
 def test_bucketed_training_sees_each_example_once_per_epoch(tmp_path):
-    rng = np.random.default_rng(5)
-
-    def split(m):
-        rows, _ = padded_rows(rng, m, 48)
-        return Split(rows, rng.integers(0, 2, m))
-
-    task = TaskData("padded", split(100), split(20), split(20), num_classes=2, vocab_size=8, max_len=48)
+    task = padded_task(5, 100)
     seen = []
 
     class Spy(SequenceClassifier):
@@ -130,10 +140,9 @@ def test_bucketed_training_sees_each_example_once_per_epoch(tmp_path):
 
     torch.manual_seed(0)
     model = Spy(CONV_CFG, vocab_size=8, max_len=48, num_classes=2, pad_id=0, two_tower=False)
-    settings = TrainSettings(lr=1e-3, weight_decay=0.0, batch_size=8, epochs=2, checkpoint_every_seconds=None,
-                             length_bucketing="on", bucket_pool_batches=4, trim_multiple=8)
-    result = train(model, task, settings, seed=1, run_dir=tmp_path, device=torch.device("cpu"), progress=False)
+    result = train(model, task, bucketing_settings("on"), seed=1, run_dir=tmp_path, device=torch.device("cpu"), progress=False)
     assert len(seen) == 24 and result["metrics"]["length_bucketing"]["used"]
+
     def content(row) -> bytes:
         row = np.asarray(row, dtype=np.uint8)
         return bytes(row[: int(np.nonzero(row)[0].max()) + 1])
@@ -148,17 +157,8 @@ def test_bucketed_training_sees_each_example_once_per_epoch(tmp_path):
 
 
 def test_a_run_cannot_resume_under_another_bucketing_setting(tmp_path):
-    rng = np.random.default_rng(6)
-
-    def split(m):
-        rows, _ = padded_rows(rng, m, 48)
-        return Split(rows, rng.integers(0, 2, m))
-
-    task = TaskData("padded", split(96), split(16), split(16), num_classes=2, vocab_size=8, max_len=48)
-
-    def settings(mode):
-        return TrainSettings(lr=1e-3, weight_decay=0.0, batch_size=8, epochs=2, checkpoint_every_seconds=None,
-                             length_bucketing=mode, bucket_pool_batches=4, trim_multiple=8)
+    task = padded_task(6, 96)
+    settings = bucketing_settings
 
     def model():
         torch.manual_seed(0)
