@@ -27,6 +27,7 @@ MODES = ("off", "auto", "on")
 
 def sequence_lengths(inputs: np.ndarray, pad_id: int, chunk_rows: int = 8192) -> np.ndarray:
     """Per example, one past the last non-padding position (over every tower of ``[N, ..., L]``)."""
+    inputs = inputs if hasattr(inputs, "shape") else np.asarray(inputs)
     n, width = inputs.shape[0], inputs.shape[-1]
     lengths = np.empty(n, dtype=np.int64)
     for start in range(0, n, chunk_rows):
@@ -75,9 +76,14 @@ def model_is_length_flexible(model: torch.nn.Module) -> bool:
     return all(getattr(sub.mixer, "length_flexible", False) for sub in sublayers)
 
 
+def mode_name(mode) -> str:
+    """``train.length_bucketing`` as written: YAML reads a bare off/on as a boolean."""
+    return {False: "off", True: "on"}.get(mode, mode) if isinstance(mode, bool) else mode
+
+
 def resolve_bucketing(mode: str, model: torch.nn.Module, pad_id: int | None, has_augment: bool) -> tuple[bool, str]:
     """Whether to bucket and trim (``train.length_bucketing``), and why; ``on`` refuses what ``auto`` skips."""
-    mode = {False: "off", True: "on"}.get(mode, mode) if isinstance(mode, bool) else mode  # YAML reads off/on as booleans
+    mode = mode_name(mode)
     if mode not in MODES:
         raise ValueError(f"train.length_bucketing={mode!r}: use off, auto or on")
     if mode == "off":
@@ -94,3 +100,32 @@ def resolve_bucketing(mode: str, model: torch.nn.Module, pad_id: int | None, has
     if mode == "on":
         raise ValueError(f"train.length_bucketing=on, but {'; '.join(reasons)}; use train.length_bucketing=auto or off")
     return False, "auto: " + "; ".join(reasons)
+
+
+def checkpoint_batching(state: dict, pool_batches: int) -> dict:
+    """How the run behind a checkpoint's ``state`` drew its batches.
+
+    Checkpoints written before the setting was stored carry no ``batching`` entry; those that
+    bucketed have a ``width_sum`` (it was kept only then), with the run's pool size.
+    """
+    if "batching" in state:
+        return state["batching"]
+    bucketed = "width_sum" in state
+    return {"bucketing": bucketed, "pool_batches": pool_batches if bucketed else None}
+
+
+def check_resume_batching(trained_with: dict, wanted: dict, mode, source) -> None:
+    """Refuse to continue a run under another batch order: it would train some examples twice
+    and skip others in the current epoch. ``trim_multiple`` only changes widths, so it may differ."""
+    keys = ("bucketing", "pool_batches")
+    if all(trained_with.get(k) == wanted.get(k) for k in keys):
+        return
+
+    def describe(b: dict) -> str:
+        return f"on (pools of {b['pool_batches']} batches)" if b["bucketing"] else "off"
+
+    same = ("++train.length_bucketing=off" if not trained_with["bucketing"] else
+            f"++train.length_bucketing=on ++train.bucket_pool_batches={trained_with['pool_batches']}")
+    raise RuntimeError(f"{source} was trained with length bucketing {describe(trained_with)} and this run would train "
+                       f"with it {describe(wanted)} (train.length_bucketing={mode_name(mode)}): add {same} to continue it, "
+                       f"or resume=false to start over")

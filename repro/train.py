@@ -37,7 +37,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from .batching import batch_widths, bucketed_order, resolve_bucketing, sequence_lengths, trimmed_width
+from .batching import (batch_widths, bucketed_order, check_resume_batching, checkpoint_batching, resolve_bucketing,
+                       sequence_lengths, trimmed_width)
 from .distributed import DistContext, agree_max, barrier, gather_1d, gather_objects, mean_, sum_
 from .records import write_atomic
 from .schedule import LRController
@@ -303,7 +304,7 @@ def evaluate(model, split: dict, batch_size: int, autocast_dtype, prepare=None, 
         else:  # this batch of the length-sorted order, trimmed to its longest
             rows = order_on_data[start : start + batch_size]
             width = trimmed_width(int(sorted_lengths[start : start + batch_size].max()), trim_multiple, x.shape[-1])
-            inputs, labels = x.narrow(-1, 0, width)[rows], y[rows]
+            inputs, labels = x.narrow(-1, 0, width)[rows], y[rows.to(y.device)]
         inputs = inputs.to(device, non_blocking=True)
         inputs = prepare(inputs) if prepare else inputs.long()
         labels = labels.to(device)
@@ -437,8 +438,7 @@ def train(
     if bucketing and (s.trim_multiple < 1 or s.bucket_pool_batches < 1):
         raise ValueError(f"train.trim_multiple={s.trim_multiple} and train.bucket_pool_batches={s.bucket_pool_batches} "
                          "must both be at least 1")
-    batching = {"bucketing": bucketing, "pool_batches": s.bucket_pool_batches if bucketing else None,
-                "trim_multiple": s.trim_multiple if bucketing else None}
+    batching = {"bucketing": bucketing, "pool_batches": s.bucket_pool_batches if bucketing else None}
     full_width = int(splits["train"]["x"].shape[-1])  # the padded length (bucketing only: never RGB channels)
     lengths = ({name: torch.from_numpy(sequence_lengths(sp.inputs, task.pad_id)) for name, sp in task.splits().items()}
                if bucketing else {})
@@ -453,15 +453,9 @@ def train(
     if ckpt is not None:
         if ckpt.get("format") != CHECKPOINT_FORMAT:
             raise RuntimeError(f"{source}: checkpoint format {ckpt.get('format')} is not {CHECKPOINT_FORMAT}; delete it to start over")
-        trained_with = ckpt["state"].get("batching", {"bucketing": False, "pool_batches": None, "trim_multiple": None})
-        if trained_with != batching:
-            # Switching mid-run would train some examples twice and skip others in the current epoch.
-            same = ("++train.length_bucketing=off" if not trained_with["bucketing"] else
-                    f"++train.length_bucketing=on ++train.bucket_pool_batches={trained_with['pool_batches']} "
-                    f"++train.trim_multiple={trained_with['trim_multiple']}")
-            raise RuntimeError(f"{source} was trained with length bucketing {'on' if trained_with['bucketing'] else 'off'} "
-                               f"and this run would train with it {'on' if bucketing else 'off'} "
-                               f"(train.length_bucketing={s.length_bucketing}): add {same} to continue it, or resume=false to start over")
+        check_resume_batching(checkpoint_batching(ckpt["state"], s.bucket_pool_batches), batching, s.length_bucketing, source)
+        ckpt["state"].setdefault("bucketed_steps", ckpt["state"]["step"] if "width_sum" in ckpt["state"] else 0)
+        ckpt["state"].setdefault("width_sum", 0)
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         controller.load_state_dict(ckpt["controller"])

@@ -10,7 +10,8 @@ import torch
 from repro.batching import batch_widths, bucketed_order, resolve_bucketing, sequence_lengths, trimmed_width
 from repro.model import SequenceClassifier
 from repro.tasks.base import Split, TaskData
-from repro.train import RunInterrupted, TrainSettings, epoch_permutation, evaluate, train
+from repro.train import (RunInterrupted, TrainSettings, epoch_permutation, evaluate, load_checkpoint, save_checkpoint,
+                         train)
 
 CONV_CFG = dict(backbone="conv", d_model=8, d_hidden=12, kernel_size=5, depth=2)
 LRA_CFG = dict(backbone="lra_transformer", d_model=8, d_ff=16, n_heads=2, depth=1, attention="linformer", positional="learned")
@@ -171,7 +172,35 @@ def test_a_run_cannot_resume_under_another_bucketing_setting(tmp_path):
     with pytest.raises(RuntimeError) as err:
         train(model(), task, settings("on"), seed=1, run_dir=tmp_path, device=torch.device("cpu"), progress=False)
     assert str(err.value) == (
-        f"{last} was trained with length bucketing off and this run would train with it on "
+        f"{last} was trained with length bucketing off and this run would train with it on (pools of 4 batches) "
         "(train.length_bucketing=on): add ++train.length_bucketing=off to continue it, or resume=false to start over")
     resumed = train(model(), task, settings("off"), seed=1, run_dir=tmp_path, device=torch.device("cpu"), progress=False)
     assert resumed["metrics"]["steps"] == 24 and not resumed["metrics"]["length_bucketing"]["used"]
+
+
+def test_a_bucketed_checkpoint_from_before_the_setting_was_stored_resumes(tmp_path):
+    """Checkpoints of de69093-b5af6f1 lack state['batching']; a width_sum marks those that bucketed."""
+    task = padded_task(7, 96)
+
+    def model():
+        torch.manual_seed(0)
+        return SequenceClassifier(CONV_CFG, vocab_size=8, max_len=48, num_classes=2, pad_id=0, two_tower=False)
+
+    whole = train(model(), task, bucketing_settings("on"), seed=1, run_dir=tmp_path / "whole", device=torch.device("cpu"),
+                  progress=False)
+    cut = tmp_path / "cut"
+    with pytest.raises(RunInterrupted):
+        train(model(), task, bucketing_settings("on"), seed=1, run_dir=cut, device=torch.device("cpu"), progress=False,
+              sigterm_at_step=7)
+    last = cut / "checkpoints" / "last.pt"
+    old = load_checkpoint(last, torch.device("cpu"))
+    del old["state"]["batching"], old["state"]["bucketed_steps"]  # what the older version wrote
+    save_checkpoint(last, old)
+    resumed = train(model(), task, bucketing_settings("on"), seed=1, run_dir=cut, device=torch.device("cpu"), progress=False)
+    assert resumed["predictions"] == whole["predictions"]
+    assert resumed["metrics"]["length_bucketing"] == whole["metrics"]["length_bucketing"]
+    with pytest.raises(RuntimeError, match=r"was trained with length bucketing on \(pools of 4 batches\) and this run "
+                                           r"would train with it off \(train.length_bucketing=off\): add "
+                                           r"\+\+train.length_bucketing=on \+\+train.bucket_pool_batches=4 to continue it"):
+        save_checkpoint(last, old)
+        train(model(), task, bucketing_settings(False), seed=1, run_dir=cut, device=torch.device("cpu"), progress=False)

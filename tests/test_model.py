@@ -182,11 +182,12 @@ def test_auto_table_picks_the_fastest_measured_impl_for_the_device_and_shape():
     ]}
     assert table_choice(table, "GPU X", 61, 2000, 1) == "bf16_flip_tf32w"
     assert table_choice(table, "GPU X", 61, 1024, 32) == "bf16"
-    # A length within 15% of a measured one takes that length's fastest (bucketed widths) ...
-    assert table_choice(table, "GPU X", 61, 1792, 1) == "bf16_flip_tf32w"
-    assert table_choice(table, "GPU X", 61, 1100, 1) == "bf16_flip"
+    # A length within 6% of a measured one takes that length's fastest (bucketed widths) ...
+    assert table_choice(table, "GPU X", 61, 1920, 1) == "bf16_flip_tf32w"
+    assert table_choice(table, "GPU X", 61, 1050, 1) == "bf16_flip"
     # ... and one farther from every measured length is left to the built-in rule.
-    assert table_choice(table, "GPU X", 61, 1280, 1) is None
+    assert table_choice(table, "GPU X", 61, 1100, 1) is None
+    assert table_choice(table, "GPU X", 61, 1792, 1) is None
     assert table_choice(table, "GPU X", 61, 512, 1) is None
     assert table_choice(table, "GPU X", 61, 4096, 1) is None  # unmeasured shape: built-in rule
     assert table_choice(table, "GPU Y", 61, 2000, 1) is None  # measured on another card

@@ -89,9 +89,9 @@ def builtin_choice(kernel_size: int, length: int, groups: int) -> str:
 
 def table_choice(table: dict | None, device: str, kernel_size: int, length: int, groups: int) -> str | None:
     """The fastest impl a bench_conv record measured on this device for this kernel and groups at
-    the measured length nearest ``length``, if that is within 15% (length-bucketed batches have
-    many widths; cuDNN's kernel choice changes abruptly between lengths, see ``builtin_choice``);
-    else None, and the built-in rule decides."""
+    the measured length nearest ``length``, if that is within 6% (length-bucketed batches come in
+    widths 128 apart, and cuDNN's kernel choice changes abruptly between them, see
+    ``builtin_choice``); else None, and the built-in rule decides."""
     if not table or table.get("device") != device:
         return None
     rows = [r for r in table.get("rows", []) if (r["kernel"], r["groups"]) == (kernel_size, groups)
@@ -102,7 +102,7 @@ def table_choice(table: dict | None, device: str, kernel_size: int, length: int,
     return min((r for r in rows if r["length"] == nearest), key=lambda r: r["fwd_bwd_ms"])["impl"]
 
 
-TABLE_LENGTH_RATIO = 1.15
+TABLE_LENGTH_RATIO = 1.06
 
 
 _TABLES: dict[str, dict] = {}
