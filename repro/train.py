@@ -22,6 +22,7 @@ time-based stops, which every rank then obeys at the same step.
 from __future__ import annotations
 
 import hashlib
+import io
 import math
 import os
 import sys
@@ -193,8 +194,6 @@ def save_checkpoint(path: Path, state: dict, keep_previous: bool = False) -> Non
     ``keep_previous``: first move the current file (and its sha256) to ``previous_path``,
     the fallback when the new one turns out unreadable.
     """
-    import io
-
     buffer = io.BytesIO()
     torch.save(state, buffer)
     data = buffer.getvalue()
@@ -217,8 +216,6 @@ def load_checkpoint(path: Path, device: torch.device) -> dict:
         expected = digest_file.read_text().strip()
         if hashlib.sha256(data).hexdigest() != expected:
             raise CorruptCheckpoint(f"{path}: sha256 differs from {digest_file.name} (corrupt or truncated, {len(data)} bytes)")
-    import io
-
     try:
         return torch.load(io.BytesIO(data), map_location=device, weights_only=False)
     except Exception as err:  # truncated zip, unpickling errors: all mean the file is unusable
@@ -447,14 +444,13 @@ def train(
         "step": 0, "elapsed_s": 0.0, "train_time_s": 0.0, "examples": 0,
         "epoch_loss_sum": 0.0, "epoch_loss_count": 0,
         "best_val_acc": -1.0, "best_val_step": -1, "history": [], "last_eval_step": -1,
-        "batching": batching, "bucketed_steps": 0, "width_sum": 0,
+        "batching": batching, "width_sum": 0,  # a run never changes its batching, so every step is bucketed or none
     }
     ckpt, source = load_resume_checkpoint(last_path, device) if resume else (None, None)
     if ckpt is not None:
         if ckpt.get("format") != CHECKPOINT_FORMAT:
             raise RuntimeError(f"{source}: checkpoint format {ckpt.get('format')} is not {CHECKPOINT_FORMAT}; delete it to start over")
         check_resume_batching(checkpoint_batching(ckpt["state"], s.bucket_pool_batches), batching, s.length_bucketing, source)
-        ckpt["state"].setdefault("bucketed_steps", ckpt["state"]["step"] if "width_sum" in ckpt["state"] else 0)
         ckpt["state"].setdefault("width_sum", 0)
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
@@ -558,8 +554,7 @@ def train(
             source = splits["train"]["x"]
             if bucketing:
                 source = source.narrow(-1, 0, widths[index_in_epoch])
-                state["width_sum"] = state.get("width_sum", 0) + widths[index_in_epoch]
-                state["bucketed_steps"] = state.get("bucketed_steps", 0) + 1
+                state["width_sum"] += widths[index_in_epoch]
             inputs = source[idx].to(device, non_blocking=True)
             labels = splits["train"]["y"][idx].to(device, non_blocking=True)
             draws = augment.draws(seed, state["step"]) if augment is not None else None
@@ -608,7 +603,8 @@ def train(
                 state["epoch_loss_sum"], state["epoch_loss_count"] = 0.0, 0
             time_eval = bool(s.eval_every_seconds and now - last_eval_time >= s.eval_every_seconds)
             if ctx.active:
-                # One agreement per step: rank 0's clock for evaluation and checkpoints, any rank's signal.
+                # The step's second agreement (the first, at the loop's top, is the budget clock):
+                # rank 0's clock for evaluation and checkpoints, any rank's signal.
                 debug_signals(stop, sigterm_at_step, pause_at_step, state["step"], ctx.is_main)
                 time_ckpt = bool(s.checkpoint_every_seconds and time.monotonic() - last_ckpt_time >= s.checkpoint_every_seconds)
                 agreed = agree_max(ctx, [float(time_eval and ctx.is_main), float(time_ckpt and ctx.is_main), float(stop.signum or 0)])
@@ -678,7 +674,7 @@ def train(
         "train_settings": asdict(s),
         "length_bucketing": {
             "used": bucketing, "why": bucketing_reason, "full_width": full_width if bucketing else None,
-            "mean_train_width": state["width_sum"] / state["bucketed_steps"] if bucketing and state.get("bucketed_steps") else None,
+            "mean_train_width": state["width_sum"] / state["step"] if bucketing and state["step"] else None,
         },
     }
     if ctx.active:

@@ -20,6 +20,7 @@ fastest implementation that ``experiments/bench_conv.py`` measured.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -40,7 +41,7 @@ SPLIT_IMPLS = {
     "bf16_unfoldwgrad": ("bf16", "bf16", "unfold"),
     "bf16_flip_tf32w": ("bf16", "flip", "tf32"),
     "bf16_flip_mmw": ("bf16", "flip", "mm"),
-    "bf16_flip": ("bf16", "flip", "bf16"),  # not yet measured: is cuDNN's bf16 weight gradient fast?
+    "bf16_flip": ("bf16", "flip", "bf16"),  # cuDNN's bf16 weight gradient: measured slow (10 ms at K=61, L=2000)
 }
 CONV_IMPLS = ("tf32", "bf16", "conv2d_bf16", "fft", "fft_bf16", *SPLIT_IMPLS)
 IMPL_CHOICES = ("auto", *CONV_IMPLS)
@@ -52,23 +53,24 @@ AUTO_TABLE_ENV = "LRA_CONV_AUTO_TABLE"
 def choose_impl(x: torch.Tensor, kernel_size: int, groups: int) -> str:
     """``impl=auto``: the fastest forward+backward measured by experiments/bench_conv.py.
 
-    If the environment variable ``LRA_CONV_AUTO_TABLE`` names a bench_conv JSON measured on
-    this device, its fastest impl for (kernel, length, groups) wins. Otherwise the built-in
-    table, H200, torch 2.11, 128->256 channels (experiments/perf_notes.md, 2026-11-26): K=5 and
-    K=31 at L=2000: cuDNN bf16 (0.62 / 1.17 ms); K=61, groups 32, L=1024: bf16 (3.0 ms; TF32
-    10.7); K=61, groups 1, at L=2000 and L=4096: bf16 forward, input gradient as a bf16 forward
-    conv of the flipped kernel, TF32 weight gradient (3.54 / 3.59 ms; FFT 3.88 / 6.99; TF32
-    5.37; plain bf16 74.4, cuDNN's slow bf16 input gradient). Off CUDA or outside bf16
-    autocast: the plain convolution (``bf16`` names cuDNN's own kernels in the input's dtype).
+    Off CUDA or outside bf16 autocast: the plain convolution (``bf16`` names cuDNN's own
+    kernels in the input's dtype). Otherwise, if the environment variable
+    ``LRA_CONV_AUTO_TABLE`` names a bench_conv JSON measured on this device, its fastest impl
+    near this shape (``table_choice``), else the built-in rule (``builtin_choice``); decided
+    once per shape.
     """
     if x.device.type != "cuda":
         return "bf16"
     if not (torch.is_autocast_enabled(x.device.type) and torch.get_autocast_dtype(x.device.type) == torch.bfloat16):
         return "bf16"  # full precision asked for (train.precision=fp32): the plain convolution, in fp32
-    measured = table_choice(_auto_table(), torch.cuda.get_device_name(x.device), kernel_size, x.shape[-1], groups)
-    if measured is not None:
-        return measured
-    return builtin_choice(kernel_size, x.shape[-1], groups)
+    return _cuda_choice(os.environ.get(AUTO_TABLE_ENV), x.device.index, kernel_size, x.shape[-1], groups)
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_choice(table_path: str | None, device_index: int | None, kernel_size: int, length: int, groups: int) -> str:
+    """``choose_impl`` under bf16 autocast on CUDA, memoised: it runs in every layer's forward."""
+    measured = table_choice(_auto_table(), torch.cuda.get_device_name(device_index), kernel_size, length, groups)
+    return measured if measured is not None else builtin_choice(kernel_size, length, groups)
 
 
 def builtin_choice(kernel_size: int, length: int, groups: int) -> str:
