@@ -55,12 +55,27 @@ def sinusoidal_table(length: int, dim: int, base: float = 10000.0) -> torch.Tens
     return table.float()
 
 
-class Embedding(nn.Module):
-    """Token embedding plus an optional summed positional embedding (none | learned | sinusoidal)."""
+TOKEN_ENCODINGS = ("embedding", "intensity")
 
-    def __init__(self, vocab_size: int, d_model: int, max_len: int, positional: str = "none", base: float = 10000.0):
+
+class Embedding(nn.Module):
+    """Token encoding plus an optional summed positional embedding (none | learned | sinusoidal).
+
+    ``token_encoding``: ``embedding`` (a learned vector per token id: LRA and the follow-up)
+    or ``intensity`` (pixel tasks only: the id read as an intensity, ``id / (vocab_size - 1)``
+    in [0, 1], mapped by one linear layer, as S4's and S5's LRA image pipelines encode pixels;
+    nearby intensities start with nearby vectors instead of 256 unrelated ones).
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, max_len: int, positional: str = "none", base: float = 10000.0,
+                 token_encoding: str = "embedding"):
         super().__init__()
-        self.tokens = nn.Embedding(vocab_size, d_model)
+        if token_encoding not in TOKEN_ENCODINGS:
+            raise ValueError(f"model.token_encoding={token_encoding!r}: choose one of {', '.join(TOKEN_ENCODINGS)}")
+        self.d_model = d_model
+        self.token_encoding = token_encoding
+        self.intensity_scale = 1.0 / max(vocab_size - 1, 1)
+        self.tokens = nn.Embedding(vocab_size, d_model) if token_encoding == "embedding" else nn.Linear(1, d_model)
         self.positional = positional
         if positional == "learned":
             self.positions = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
@@ -71,7 +86,10 @@ class Embedding(nn.Module):
 
     def forward(self, ids: torch.Tensor, prefix: torch.Tensor | None = None) -> torch.Tensor:
         """Token (+ positional) embeddings [B, L, D]; ``prefix`` [1, P, D] is prepended before positions are added."""
-        x = self.tokens(ids)
+        if self.token_encoding == "intensity":
+            x = self.tokens(ids.unsqueeze(-1).float() * self.intensity_scale)
+        else:
+            x = self.tokens(ids)
         if prefix is not None:
             x = torch.cat([prefix.expand(x.shape[0], -1, -1).to(x.dtype), x], dim=1)
         if self.positional != "none":
@@ -105,7 +123,8 @@ class Encoder(nn.Module):
             raise ValueError(f"model.norm={cfg.get('norm')!r}: only 'layer' is implemented")
         self.cls = nn.Parameter(torch.zeros(1, 1, d_model)) if cfg.get("cls_token", False) else None
         seq_len = max_len + (1 if self.cls is not None else 0)
-        self.embed = Embedding(vocab_size, d_model, seq_len, cfg.get("positional", "none"), cfg.get("positional_base", 10000.0))
+        self.embed = Embedding(vocab_size, d_model, seq_len, cfg.get("positional", "none"), cfg.get("positional_base", 10000.0),
+                               cfg.get("token_encoding", "embedding"))
         self.embed_drop = nn.Dropout(cfg.get("dropout", 0.0))
         prenorm = cfg.get("prenorm", True)
         mixers = get_backbone(cfg["backbone"])({**cfg, "max_len": seq_len})
@@ -132,6 +151,11 @@ class SequenceClassifier(nn.Module):
 
     def __init__(self, cfg: dict, vocab_size: int, max_len: int, num_classes: int, pad_id: int | None, two_tower: bool, combine: str = "concat_prod_diff"):
         super().__init__()
+        if cfg.get("token_encoding", "embedding") == "intensity" and pad_id is not None:
+            raise ValueError(
+                f"model.token_encoding=intensity reads token ids as pixel intensities, but this task pads "
+                f"with id {pad_id} (a vocabulary of symbols, not pixels): use model.token_encoding=embedding"
+            )
         self.encoder = Encoder(cfg, vocab_size, max_len)
         self.pad_id = pad_id
         self.two_tower = two_tower

@@ -103,6 +103,28 @@ def test_two_tower_documents_do_not_see_each_other():
     assert not torch.equal(a[:, 1], b[:, 1])
 
 
+def test_intensity_encoding_is_one_linear_map_of_the_scaled_pixel():
+    torch.manual_seed(0)
+    cfg = {**CONV_CFG, "token_encoding": "intensity"}
+    model = SequenceClassifier(cfg, vocab_size=256, max_len=64, num_classes=2, pad_id=None, two_tower=False)
+    layer = model.encoder.embed.tokens
+    ids = torch.tensor([[0, 1, 128, 255]])
+    expected = ids.unsqueeze(-1).float() / 255.0 * layer.weight[:, 0] + layer.bias
+    torch.testing.assert_close(model.encoder.embed(ids), expected)
+    assert model(torch.randint(0, 256, (2, 64))).shape == (2, 2)
+
+
+def test_intensity_encoding_is_refused_for_a_padded_vocabulary():
+    with pytest.raises(ValueError) as err:
+        SequenceClassifier({**CONV_CFG, "token_encoding": "intensity"}, vocab_size=16, max_len=64, num_classes=2, pad_id=0, two_tower=False)
+    assert str(err.value) == (
+        "model.token_encoding=intensity reads token ids as pixel intensities, but this task pads with id 0 "
+        "(a vocabulary of symbols, not pixels): use model.token_encoding=embedding"
+    )
+    with pytest.raises(ValueError, match=r"model.token_encoding='onehot': choose one of embedding, intensity"):
+        SequenceClassifier({**CONV_CFG, "token_encoding": "onehot"}, vocab_size=16, max_len=64, num_classes=2, pad_id=None, two_tower=False)
+
+
 def test_sinusoidal_table_matches_the_formula():
     table = sinusoidal_table(50, 8)
     pos, i = 13, 2

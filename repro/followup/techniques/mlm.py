@@ -53,7 +53,7 @@ class MaskedTokenObjective:
 
     def attach(self, model: nn.Module) -> None:
         """Give ``model`` its token-level head (so the optimiser and checkpoints include it)."""
-        model.add_module(HEAD_NAME, nn.Linear(model.encoder.embed.tokens.embedding_dim, self.vocab_size))
+        model.add_module(HEAD_NAME, nn.Linear(model.encoder.embed.d_model, self.vocab_size))
 
     def corrupt(self, ids: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
         return corrupt_tokens(ids, self.pad_id, self.vocab_size, self.mask_id, self.rate, self.random_fraction, generator)
