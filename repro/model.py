@@ -97,13 +97,41 @@ class Embedding(nn.Module):
         return x
 
 
+NORMS = ("layer", "batch")
+
+
+class TokenBatchNorm(nn.Module):
+    """Batch norm of token states [B, L, D]: per channel, statistics over batch and positions.
+
+    S4's, S5's and MEGA's LRA configurations normalise with batch norm on the pixel tasks
+    (image, Pathfinder) and with layer norm on text. Statistics include every position, so
+    it is only built for tasks without padding (``SequenceClassifier`` refuses the others).
+    """
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(x.transpose(1, 2)).transpose(1, 2)
+
+
+def make_norm(kind: str, d_model: int) -> nn.Module:
+    """``layer`` (LRA, the follow-up: per token) or ``batch`` (per channel over batch and positions)."""
+    if kind == "layer":
+        return nn.LayerNorm(d_model)
+    if kind == "batch":
+        return TokenBatchNorm(d_model)
+    raise ValueError(f"model.norm={kind!r}: choose one of {', '.join(NORMS)}")
+
+
 class ResidualSublayer(nn.Module):
     """``x + drop(mixer(norm(x)))`` (pre-norm) or ``norm(x + drop(mixer(x)))`` (post-norm)."""
 
-    def __init__(self, mixer: nn.Module, d_model: int, prenorm: bool = True, dropout: float = 0.0):
+    def __init__(self, mixer: nn.Module, d_model: int, prenorm: bool = True, dropout: float = 0.0, norm: str = "layer"):
         super().__init__()
         self.mixer = mixer
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = make_norm(norm, d_model)
         self.prenorm = prenorm
         self.drop = nn.Dropout(dropout)
 
@@ -119,8 +147,8 @@ class Encoder(nn.Module):
     def __init__(self, cfg: dict, vocab_size: int, max_len: int):
         super().__init__()
         d_model = cfg["d_model"]
-        if cfg.get("norm", "layer") != "layer":
-            raise ValueError(f"model.norm={cfg.get('norm')!r}: only 'layer' is implemented")
+        norm = cfg.get("norm", "layer")
+        make_norm(norm, d_model)  # an unknown kind fails here, before the backbone is built
         self.cls = nn.Parameter(torch.zeros(1, 1, d_model)) if cfg.get("cls_token", False) else None
         seq_len = max_len + (1 if self.cls is not None else 0)
         self.embed = Embedding(vocab_size, d_model, seq_len, cfg.get("positional", "none"), cfg.get("positional_base", 10000.0),
@@ -128,8 +156,8 @@ class Encoder(nn.Module):
         self.embed_drop = nn.Dropout(cfg.get("dropout", 0.0))
         prenorm = cfg.get("prenorm", True)
         mixers = get_backbone(cfg["backbone"])({**cfg, "max_len": seq_len})
-        self.sublayers = nn.ModuleList(ResidualSublayer(m, d_model, prenorm, cfg.get("dropout", 0.0)) for m in mixers)
-        self.final_norm = nn.LayerNorm(d_model) if prenorm else nn.Identity()
+        self.sublayers = nn.ModuleList(ResidualSublayer(m, d_model, prenorm, cfg.get("dropout", 0.0), norm) for m in mixers)
+        self.final_norm = make_norm(norm, d_model) if prenorm else nn.Identity()
 
     def state_mask(self, mask: torch.Tensor | None) -> torch.Tensor | None:
         """The padding mask aligned with the encoder's output states (CLS included)."""
@@ -155,6 +183,11 @@ class SequenceClassifier(nn.Module):
             raise ValueError(
                 f"model.token_encoding=intensity reads token ids as pixel intensities, but this task pads "
                 f"with id {pad_id} (a vocabulary of symbols, not pixels): use model.token_encoding=embedding"
+            )
+        if cfg.get("norm", "layer") == "batch" and pad_id is not None:
+            raise ValueError(
+                f"model.norm=batch takes its statistics over every position, but this task pads with id {pad_id}: "
+                "padding would enter them; use model.norm=layer"
             )
         self.encoder = Encoder(cfg, vocab_size, max_len)
         self.pad_id = pad_id

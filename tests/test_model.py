@@ -125,6 +125,32 @@ def test_intensity_encoding_is_refused_for_a_padded_vocabulary():
         SequenceClassifier({**CONV_CFG, "token_encoding": "onehot"}, vocab_size=16, max_len=64, num_classes=2, pad_id=None, two_tower=False)
 
 
+def test_batch_norm_normalises_each_channel_over_batch_and_positions():
+    torch.manual_seed(0)
+    model = SequenceClassifier({**CONV_CFG, "norm": "batch"}, vocab_size=256, max_len=64, num_classes=2, pad_id=None, two_tower=False)
+    norm = model.encoder.sublayers[0].norm
+    x = torch.randn(3, 20, 8) * 4 + 2
+    mean = x.mean(dim=(0, 1))
+    var = x.var(dim=(0, 1), unbiased=False)
+    torch.testing.assert_close(norm(x), (x - mean) / torch.sqrt(var + 1e-5), rtol=1e-5, atol=1e-5)
+    # running statistics (momentum 0.1 from 0 and 1) serve evaluation and travel in the state dict
+    torch.testing.assert_close(norm.bn.running_mean, 0.1 * mean)
+    assert "encoder.final_norm.bn.running_var" in model.state_dict()
+    model.eval()
+    torch.testing.assert_close(norm(x), (x - norm.bn.running_mean) / torch.sqrt(norm.bn.running_var + 1e-5))
+
+
+def test_batch_norm_is_refused_for_a_padded_task_and_unknown_norms_are_named():
+    with pytest.raises(ValueError) as err:
+        SequenceClassifier({**CONV_CFG, "norm": "batch"}, vocab_size=16, max_len=64, num_classes=2, pad_id=0, two_tower=False)
+    assert str(err.value) == (
+        "model.norm=batch takes its statistics over every position, but this task pads with id 0: "
+        "padding would enter them; use model.norm=layer"
+    )
+    with pytest.raises(ValueError, match=r"^model.norm='rms': choose one of layer, batch$"):
+        SequenceClassifier({**CONV_CFG, "norm": "rms"}, vocab_size=16, max_len=64, num_classes=2, pad_id=None, two_tower=False)
+
+
 def test_sinusoidal_table_matches_the_formula():
     table = sinusoidal_table(50, 8)
     pos, i = 13, 2
