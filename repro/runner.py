@@ -3,7 +3,7 @@
 Precedence of settings, lowest first (DESIGN.md "Configs say deltas"):
 arm defaults < the arm's per-task block < the techniques' per-task block
 (``techniques.tasks.<task>.task`` / ``.train``) < the profile < the command line's
-top-level ``model`` / ``train`` blocks. A profile's ``model`` block only
+top-level ``model`` / ``train`` blocks and its ``task.<key>`` settings. A profile's ``model`` block only
 shrinks keys the arm already has (so ``smoke`` never adds a key a backbone
 does not know).
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from . import distributed, records
 from .followup.conv import resolved_impls
@@ -52,8 +52,34 @@ def arm_tasks(cfg: DictConfig) -> list[str]:
     return list(cfg.arm.tasks.keys())
 
 
-def resolve(cfg: DictConfig) -> dict:
-    """The full settings of the run ``cfg`` describes (``cfg.task`` selected)."""
+def command_line_task_keys() -> list[str]:
+    """The ``task.<key>`` paths the command line set (Hydra's overrides), when running under Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    keys = []
+    for override in HydraConfig.get().overrides.task:
+        name = override.split("=", 1)[0]
+        if name.startswith("task.") or name.lstrip("+").startswith("task."):
+            keys.append(name.lstrip("+")[len("task."):])
+    return keys
+
+
+def _set_path(tree: dict, path: str, value) -> None:
+    *parents, leaf = path.split(".")
+    for key in parents:
+        tree = tree.setdefault(key, {})
+    tree[leaf] = value
+
+
+def resolve(cfg: DictConfig, command_line_task: list[str] | None = None) -> dict:
+    """The full settings of the run ``cfg`` describes (``cfg.task`` selected).
+
+    ``command_line_task``: the ``task.<key>`` paths typed on the command line. They win over
+    every layer (an arm's, the techniques' or the profile's per-task block), so
+    ``task.difficulty=hard techniques=followup`` trains on hard although the techniques say all.
+    """
     task_name = cfg.task.name
     arm = cfg.arm
     if task_name not in arm.tasks:
@@ -69,6 +95,9 @@ def resolve(cfg: DictConfig) -> dict:
                        _plain(profile.get("train")), _plain(cfg.get("train")))
     task_cfg = _merge(_plain(cfg.task), per_task.get("task", {}), technique_task.get("task", {}),
                       _plain(profile.get("tasks", {})).get(task_name, {}))
+    for path in command_line_task or []:
+        value = OmegaConf.select(cfg.task, path)
+        _set_path(task_cfg, path, OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value)
     device = cfg.get("device") or profile.device
     subset = _plain(profile.get("subset")) or None
     return {
@@ -123,7 +152,7 @@ def run_dir_for(cfg: DictConfig, run: dict) -> Path:
 
 def execute(cfg: DictConfig) -> int:
     """Train the run ``cfg`` describes and write its record; returns a process exit status."""
-    run = resolve(cfg)
+    run = resolve(cfg, command_line_task_keys())
     task_name = run["task"]["name"]
     run_dir = run_dir_for(cfg, run)
     if records.read_metrics(run_dir) and not cfg.force:

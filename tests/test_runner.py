@@ -164,3 +164,24 @@ def test_a_run_with_other_techniques_gets_its_own_record_folder():
     assert folder("arm=locality_k5", "techniques=followup") == "locality_k5+followup"
     assert folder("arm=rotary_transformer") == "rotary_transformer"
     assert folder("arm=rotary_transformer", "techniques=none") == "rotary_transformer+none"
+
+
+def test_a_task_setting_typed_on_the_command_line_wins_over_the_techniques():
+    """``techniques=followup`` sets Pathfinder's difficulty to all; ``task.difficulty=hard`` typed
+    beside it must not be dropped silently."""
+    from repro.runner import resolve
+
+    cfg = composed("arm=locality_k61", "task=pathfinder", "profile=smoke", "techniques=followup", "task.difficulty=hard",
+                   "task.generate.paddle_margins=[1,2]")
+    assert resolve(cfg)["task"]["difficulty"] == "all"  # the layers alone: the techniques' value
+    run = resolve(cfg, ["difficulty", "generate.paddle_margins"])
+    assert run["task"]["difficulty"] == "hard"
+    assert run["task"]["generate"]["paddle_margins"] == [1, 2] and run["task"]["generate"]["padding"] == 1
+
+
+def test_the_runner_reads_the_typed_task_settings_from_hydra(tmp_path, shared_cache):
+    done = run_cli("arm=locality_k5", "task=pathfinder", "profile=smoke", "techniques=followup", "task.difficulty=easy",
+                   "++task.generate.n_per_difficulty=200", *common(tmp_path, shared_cache))
+    assert done.returncode == 0, done.stderr[-3000:]
+    config = yaml.safe_load((tmp_path / "out" / "runs" / "locality_k5+followup" / "pathfinder" / "smoke" / "seed0" / "config.yaml").read_text())
+    assert config["task"]["difficulty"] == "easy" and config["task"]["generate"]["n_per_difficulty"] == 200
