@@ -4,8 +4,9 @@
 ``python experiments/pathfinder_control.py --difficulty hard --task-cache .cache/lra-repro --minutes 8``
 
 The second form trains on the task's own cached split (160,000 training images, the 20,000
-validation images held out: exactly what ``task=pathfinder`` trains on), generating it with
-``--workers`` processes on a miss, on the GPU when there is one.
+validation images held out: what ``task=pathfinder`` trains on when it generates its data;
+official files under data_dir are not read here), generating it with ``--workers`` processes
+on a miss, on the GPU when there is one.
 
 The sequence models of the benchmark can sit at chance on Pathfinder for many epochs (seed
 001 appendix A.3 trains 200 epochs). When one does, this control separates "the task needs

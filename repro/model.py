@@ -87,7 +87,10 @@ class Embedding(nn.Module):
     def forward(self, ids: torch.Tensor, prefix: torch.Tensor | None = None) -> torch.Tensor:
         """Token (+ positional) embeddings [B, L, D]; ``prefix`` [1, P, D] is prepended before positions are added."""
         if self.token_encoding == "intensity":
-            x = self.tokens(ids.unsqueeze(-1).float() * self.intensity_scale)
+            # In float32 like an embedding lookup (autocast would run an nn.Linear in bf16 and
+            # carry bf16 down the residual stream): bias + (id / 255) * weight.
+            scaled = ids.unsqueeze(-1).float() * self.intensity_scale
+            x = torch.addcmul(self.tokens.bias, scaled, self.tokens.weight[:, 0])
         else:
             x = self.tokens(ids)
         if prefix is not None:

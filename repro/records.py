@@ -76,6 +76,16 @@ def read_metrics(run_dir: Path) -> dict | None:
     return metrics if metrics.get("status") == "complete" else None
 
 
+def read_config(run_dir: Path) -> dict | None:
+    """The resolved settings a run wrote to ``config.yaml`` when it started, or None."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.exists():
+        return None
+    import yaml
+
+    return yaml.safe_load(path.read_text()) or {}
+
+
 def git_commit(cwd: Path | None = None) -> str:
     """HEAD's commit, with ``+dirty`` when tracked files differ.
 

@@ -52,25 +52,55 @@ def arm_tasks(cfg: DictConfig) -> list[str]:
     return list(cfg.arm.tasks.keys())
 
 
+def typed_task_paths(overrides: list[str]) -> list[str]:
+    """The ``task`` settings named by command-line overrides, as paths below ``task``.
+
+    A block typed as a whole (``task.generate={padding: 2}``) names its leaves
+    (``generate.padding``), so the keys it leaves out keep their merged values; a deletion
+    (``~task.x``) gives ``~x``.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    def leaves(path: str, value) -> list[str]:
+        if isinstance(value, dict) and value:
+            return [leaf for key, item in value.items() for leaf in leaves(f"{path}.{key}", item)]
+        return [path]
+
+    paths = []
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        key = override.key_or_group
+        if not key.startswith("task."):
+            continue
+        path = key[len("task."):]
+        paths += [f"~{path}"] if override.is_delete() else leaves(path, override.value())
+    return paths
+
+
 def command_line_task_keys() -> list[str]:
-    """The ``task.<key>`` paths the command line set (Hydra's overrides), when running under Hydra."""
+    """``typed_task_paths`` of the command line (Hydra's overrides), when running under Hydra."""
     from hydra.core.hydra_config import HydraConfig
 
     if not HydraConfig.initialized():
         return []
-    keys = []
-    for override in HydraConfig.get().overrides.task:
-        name = override.split("=", 1)[0]
-        if name.startswith("task.") or name.lstrip("+").startswith("task."):
-            keys.append(name.lstrip("+")[len("task."):])
-    return keys
+    return typed_task_paths(HydraConfig.get().overrides.task)
 
 
-def _set_path(tree: dict, path: str, value) -> None:
-    *parents, leaf = path.split(".")
-    for key in parents:
-        tree = tree.setdefault(key, {})
-    tree[leaf] = value
+def _apply_command_line(task_cfg: dict, typed_task, paths: list[str]) -> None:
+    """Re-apply the command line's ``task.<path>`` settings (``~path``: deletions) to ``task_cfg``."""
+    for path in paths:
+        delete = path.startswith("~")
+        *parents, leaf = path.lstrip("~").split(".")
+        tree = task_cfg
+        for key in parents:
+            if not isinstance(tree.get(key, {}), dict):
+                raise ValueError(f"task.{path.lstrip('~')}: {key!r} is not a block of settings; "
+                                 f"set the whole value instead (task.{'.'.join(parents)}=...)")
+            tree = tree.setdefault(key, {})
+        if delete:
+            tree.pop(leaf, None)
+            continue
+        value = OmegaConf.select(typed_task, path)
+        tree[leaf] = OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
 
 
 def resolve(cfg: DictConfig, command_line_task: list[str] | None = None) -> dict:
@@ -95,9 +125,7 @@ def resolve(cfg: DictConfig, command_line_task: list[str] | None = None) -> dict
                        _plain(profile.get("train")), _plain(cfg.get("train")))
     task_cfg = _merge(_plain(cfg.task), per_task.get("task", {}), technique_task.get("task", {}),
                       _plain(profile.get("tasks", {})).get(task_name, {}))
-    for path in command_line_task or []:
-        value = OmegaConf.select(cfg.task, path)
-        _set_path(task_cfg, path, OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value)
+    _apply_command_line(task_cfg, cfg.task, command_line_task or [])
     device = cfg.get("device") or profile.device
     subset = _plain(profile.get("subset")) or None
     return {
@@ -150,17 +178,75 @@ def run_dir_for(cfg: DictConfig, run: dict) -> Path:
     return Path(cfg.output_dir) / "runs" / record_arm(run) / run["task"]["name"] / run["profile"] / f"seed{run['seed']}"
 
 
+# Settings a run may change while it keeps its record folder: a resumed run may get a longer
+# budget, other evaluation or checkpoint intervals, or the data kept elsewhere.
+FREE_TRAIN_KEYS = frozenset({"budget_minutes", "max_steps", "eval_every_steps", "eval_every_seconds", "eval_batch_size",
+                             "checkpoint_every_steps", "checkpoint_every_seconds", "log_every", "data_on_device"})
+# Keys records written before they existed lack, with the value those records had.
+IMPLICIT_SETTINGS = {"model.norm": "layer", "model.token_encoding": "embedding"}
+_ABSENT = object()
+
+
+def _leaves(tree: dict, prefix: str) -> dict:
+    out = {}
+    for key, value in tree.items():
+        path = f"{prefix}.{key}"
+        out.update(_leaves(value, path) if isinstance(value, dict) and value else {path: value})
+    return out
+
+
+def settings_differences(previous: dict, run: dict) -> list[str]:
+    """``key: old -> new`` for each setting that shapes training and differs between two resolved runs.
+
+    A key only one side holds (written by another version) is compared only when its implicit
+    value is known (``IMPLICIT_SETTINGS``).
+    """
+    found = []
+    for block in ("model", "task", "train", "techniques"):
+        if block == "techniques":  # each technique's settings compared whole: {} and {d4: true} differ
+            old, new = ({f"{block}.{k}": v for k, v in (side.get(block) or {}).items()} for side in (previous, run))
+        else:
+            old, new = _leaves(previous.get(block) or {}, block), _leaves(run.get(block) or {}, block)
+        for key in sorted(set(old) | set(new)):
+            if block == "train" and key.split(".", 1)[1] in FREE_TRAIN_KEYS:
+                continue
+            default = IMPLICIT_SETTINGS.get(key, _ABSENT)
+            if (key not in old or key not in new) and default is _ABSENT:
+                continue
+            before, after = old.get(key, default), new.get(key, default)
+            if before != after:
+                found.append(f"{key}: {before!r} -> {after!r}")
+    return found
+
+
 def execute(cfg: DictConfig) -> int:
     """Train the run ``cfg`` describes and write its record; returns a process exit status."""
     run = resolve(cfg, command_line_task_keys())
     task_name = run["task"]["name"]
     run_dir = run_dir_for(cfg, run)
-    if records.read_metrics(run_dir) and not cfg.force:
+    resume = cfg.resume
+    previous = records.read_config(run_dir)
+    differences = settings_differences(previous, run) if previous is not None else []
+    if differences:
+        if not cfg.force:
+            print(f"[{run['arm']}/{task_name}] {run_dir} holds a run with other settings ({'; '.join(differences)}); "
+                  "its record and checkpoints belong to those. Pass output_dir=<another folder> to keep both, "
+                  "or force=true to start this run over in its place", file=sys.stderr)
+            return 2
+        print(f"[{run['arm']}/{task_name}] force=true: starting over in {run_dir} (settings differ: {'; '.join(differences)})")
+        resume = False
+    elif records.read_metrics(run_dir) and not cfg.force:
         print(f"[{run['arm']}/{task_name}] record complete in {run_dir}; skipping (force=true reruns it)")
         return 0
     workers = cfg.workers or min(16, os.cpu_count() or 1)
     # Under torchrun: join the process group; rank 0 builds (and caches) the data first.
     dist = distributed.setup(pick_device(run["device"]))
+    if dist.world > 1 and run["model"].get("norm") == "batch":
+        if dist.is_main:
+            print(f"[{run['arm']}/{task_name}] model.norm=batch under {dist.world} processes: each would normalise its "
+                  "own part of the batch and keep its own running statistics; run it in one process, or use "
+                  "model.norm=layer", file=sys.stderr)
+        return 2
     if not dist.is_main:
         distributed.barrier(dist)
     try:
@@ -188,7 +274,7 @@ def execute(cfg: DictConfig) -> int:
               f"{n_params:,} parameters, {len(task.train)}/{len(task.val)}/{len(task.test)} examples -> {run_dir}")
         records.write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(run)))
     try:
-        result = train(model, task, settings, run["seed"], run_dir, device, resume=cfg.resume,
+        result = train(model, task, settings, run["seed"], run_dir, device, resume=resume,
                        sigterm_at_step=cfg.debug.sigterm_at_step, progress=cfg.progress, augment=augment,
                        pause_at_step=cfg.debug.get("pause_at_step"), dist=dist)
     except RunInterrupted as err:

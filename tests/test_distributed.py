@@ -210,3 +210,14 @@ def test_a_sweep_member_without_data_is_reported_after_the_others_ran(tmp_path, 
     assert "sweep member arm=locality_k5 task=listops task.source=official profile=smoke" in done.stderr
     assert "ended with status 3" in done.stderr
     assert read_json(folder(out) / "metrics.json")["steps"] == 4  # the member after the failed one still ran
+
+
+def test_batch_norm_under_several_processes_is_refused_with_the_reason(tmp_path, shared_cache):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(RUN),
+                           *ARGS, "++model.norm=batch", *common(tmp_path, shared_cache)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode != 0
+    assert ("[locality_k5/listops] model.norm=batch under 2 processes: each would normalise its own part of the batch "
+            "and keep its own running statistics; run it in one process, or use model.norm=layer") in done.stderr
+    assert not list(tmp_path.rglob("metrics.json"))

@@ -280,3 +280,9 @@ def test_a_bad_auto_table_is_refused_naming_the_file(tmp_path, monkeypatch):
     monkeypatch.setenv(conv.AUTO_TABLE_ENV, str(broken))
     with pytest.raises(RuntimeError, match="broken.json: not a readable experiments/bench_conv.py record"):
         conv._auto_table()
+
+
+def test_intensity_encoding_stays_float32_under_bf16_autocast():
+    model = SequenceClassifier({**CONV_CFG, "token_encoding": "intensity"}, vocab_size=256, max_len=64, num_classes=2, pad_id=None, two_tower=False)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert model.encoder.embed(torch.randint(0, 256, (2, 10))).dtype == torch.float32

@@ -180,8 +180,60 @@ def test_a_task_setting_typed_on_the_command_line_wins_over_the_techniques():
 
 
 def test_the_runner_reads_the_typed_task_settings_from_hydra(tmp_path, shared_cache):
+    # smoke's own block sets n_per_difficulty 200: the typed 1000 must win over it too
     done = run_cli("arm=locality_k5", "task=pathfinder", "profile=smoke", "techniques=followup", "task.difficulty=easy",
-                   "++task.generate.n_per_difficulty=200", *common(tmp_path, shared_cache))
+                   "++task.generate.n_per_difficulty=1000", *common(tmp_path, shared_cache))
     assert done.returncode == 0, done.stderr[-3000:]
     config = yaml.safe_load((tmp_path / "out" / "runs" / "locality_k5+followup" / "pathfinder" / "smoke" / "seed0" / "config.yaml").read_text())
-    assert config["task"]["difficulty"] == "easy" and config["task"]["generate"]["n_per_difficulty"] == 200
+    assert config["task"]["difficulty"] == "easy" and config["task"]["generate"]["n_per_difficulty"] == 1000
+
+
+def test_a_typed_block_changes_only_the_keys_it_names_and_deletions_and_list_items_are_handled():
+    from repro.runner import resolve, typed_task_paths
+
+    typed = ["task.generate={padding: 2}", "~task.generate.marker_radius", "++task.difficulty=hard", "task=pathfinder", "seed=1"]
+    assert typed_task_paths(typed) == ["generate.padding", "~generate.marker_radius", "difficulty"]
+    cfg = composed("arm=locality_k61", "task=pathfinder", "profile=smoke", "task.generate={padding: 2}")
+    generate = resolve(cfg, typed_task_paths(["task.generate={padding: 2}"]))["task"]["generate"]
+    assert generate["padding"] == 2 and generate["n_per_difficulty"] == 200 and generate["marker_radius"] == 1.5
+    cfg = composed("arm=locality_k61", "task=pathfinder", "profile=smoke", "~task.generate.marker_radius")
+    assert "marker_radius" not in resolve(cfg, ["~generate.marker_radius"])["task"]["generate"]
+    cfg = composed("arm=locality_k61", "task=pathfinder", "profile=smoke", "task.generate.paddle_margins.0=3")
+    with pytest.raises(ValueError, match=r"task.generate.paddle_margins.0: 'paddle_margins' is not a block of settings; "
+                                         r"set the whole value instead \(task.generate.paddle_margins=...\)"):
+        resolve(cfg, ["generate.paddle_margins.0"])
+
+
+def test_settings_differences_name_what_shapes_training_and_skip_what_may_change():
+    from repro.runner import settings_differences
+
+    old = {"model": {"kernel_size": 61, "norm": "layer"}, "task": {"difficulty": "all", "generate": {"padding": 1}},
+           "train": {"lr": 0.001, "budget_minutes": 5, "eval_every_seconds": 60}, "techniques": {"augment": {}}}
+    new = {"model": {"kernel_size": 61, "norm": "batch", "token_encoding": "intensity"},
+           "task": {"difficulty": "hard", "generate": {"padding": 1}},
+           "train": {"lr": 0.001, "budget_minutes": 60, "eval_every_seconds": 30, "warmup_steps": 10},
+           "techniques": {"augment": {"d4": True}}}
+    assert settings_differences(old, new) == [
+        "model.norm: 'layer' -> 'batch'",
+        "model.token_encoding: 'embedding' -> 'intensity'",  # absent from the old record: its implicit value
+        "task.difficulty: 'all' -> 'hard'",
+        "techniques.augment: {} -> {'d4': True}",
+    ]
+    assert settings_differences(old, old) == []
+
+
+def test_a_record_folder_holding_other_settings_is_refused_and_force_starts_over(tmp_path, shared_cache):
+    args = ["arm=locality_k61", "task=listops", "profile=smoke", *common(tmp_path, shared_cache)]
+    assert run_cli(*args).returncode == 0
+    done = run_cli(*args, "++train.lr=0.002")
+    assert done.returncode == 2
+    folder = run_folder(tmp_path)
+    assert (f"[locality_k61/listops] {folder} holds a run with other settings (train.lr: 0.001 -> 0.002); its record "
+            "and checkpoints belong to those. Pass output_dir=<another folder> to keep both, or force=true to start "
+            "this run over in its place") in done.stderr
+    done = run_cli(*args, "++train.lr=0.002", "force=true")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "force=true: starting over" in done.stdout and "resuming" not in done.stdout
+    assert yaml.safe_load((folder / "config.yaml").read_text())["train"]["lr"] == 0.002
+    assert read_json(folder / "metrics.json")["steps"] == 32  # trained from step 0, not resumed
+    assert "record complete" in run_cli(*args, "++train.lr=0.002", "budget.minutes=9").stdout  # free keys: same run
