@@ -178,13 +178,16 @@ def run_dir_for(cfg: DictConfig, run: dict) -> Path:
     return Path(cfg.output_dir) / "runs" / record_arm(run) / run["task"]["name"] / run["profile"] / f"seed{run['seed']}"
 
 
-# Settings a run may change while it keeps its record folder: a resumed run may get a longer
-# budget, other evaluation or checkpoint intervals, or the data kept elsewhere.
+# Settings an unfinished run may change while it keeps its record folder: a resumed run may get
+# a longer budget, other evaluation or checkpoint intervals, or the data kept elsewhere. Once a
+# record is complete, its budget and step cap are part of what it measured.
 FREE_TRAIN_KEYS = frozenset({"budget_minutes", "max_steps", "eval_every_steps", "eval_every_seconds", "eval_batch_size",
                              "checkpoint_every_steps", "checkpoint_every_seconds", "log_every", "data_on_device"})
-# Keys records written before they existed lack, with the value those records had.
+FREE_UNTIL_COMPLETE = frozenset({"budget_minutes", "max_steps"})
+# Model keys records written before the key existed lack, with the value those records had
+# (training keys take TrainSettings' defaults).
 IMPLICIT_SETTINGS = {"model.norm": "layer", "model.token_encoding": "embedding"}
-_ABSENT = object()
+_ABSENT = "(absent)"
 
 
 def _leaves(tree: dict, prefix: str) -> dict:
@@ -195,28 +198,38 @@ def _leaves(tree: dict, prefix: str) -> dict:
     return out
 
 
-def settings_differences(previous: dict, run: dict) -> list[str]:
+def _train_defaults() -> dict:
+    return {f"train.{f.name}": (list(f.default) if isinstance(f.default, tuple) else f.default)
+            for f in dataclasses.fields(TrainSettings) if f.default is not dataclasses.MISSING}
+
+
+def settings_differences(previous: dict, run: dict, complete: bool = False) -> list[str]:
     """``key: old -> new`` for each setting that shapes training and differs between two resolved runs.
 
-    A key only one side holds (written by another version) is compared only when its implicit
-    value is known (``IMPLICIT_SETTINGS``).
+    A key only one side holds counts with its implicit value (``IMPLICIT_SETTINGS``, the
+    training defaults), else as ``(absent)``. ``complete``: the previous run finished, so its
+    budget and step cap count too.
     """
+    free = FREE_TRAIN_KEYS - FREE_UNTIL_COMPLETE if complete else FREE_TRAIN_KEYS
+    implicit = {**_train_defaults(), **IMPLICIT_SETTINGS}
     found = []
-    for block in ("model", "task", "train", "techniques"):
+    for block in ("model", "task", "train", "techniques", "subset"):
         if block == "techniques":  # each technique's settings compared whole: {} and {d4: true} differ
             old, new = ({f"{block}.{k}": v for k, v in (side.get(block) or {}).items()} for side in (previous, run))
         else:
             old, new = _leaves(previous.get(block) or {}, block), _leaves(run.get(block) or {}, block)
         for key in sorted(set(old) | set(new)):
-            if block == "train" and key.split(".", 1)[1] in FREE_TRAIN_KEYS:
+            if block == "train" and key.split(".", 1)[1] in free:
                 continue
-            default = IMPLICIT_SETTINGS.get(key, _ABSENT)
-            if (key not in old or key not in new) and default is _ABSENT:
-                continue
-            before, after = old.get(key, default), new.get(key, default)
+            before, after = old.get(key, implicit.get(key, _ABSENT)), new.get(key, implicit.get(key, _ABSENT))
             if before != after:
                 found.append(f"{key}: {before!r} -> {after!r}")
     return found
+
+
+def _has_progress(run_dir: Path) -> bool:
+    """Whether a folder holds anything a run would continue or skip for (a checkpoint, a record)."""
+    return any((run_dir / name).exists() for name in ("metrics.json", "checkpoints/last.pt", "checkpoints/last.prev.pt"))
 
 
 def execute(cfg: DictConfig) -> int:
@@ -225,8 +238,9 @@ def execute(cfg: DictConfig) -> int:
     task_name = run["task"]["name"]
     run_dir = run_dir_for(cfg, run)
     resume = cfg.resume
-    previous = records.read_config(run_dir)
-    differences = settings_differences(previous, run) if previous is not None else []
+    previous = records.read_config(run_dir) if _has_progress(run_dir) else None  # a run that died before its first checkpoint left nothing to protect
+    complete = records.read_metrics(run_dir) is not None
+    differences = settings_differences(previous, run, complete) if previous is not None else []
     if differences:
         if not cfg.force:
             print(f"[{run['arm']}/{task_name}] {run_dir} holds a run with other settings ({'; '.join(differences)}); "
@@ -239,14 +253,15 @@ def execute(cfg: DictConfig) -> int:
         print(f"[{run['arm']}/{task_name}] record complete in {run_dir}; skipping (force=true reruns it)")
         return 0
     workers = cfg.workers or min(16, os.cpu_count() or 1)
-    # Under torchrun: join the process group; rank 0 builds (and caches) the data first.
-    dist = distributed.setup(pick_device(run["device"]))
-    if dist.world > 1 and run["model"].get("norm") == "batch":
-        if dist.is_main:
-            print(f"[{run['arm']}/{task_name}] model.norm=batch under {dist.world} processes: each would normalise its "
+    world = distributed.world_from_env()
+    if world > 1 and run["model"].get("norm") == "batch":
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"[{run['arm']}/{task_name}] model.norm=batch under {world} processes: each would normalise its "
                   "own part of the batch and keep its own running statistics; run it in one process, or use "
                   "model.norm=layer", file=sys.stderr)
         return 2
+    # Under torchrun: join the process group; rank 0 builds (and caches) the data first.
+    dist = distributed.setup(pick_device(run["device"]))
     if not dist.is_main:
         distributed.barrier(dist)
     try:
@@ -272,6 +287,10 @@ def execute(cfg: DictConfig) -> int:
         where = f"{device} x{dist.world} processes" if dist.active else f"{device}"
         print(f"[{run['arm']}/{task_name}] {run['profile']} seed {run['seed']} on {where}: "
               f"{n_params:,} parameters, {len(task.train)}/{len(task.val)}/{len(task.test)} examples -> {run_dir}")
+        # A record in progress is never complete: an earlier run's metrics (force=true) go first.
+        stale = ["metrics.json"] + ([] if resume else ["history.csv", "predictions.csv"])
+        for name in stale:
+            (run_dir / name).unlink(missing_ok=True)
         records.write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(run)))
     try:
         result = train(model, task, settings, run["seed"], run_dir, device, resume=resume,

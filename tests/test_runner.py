@@ -217,9 +217,14 @@ def test_settings_differences_name_what_shapes_training_and_skip_what_may_change
         "model.norm: 'layer' -> 'batch'",
         "model.token_encoding: 'embedding' -> 'intensity'",  # absent from the old record: its implicit value
         "task.difficulty: 'all' -> 'hard'",
+        "train.warmup_steps: 0 -> 10",  # typed on one side only: TrainSettings' default on the other
         "techniques.augment: {} -> {'d4': True}",
     ]
     assert settings_differences(old, old) == []
+    # Once the earlier run is complete its budget is part of what it measured.
+    assert "train.budget_minutes: 5 -> 60" in settings_differences(old, new, complete=True)
+    # A key neither implicit nor a training default counts as absent on the side that lacks it.
+    assert settings_differences(old, {**old, "subset": {"train": 64}}) == ["subset.train: '(absent)' -> 64"]
 
 
 def test_a_record_folder_holding_other_settings_is_refused_and_force_starts_over(tmp_path, shared_cache):
@@ -236,4 +241,19 @@ def test_a_record_folder_holding_other_settings_is_refused_and_force_starts_over
     assert "force=true: starting over" in done.stdout and "resuming" not in done.stdout
     assert yaml.safe_load((folder / "config.yaml").read_text())["train"]["lr"] == 0.002
     assert read_json(folder / "metrics.json")["steps"] == 32  # trained from step 0, not resumed
-    assert "record complete" in run_cli(*args, "++train.lr=0.002", "budget.minutes=9").stdout  # free keys: same run
+    assert "record complete" in run_cli(*args, "++train.lr=0.002", "++train.eval_batch_size=5").stdout  # free keys: same run
+    # A forced rerun removes the earlier metrics first: interrupted, it leaves no complete record behind.
+    done = run_cli(*args, "++train.lr=0.003", "force=true", "debug.sigterm_at_step=8")
+    assert done.returncode == 143 and not (folder / "metrics.json").exists()
+    assert run_cli(*args, "++train.lr=0.003").returncode == 0  # resumes the lr 0.003 run
+    assert read_json(folder / "metrics.json")["steps"] == 32
+
+
+def test_a_run_that_died_before_its_first_checkpoint_is_not_guarded(tmp_path, shared_cache):
+    args = ["arm=locality_k61", "task=listops", "profile=smoke", *common(tmp_path, shared_cache)]
+    folder = run_folder(tmp_path)
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump({"model": {"kernel_size": 61}, "train": {"batch_size": 512}}))
+    done = run_cli(*args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert yaml.safe_load((folder / "config.yaml").read_text())["train"]["batch_size"] == 8
