@@ -54,7 +54,8 @@ import plots  # noqa: E402
 from render import MISSING, Table, fmt_ci, fmt_number, fmt_p, fmt_seeds  # noqa: E402
 
 from repro import stats  # noqa: E402
-from repro.bundle import BundleError, ROOTS_DIR, listops_roots_key, load_manifest, manifest_hash, read_config, require_intact  # noqa: E402
+from repro.bundle import BundleError, ROOTS_DIR, listops_roots_key, load_manifest, manifest_hash, require_intact  # noqa: E402
+from repro.records import read_config  # noqa: E402
 from repro.reference import LRA_MODEL_ARMS, published  # noqa: E402
 
 PROFILE_ORDER = ("paper", "budget", "smoke")

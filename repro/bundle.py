@@ -50,8 +50,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from . import records
 
 FORMAT = "lra-repro-bundle/1"
@@ -158,11 +156,6 @@ def find_records(runs_root: Path, arms=None, tasks=None, profiles=None, seeds=No
 
 
 # ---------------------------------------------------------------- ListOps root-operator analysis
-
-
-def read_config(path: Path) -> dict:
-    """A record's resolved config.yaml as plain dicts."""
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=True) or {}
 
 
 def listops_roots_key(config: dict) -> str:
@@ -295,7 +288,7 @@ def freeze(version: str, runs_root: Path = Path("outputs/runs"), results_root: P
             for cand in chosen:
                 if cand.metrics["task"] != "listops":
                     continue
-                config = read_config(cand.path / "config.yaml")
+                config = records.read_config(cand.path / "config.yaml")
                 key = listops_roots_key(config)
                 if key not in done:
                     try:

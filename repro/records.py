@@ -76,14 +76,11 @@ def read_metrics(run_dir: Path) -> dict | None:
     return metrics if metrics.get("status") == "complete" else None
 
 
-def read_config(run_dir: Path) -> dict | None:
-    """The resolved settings a run wrote to ``config.yaml`` when it started, or None."""
-    path = Path(run_dir) / "config.yaml"
-    if not path.exists():
-        return None
-    import yaml
+def read_config(path: Path) -> dict:
+    """A record's resolved ``config.yaml`` (written by the run when it started) as plain dicts."""
+    from omegaconf import OmegaConf
 
-    return yaml.safe_load(path.read_text()) or {}
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=True) or {}
 
 
 def git_commit(cwd: Path | None = None) -> str:

@@ -27,7 +27,7 @@ from .followup.conv import resolved_impls
 from .followup.techniques import build_train_augment
 from .model import build_model
 from .tasks import DataMissing, Split, TaskData, get_task_builder
-from .train import NonFiniteLoss, RunInterrupted, TrainSettings, seed_everything, train
+from .train import NonFiniteLoss, RunInterrupted, TrainSettings, previous_path, seed_everything, train
 
 
 def _plain(node) -> dict:
@@ -229,7 +229,8 @@ def settings_differences(previous: dict, run: dict, complete: bool = False) -> l
 
 def _has_progress(run_dir: Path) -> bool:
     """Whether a folder holds anything a run would continue or skip for (a checkpoint, a record)."""
-    return any((run_dir / name).exists() for name in ("metrics.json", "checkpoints/last.pt", "checkpoints/last.prev.pt"))
+    last = run_dir / "checkpoints" / "last.pt"
+    return any(path.exists() for path in (run_dir / "metrics.json", last, previous_path(last)))
 
 
 def execute(cfg: DictConfig) -> int:
@@ -238,7 +239,9 @@ def execute(cfg: DictConfig) -> int:
     task_name = run["task"]["name"]
     run_dir = run_dir_for(cfg, run)
     resume = cfg.resume
-    previous = records.read_config(run_dir) if _has_progress(run_dir) else None  # a run that died before its first checkpoint left nothing to protect
+    # A run that died before its first checkpoint left nothing to protect.
+    guarded = _has_progress(run_dir) and (run_dir / "config.yaml").exists()
+    previous = records.read_config(run_dir / "config.yaml") if guarded else None
     complete = records.read_metrics(run_dir) is not None
     differences = settings_differences(previous, run, complete) if previous is not None else []
     if differences:
@@ -249,7 +252,7 @@ def execute(cfg: DictConfig) -> int:
             return 2
         print(f"[{run['arm']}/{task_name}] force=true: starting over in {run_dir} (settings differ: {'; '.join(differences)})")
         resume = False
-    elif records.read_metrics(run_dir) and not cfg.force:
+    elif complete and not cfg.force:
         print(f"[{run['arm']}/{task_name}] record complete in {run_dir}; skipping (force=true reruns it)")
         return 0
     workers = cfg.workers or min(16, os.cpu_count() or 1)
