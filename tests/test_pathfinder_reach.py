@@ -5,19 +5,21 @@ import numpy as np
 import pytest
 
 from repro.tasks import pathfinder_render as render
-from repro.tasks.pathfinder_reach import (deciding_span, flat_index, marker_gap, marked_contours, reach_rows,
+from repro.tasks.pathfinder_reach import (contour_markers, contour_span, deciding_span, flat_index, marker_gap, reach_rows,
                                           receptive_reach)
 
 
 def hand_sample(label: int) -> render.Sample:
-    """Contour 0: three dashes along row 5 (x 2..20); contour 1: one dash along row 10 (x 4..8); a distractor far below."""
+    """Target 0: three dashes along row 5 (x 2..20.5), span 18 tokens. Target 1: row 10 x 1..13 and row 11
+    x 2..9, span 40 tokens. A distractor along row 30. Positive: both markers end target 0; negative:
+    marker 0 starts target 0 and marker 1 ends target 1."""
     segments = np.array([[5.5, 2.2, 5.5, 8.0], [5.5, 9.0, 5.5, 14.0], [5.5, 15.0, 5.5, 20.5],
-                         [10.5, 4.0, 10.5, 8.9], [30.5, 0.0, 30.5, 31.0]])
-    contour_ids = np.array([0, 0, 0, 1, 2])
+                         [10.5, 13.0, 10.5, 1.0], [11.5, 2.0, 11.5, 9.0], [30.5, 0.0, 30.5, 31.0]])
+    contour_ids = np.array([0, 0, 0, 1, 1, 2])
     if label == 1:
         markers, marked = np.array([[5.5, 2.2], [5.5, 20.5]]), (0, 0)
     else:
-        markers, marked = np.array([[5.5, 2.2], [10.5, 8.9]]), (0, 1)
+        markers, marked = np.array([[5.5, 2.2], [11.5, 9.0]]), (0, 1)
     return render.Sample(image=np.zeros((32, 32), np.uint8), label=label, segments=segments, contour_ids=contour_ids,
                          markers=markers, margin=1.0, extra={"marked_contours": marked})
 
@@ -35,28 +37,36 @@ def test_flat_index_is_row_major_and_clipped():
     assert flat_index(points, 32).tolist() == [0, 31, 32, 1023, 31]
 
 
-def test_deciding_span_of_hand_made_images():
+def test_spans_of_hand_made_images():
     positive, negative = hand_sample(1), hand_sample(0)
-    assert marked_contours(positive) == (0,)
-    assert marked_contours(negative) == (0, 1)
-    # positive: row 5 from column 2 to column 20; the distractor and contour 1 do not count
-    assert deciding_span(positive, 32) == (5 * 32 + 20) - (5 * 32 + 2)
-    # negative: contour 0 (row 5, columns 2..20) and contour 1 (row 10, columns 4..8)
-    assert deciding_span(negative, 32) == (10 * 32 + 8) - (5 * 32 + 2)
+    assert contour_markers(positive, 0).tolist() == [[5.5, 2.2], [5.5, 20.5]]
+    assert contour_markers(positive, 1).shape == (0, 2)
+    assert contour_markers(negative, 1).tolist() == [[11.5, 9.0]]
+    for sample in (positive, negative):
+        assert contour_span(sample, 0, 32) == (5 * 32 + 20) - (5 * 32 + 2)
+        assert contour_span(sample, 1, 32) == (11 * 32 + 9) - (10 * 32 + 1)
+        # the narrower whole target settles the label; the distractor is never one
+        assert deciding_span(sample, 32) == 18
     assert marker_gap(positive, 32) == 18
-    assert marker_gap(negative, 32) == (10 * 32 + 8) - (5 * 32 + 2)
+    assert marker_gap(negative, 32) == (11 * 32 + 9) - (5 * 32 + 2)
+
+
+def test_marker_off_the_dashes_widens_its_contour():
+    sample = hand_sample(0)
+    sample.markers[0] = [3.5, 2.2]  # two rows above target 0's first dash
+    assert contour_span(sample, 0, 32) == (5 * 32 + 20) - (3 * 32 + 2)
+    assert deciding_span(sample, 32) == 40
 
 
 def test_reach_rows_count_what_one_window_holds():
     samples = [hand_sample(1), hand_sample(0)]
-    # spans: positive 18, negative 166. Reach r decides a span up to 2r: r=8 neither, r=9 and r=82 the positive, r=83 both
-    rows = {row.reach: row for row in reach_rows(samples, 32, kernels=[17, 19, 165, 167], depth=1)}
+    # both images are settled by a window of 18 tokens (reach 9); their marker gaps are 18 and 199 (reach 100)
+    rows = {row.reach: row for row in reach_rows(samples, 32, kernels=[17, 19, 197, 201], depth=1)}
     assert (rows[8].decidable_positives, rows[8].decidable_negatives) == (0.0, 0.0)
-    assert (rows[9].decidable_positives, rows[9].decidable_negatives) == (1.0, 0.0)
-    assert rows[9].window_accuracy == 0.75
-    assert (rows[82].decidable_positives, rows[82].decidable_negatives) == (1.0, 0.0)
-    assert (rows[83].decidable_positives, rows[83].decidable_negatives) == (1.0, 1.0)
-    assert rows[83].markers_in_one_window == 1.0 and rows[8].markers_in_one_window == 0.0
+    assert (rows[9].decidable_positives, rows[9].decidable_negatives) == (1.0, 1.0)
+    assert rows[8].window_accuracy == 0.5 and rows[9].window_accuracy == 1.0
+    assert rows[9].markers_in_one_window == 0.5
+    assert rows[98].markers_in_one_window == 0.5 and rows[100].markers_in_one_window == 1.0
 
 
 def test_reach_rows_need_both_labels():
@@ -68,8 +78,12 @@ def test_generated_images_invariants():
     spec = render.lra_spec(32, "easy")
     samples = render.chunk_samples(0, "easy", 0, 40, spec)
     for sample in samples:
-        # the window that decides holds both markers, so it is at least as wide as their gap
-        assert deciding_span(sample, 32) >= marker_gap(sample, 32)
+        # the settling window holds a whole target contour and the markers on it
+        spans = [contour_span(sample, contour, 32) for contour in (0, 1)]
+        assert deciding_span(sample, 32) == min(spans)
+        if sample.label == 1:  # a positive's marked target holds both markers
+            first = sample.extra["marked_contours"][0]
+            assert contour_span(sample, first, 32) >= marker_gap(sample, 32)
     rows = reach_rows(samples, 32, kernels=[5, 31, 61, 2047], depth=1)
     shares = [row.decidable_share for row in rows]
     assert shares == sorted(shares)
