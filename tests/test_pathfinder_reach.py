@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
+from repro.model import SequenceClassifier
 from repro.tasks import pathfinder_render as render
 from repro.tasks.pathfinder_reach import (contour_markers, contour_span, deciding_span, flat_index, marker_gap, reach_rows,
                                           receptive_reach)
@@ -89,3 +91,19 @@ def test_generated_images_invariants():
     assert shares == sorted(shares)
     assert rows[-1].decidable_share == 1.0 and rows[-1].window_accuracy == 1.0
     assert rows[0].decidable_share == 0.0
+
+
+@pytest.mark.parametrize("norm", ["layer", "batch"])
+def test_the_locality_model_sees_exactly_its_reach(norm):
+    """The analysis's reach is the built model's: changing pixel 500 changes the (eval-mode) token
+    states at positions 500 - R .. 500 + R and nowhere else, for K=61 and depth 6 (R = 180)."""
+    torch.manual_seed(0)
+    cfg = dict(backbone="conv", d_model=8, d_hidden=16, kernel_size=61, depth=6, groups=4, norm=norm, pooling="mean")
+    model = SequenceClassifier(cfg, vocab_size=256, max_len=1024, num_classes=2, pad_id=None, two_tower=False).double().eval()
+    ids = torch.randint(0, 256, (1, 1024))
+    changed_ids = ids.clone()
+    changed_ids[0, 500] = (ids[0, 500] + 128) % 256
+    with torch.no_grad():
+        diff = (model.forward_with_states(changed_ids)[1] - model.forward_with_states(ids)[1]).abs().sum(-1)[0]
+    reach = receptive_reach(61, 6)
+    assert (diff > 0).nonzero().flatten().tolist() == list(range(500 - reach, 500 + reach + 1))
