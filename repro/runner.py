@@ -56,13 +56,14 @@ def typed_task_paths(overrides: list[str]) -> list[str]:
     """The ``task`` settings named by command-line overrides, as paths below ``task``.
 
     A block typed as a whole (``task.generate={padding: 2}``) names its leaves
-    (``generate.padding``), so the keys it leaves out keep their merged values; a deletion
+    (``generate.padding``), so the keys it leaves out keep their merged values; an empty
+    block (``task.generate={}``) names none, as Hydra merges nothing from it; a deletion
     (``~task.x``) gives ``~x``.
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     def leaves(path: str, value) -> list[str]:
-        if isinstance(value, dict) and value:
+        if isinstance(value, dict):
             return [leaf for key, item in value.items() for leaf in leaves(f"{path}.{key}", item)]
         return [path]
 

@@ -193,6 +193,10 @@ def test_a_typed_block_changes_only_the_keys_it_names_and_deletions_and_list_ite
 
     typed = ["task.generate={padding: 2}", "~task.generate.marker_radius", "++task.difficulty=hard", "task=pathfinder", "seed=1"]
     assert typed_task_paths(typed) == ["generate.padding", "~generate.marker_radius", "difficulty"]
+    # an empty block changes nothing: the profile's per-task settings (smoke: 200 images) stay
+    assert typed_task_paths(["task.generate={}"]) == []
+    cfg = composed("arm=locality_k61", "task=pathfinder", "profile=smoke", "task.generate={}")
+    assert resolve(cfg, typed_task_paths(["task.generate={}"]))["task"]["generate"]["n_per_difficulty"] == 200
     cfg = composed("arm=locality_k61", "task=pathfinder", "profile=smoke", "task.generate={padding: 2}")
     generate = resolve(cfg, typed_task_paths(["task.generate={padding: 2}"]))["task"]["generate"]
     assert generate["padding"] == 2 and generate["n_per_difficulty"] == 200 and generate["marker_radius"] == 1.5
