@@ -22,16 +22,16 @@ from tqdm import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from repro.tasks import pathfinder_render as render  # noqa: E402
+from repro.reference import published  # noqa: E402
 from repro.tasks.pathfinder_reach import reach_rows  # noqa: E402
-
-TABLE1_KERNELS = (5, 7, 11, 21, 31, 61)  # seed 003 Table 1
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--difficulty", nargs="+", default=list(render.DIFFICULTIES), choices=render.DIFFICULTIES)
     parser.add_argument("--resolution", type=int, default=32, choices=(32, 128))
-    parser.add_argument("--kernels", type=int, nargs="+", default=list(TABLE1_KERNELS))
+    table1_kernels = [int(k) for k in published("followup_table1_locality")["kernel_size"]]  # seed 003 Table 1
+    parser.add_argument("--kernels", type=int, nargs="+", default=table1_kernels)
     parser.add_argument("--depths", type=int, nargs="+", default=[6])
     parser.add_argument("--chunks", type=int, default=2, help="generator chunks of 1,000 images each (half positive)")
     parser.add_argument("--first-chunk", type=int, default=0)

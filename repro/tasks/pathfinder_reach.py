@@ -14,9 +14,8 @@ whole target contour, from the geometry the generator keeps with each sample
 of a model that settles those images and guesses the rest. It is an estimate, neither a
 bound nor a promise: the spans use points along each dash's centre line and the marker
 centres (antialiased ink reaches about half a pixel beyond a dash's centre line and a
-marker disc about 1.75 pixels beyond its centre, so true spans are somewhat wider); evidence
-split across windows and
-statistical cues can add to it. The generator draws the same contours for either label
+marker disc about 1.75 pixels beyond its centre, so true spans are somewhat wider);
+evidence split across windows and statistical cues can add to it. The generator draws the same contours for either label
 (only the second marker's place depends on it), but one weak cue remains: the Euclidean
 distance between the markers differs slightly by label (means 14.55 and 14.02 pixels for
 positives and negatives over 10,000 hard images; a classifier on it alone scores 53.5%,
