@@ -23,8 +23,10 @@ def skeleton_components(sample: render.Sample, spec: render.PathSpec, scale: int
     """Connected components of the dashes drawn from their kept geometry, thickened to bridge gaps.
 
     Each dash centre line becomes a capsule of radius margin + thickness / 4: wide enough to
-    close the 2*margin gap between consecutive dashes of a contour, too narrow to reach a
-    dash of another contour (generators.md: contours keep apart by their dilated masks).
+    close the gap between consecutive dashes of a contour (2 * margin, or on the lattice at
+    most DashField.max_gap = 2 * margin + 3 thickness / 8), too narrow to reach a dash of
+    another contour, 2 * margin + thickness away (generators.md: contours keep apart by
+    their dilated masks).
     Components come from an 8-connected flood fill (scipy.ndimage.label) on a grid ``scale``
     times finer than the image. Labels and contour ids are not used.
     """
@@ -49,7 +51,9 @@ def marker_components(sample, spec, scale) -> tuple[int, int]:
     return components[ay, ax], components[by, bx]
 
 
-@pytest.mark.parametrize("spec,scale,n", [(SPEC32, 10, 40), (SPEC128, 4, 6)], ids=["32", "128"])
+@pytest.mark.parametrize("spec,scale,n", [
+    (SPEC32, 10, 40), (SPEC128, 4, 6), (render.lra_spec(32, "hard", lattice=True), 10, 40),
+    (render.lra_spec(128, "hard", lattice=True), 4, 4)], ids=["32", "128", "32-lattice", "128-lattice"])
 def test_markers_connected_iff_positive(spec, scale, n):
     samples = render.chunk_samples(3, "hard", 0, n, spec)
     assert {s.label for s in samples} == {0, 1}
@@ -70,6 +74,27 @@ def test_contours_have_the_difficulty_length_and_turn_within_continuity():
                 turns = np.abs((np.diff(angles) + np.pi) % (2 * np.pi) - np.pi)
                 assert turns.max() < np.pi / (2 * spec.continuity) + 1e-9
             assert np.all(s.segments >= spec.padding) and np.all(s.segments <= spec.size - spec.padding)
+
+
+@pytest.mark.parametrize("resolution", [32, 128])
+def test_lattice_geometry_is_the_release_pixel_grid(resolution):
+    """lattice=True: markers and every grown dash's far end on pixel centres, headings from
+    the finite set of lattice_offsets (seeds: whole degrees), gaps at most DashField.max_gap."""
+    spec = render.lra_spec(resolution, "easy", lattice=True)
+    for s in render.chunk_samples(2, "easy", 0, 6, spec):
+        headings = np.array([h for h, _, _ in render.lattice_offsets(spec.paddle_length + s.margin)])
+        max_gap = render.DashField(spec, s.margin).max_gap
+        assert np.allclose(s.markers % 1.0, 0.5)
+        for c in np.unique(s.contour_ids):
+            dashes = s.segments[s.contour_ids == c]
+            angles = np.arctan2(dashes[:, 2] - dashes[:, 0], dashes[:, 3] - dashes[:, 1])
+            assert np.allclose(dashes[0, :2] % 1.0, 0.5), "a seed starts on a pixel centre"
+            assert abs(np.degrees(angles[0]) - round(np.degrees(angles[0]))) < 1e-6, "seed heading: whole degrees"
+            assert np.allclose(dashes[1:, 2:] % 1.0, 0.5), "grown dashes end on pixel centres"
+            assert np.abs(angles[1:, None] - headings[None, :]).min(axis=1).max() < 1e-9
+            gaps = np.hypot(dashes[1:, 0] - dashes[:-1, 2], dashes[1:, 1] - dashes[:-1, 3])
+            assert gaps.max() <= max_gap + 1e-9
+    assert render.lra_spec(resolution, "easy") != spec, "the lattice is a setting of its own (and of the cache key)"
 
 
 def test_labels_balanced_over_2000():

@@ -27,11 +27,25 @@ Images are drawn at ``antialias_scale`` times the size (distance-to-segment
 coverage on a local patch per dash, vectorised in numpy), box-downsampled,
 min-max normalised to 0-255 (as the release's PNGs are) and stored as uint8.
 
+By default positions and headings are real numbers (``lattice=False``). With
+``lattice=True`` they lie on the pixel lattice as in the release: a contour
+turns at whole-pixel pivots (rounded up), each dash ends on a pixel centre
+picked among the whole pixels about one pixel of arc apart on the circle of
+radius ``paddle_length + margin`` around the pivot (rounded down), its heading
+the direction to that pixel; seeds start on pixel centres at whole-degree
+headings. Every dash then looks like one of a few dozen patterns, as in the
+release's images, where real-valued positions make every dash unique (a
+sequence model with per-intensity embeddings can memorise those:
+experiments/perf_notes.md, seventh session). Lattice gaps inside a contour vary
+around 2 * margin; ours keep them under ``DashField.max_gap``, below the
+clearance between contours (the release does not), at the cost of more restarts.
+
 Where this differs from the release's generator (each choice keeps the label
 well defined or the output reproducible):
 
-* coordinates are real numbers, not whole pixels; downsampling is a box filter
-  (no Lanczos ringing);
+* by default coordinates are real numbers, not whole pixels (see above); the
+  clearance test uses the exact dash geometry; downsampling is a box filter (no
+  Lanczos ringing);
 * the clearance between contours is exactly ``thickness + 2 * margin``
   (the release compares antialiased masks, leaving about a pixel of slack), so a
   gap between contours is never narrower than a gap inside one;
@@ -45,6 +59,7 @@ from __future__ import annotations
 
 import math
 import random
+from functools import lru_cache
 from dataclasses import dataclass, field, fields, replace
 from typing import Optional
 
@@ -75,6 +90,7 @@ class PathSpec:
     paddle_contrast: float = 0.75  # paddle_contrast_list [0.75]
     seed_distance: float = 7.0
     antialias_scale: int = 2
+    lattice: bool = False  # True: whole-pixel pivots and dash ends, as the release (module docstring)
     # Retry budgets (the generator's max_paddle_retrial / max_distractor_contour_retrial are
     # 2 and 4 on pre-filtered candidates; ours sample blindly, so allow more tries).
     turn_trials: int = 32
@@ -180,6 +196,9 @@ class DashField:
 
     def __init__(self, spec: PathSpec, margin: float):
         self.clearance = spec.paddle_thickness + 2.0 * margin
+        # Widest gap between consecutive dashes of one contour (lattice dashes land off the
+        # nominal 2 * margin): 5/8 of a thickness short of the clearance between contours.
+        self.max_gap = 2.0 * margin + 3.0 * spec.paddle_thickness / 8.0
         self.cell = self.clearance + spec.paddle_length + 1e-6
         lo = spec.padding + spec.paddle_thickness / 2
         self.lo, self.hi = lo, spec.size - lo
@@ -269,13 +288,64 @@ def pick(rng: random.Random, weights: list[float]) -> int:
     return max(i for i, w in enumerate(weights) if w > 0.0)
 
 
-class Contour:
-    """A growing contour: its dash indices in the field and the heading of its last dash."""
+def _heading_gap(a: float, b: float) -> float:
+    """|a - b| on the circle, in [0, pi]."""
+    d = abs(a - b) % (2.0 * math.pi)
+    return min(d, 2.0 * math.pi - d)
 
-    def __init__(self, owner: int):
+
+@lru_cache(maxsize=None)
+def lattice_offsets(radius: float) -> tuple[tuple[float, int, int], ...]:
+    """(heading, row offset, column offset) of the whole pixels a dash may end on around a pivot.
+
+    As the release: points about one pixel of arc apart on the circle of ``radius``
+    (paddle_length + margin), floored to pixels and deduplicated; the heading points from
+    the pivot to the pixel. The pivot is a whole pixel, so the offsets do not depend on it.
+    """
+    pixels = sorted({(math.floor(radius * math.sin(i / radius)), math.floor(radius * math.cos(i / radius)))
+                     for i in range(math.ceil(2.0 * math.pi * radius))} - {(0, 0)})
+    return tuple((math.atan2(dy, dx), dy, dx) for dy, dx in pixels)
+
+
+@lru_cache(maxsize=4096)
+def lattice_fan(radius: float, angle: float, continuity: float) -> tuple[tuple, tuple]:
+    """The offsets of ``lattice_offsets`` a dash turning from heading ``angle`` may take, and
+    their weights cos^2(min(continuity * turn, pi/2)); offsets of zero weight are left out.
+    Headings come from a finite set (offsets, whole-degree seeds), so this is memoised."""
+    fan, weights = [], []
+    for heading, dy, dx in lattice_offsets(radius):
+        w = math.cos(min(continuity * _heading_gap(heading, angle), math.pi / 2)) ** 2
+        if w > 1e-12:
+            fan.append((heading, dy, dx))
+            weights.append(w)
+    return tuple(fan), tuple(weights)
+
+
+def lattice_candidates(pivot: tuple, angle: float, spec: PathSpec, margin: float) -> tuple[list[tuple], list[float]]:
+    """``(heading, (row, col))`` of each pixel a new dash may end on around ``pivot``, and its weight."""
+    fan, weights = lattice_fan(spec.paddle_length + margin, angle, spec.continuity)
+    return [(heading, (pivot[0] + dy, pivot[1] + dx)) for heading, dy, dx in fan], list(weights)
+
+
+def step_pixel(pixel: tuple, angle: float, distance: float) -> tuple:
+    """The pixel ``distance`` along ``angle`` from ``pixel``, rounded up as the release does."""
+    return (math.ceil(pixel[0] + distance * math.sin(angle)), math.ceil(pixel[1] + distance * math.cos(angle)))
+
+
+def centre(pixel: tuple) -> tuple:
+    """Pixel indices -> the pixel's centre in the continuous coordinates dashes use."""
+    return pixel[0] + 0.5, pixel[1] + 0.5
+
+
+class Contour:
+    """A growing contour: its dash indices in the field, the heading of its last dash and
+    (lattice) the pixel it last turned at."""
+
+    def __init__(self, owner: int, dash_index: int, angle: float, pivot: Optional[tuple] = None):
         self.owner = owner
-        self.indices: list[int] = []
-        self.angle = 0.0
+        self.indices: list[int] = [dash_index]
+        self.angle = angle
+        self.pivot = pivot
 
     def extend(self, rng: random.Random, field_: DashField, spec: PathSpec, margin: float) -> bool:
         """Add one dash continuing the last: gap 2*margin, turned at the gap's middle.
@@ -284,53 +354,83 @@ class Contour:
         (the generator likewise zeroes the weight of occupied candidates): candidates are
         drawn without replacement until one fits, up to ``turn_trials``.
         """
-        last = field_.dashes[self.indices[-1]]
-        py = last[2] + margin * math.sin(self.angle)
-        px = last[3] + margin * math.cos(self.angle)
-        deltas, weights = turn_candidates(rng, spec, margin)
-        for _ in range(min(spec.turn_trials, len(deltas))):
+        if spec.lattice:
+            pivot = step_pixel(self.pivot, self.angle, spec.paddle_length + 2.0 * margin)
+            pairs, weights = lattice_candidates(pivot, self.angle, spec, margin)
+        else:
+            pivot = None
+            last = field_.dashes[self.indices[-1]]
+            py = last[2] + margin * math.sin(self.angle)
+            px = last[3] + margin * math.cos(self.angle)
+            deltas, weights = turn_candidates(rng, spec, margin)
+            pairs = [(self.angle + d, None) for d in deltas]
+        for _ in range(min(spec.turn_trials, len(pairs))):
             i = pick(rng, weights)
             weights[i] = 0.0
-            angle = self.angle + deltas[i]
-            dash = _dash(py + margin * math.sin(angle), px + margin * math.cos(angle), angle, spec.paddle_length)
+            angle, head = pairs[i]
+            if head is None:
+                dash = _dash(py + margin * math.sin(angle), px + margin * math.cos(angle), angle, spec.paddle_length)
+            else:  # the dash ends on the head pixel's centre, paddle_length back along the heading
+                hy, hx = centre(head)
+                dash = _dash(hy - spec.paddle_length * math.sin(angle), hx - spec.paddle_length * math.cos(angle),
+                             angle, spec.paddle_length)
+                last = field_.dashes[self.indices[-1]]
+                if math.hypot(dash[0] - last[2], dash[1] - last[3]) > field_.max_gap:
+                    continue
             if field_.fits(dash, skip=self.indices[-1]):
                 self.indices.append(field_.add(dash, self.owner))
-                self.angle = angle
+                self.angle, self.pivot = angle, pivot
                 return True
         return False
+
+
+def seed_dash(rng: random.Random, spec: PathSpec, margin: float, y: float, x: float) -> tuple[tuple, float, Optional[tuple]]:
+    """A first dash from (y, x) at a random heading: (dash, heading, pivot).
+
+    Lattice: (y, x) are pixel indices, the heading whole degrees (as the release), and the
+    pivot the pixel paddle_length + margin back from the dash's far end.
+    """
+    if not spec.lattice:
+        angle = rng.uniform(-math.pi, math.pi)
+        return _dash(y, x, angle, spec.paddle_length), angle, None
+    angle = math.radians(rng.randrange(-180, 180))
+    head = step_pixel((y, x), angle, spec.paddle_length)
+    pivot = step_pixel(head, angle + math.pi, spec.paddle_length + margin)
+    return _dash(*centre((y, x)), angle, spec.paddle_length), angle, pivot
 
 
 # ---------------------------------------------------------------- contours
 
 
-def _seed_targets(rng: random.Random, field_: DashField, spec: PathSpec) -> Optional[list[Contour]]:
+def _seed_targets(rng: random.Random, field_: DashField, spec: PathSpec, margin: float) -> Optional[list[Contour]]:
     """Two first dashes whose starts lie ``seed_distance`` apart, the first near the centre.
 
     The generator keeps the first seed 2 * seed_distance from the border (or at the centre
     when the window is too small for that) and puts the second at seed_distance in a
-    random direction.
+    random direction (lattice: whole degrees, rounded to a pixel).
     """
     lo = 2.0 * spec.seed_distance
     hi = spec.size - lo
     if hi <= lo:
         lo = hi = spec.size / 2.0
     for _ in range(spec.seed_trials):
-        y1, x1 = rng.uniform(lo, hi), rng.uniform(lo, hi)
-        a1 = rng.uniform(-math.pi, math.pi)
-        first = _dash(y1, x1, a1, spec.paddle_length)
+        if spec.lattice:
+            y1, x1 = rng.randint(int(lo), max(int(lo), int(hi) - 1)), rng.randint(int(lo), max(int(lo), int(hi) - 1))
+        else:
+            y1, x1 = rng.uniform(lo, hi), rng.uniform(lo, hi)
+        first, a1, p1 = seed_dash(rng, spec, margin, y1, x1)
         if not field_.fits(first):
             continue
-        phi = rng.uniform(-math.pi, math.pi)
-        y2, x2 = y1 + spec.seed_distance * math.sin(phi), x1 + spec.seed_distance * math.cos(phi)
-        a2 = rng.uniform(-math.pi, math.pi)
-        second = _dash(y2, x2, a2, spec.paddle_length)
+        if spec.lattice:
+            phi = math.radians(rng.randrange(360))
+            y2, x2 = round(y1 + spec.seed_distance * math.sin(phi)), round(x1 + spec.seed_distance * math.cos(phi))
+        else:
+            phi = rng.uniform(-math.pi, math.pi)
+            y2, x2 = y1 + spec.seed_distance * math.sin(phi), x1 + spec.seed_distance * math.cos(phi)
+        second, a2, p2 = seed_dash(rng, spec, margin, y2, x2)
         if not field_.fits(second) or segment_distance(first, second) < field_.clearance:
             continue
-        contours = [Contour(0), Contour(1)]
-        for contour, dash, angle in ((contours[0], first, a1), (contours[1], second, a2)):
-            contour.indices.append(field_.add(dash, contour.owner))
-            contour.angle = angle
-        return contours
+        return [Contour(0, field_.add(first, 0), a1, p1), Contour(1, field_.add(second, 1), a2, p2)]
     return None
 
 
@@ -353,7 +453,7 @@ def _markers_apart(field_: DashField, contours: list[Contour], spec: PathSpec, m
 def grow_targets(rng: random.Random, field_: DashField, spec: PathSpec, margin: float) -> tuple[list[Contour], int]:
     """Two full-length target contours, grown in turn dash by dash; restart when one is stuck."""
     for restarts in range(spec.max_restarts):
-        contours = _seed_targets(rng, field_, spec)
+        contours = _seed_targets(rng, field_, spec, margin)
         ok = contours is not None
         for _ in range(spec.contour_length - 1):
             if not ok:
@@ -365,17 +465,17 @@ def grow_targets(rng: random.Random, field_: DashField, spec: PathSpec, margin: 
     raise RuntimeError(f"no two target contours of {spec.contour_length} dashes fit after {spec.max_restarts} tries: {spec}")
 
 
-def _seed_anywhere(rng: random.Random, field_: DashField, spec: PathSpec, owner: int) -> Optional[Contour]:
+def _seed_anywhere(rng: random.Random, field_: DashField, spec: PathSpec, margin: float, owner: int) -> Optional[Contour]:
+    """A first dash anywhere in the window (lattice: starting on a pixel centre)."""
+    first, last = math.ceil(field_.lo - 0.5), math.floor(field_.hi - 0.5)
     for _ in range(spec.seed_trials):
-        y = rng.uniform(field_.lo, field_.hi)
-        x = rng.uniform(field_.lo, field_.hi)
-        angle = rng.uniform(-math.pi, math.pi)
-        dash = _dash(y, x, angle, spec.paddle_length)
+        if spec.lattice:
+            y, x = rng.randint(first, last), rng.randint(first, last)
+        else:
+            y, x = rng.uniform(field_.lo, field_.hi), rng.uniform(field_.lo, field_.hi)
+        dash, angle, pivot = seed_dash(rng, spec, margin, y, x)
         if field_.fits(dash):
-            contour = Contour(owner)
-            contour.indices.append(field_.add(dash, owner))
-            contour.angle = angle
-            return contour
+            return Contour(owner, field_.add(dash, owner), angle, pivot)
     return None
 
 
@@ -385,7 +485,7 @@ def add_distractors(rng: random.Random, field_: DashField, spec: PathSpec, margi
     for _ in range(spec.num_distractors):
         owner = 2 + placed
         for _ in range(spec.distractor_retries):
-            contour = _seed_anywhere(rng, field_, spec, owner)
+            contour = _seed_anywhere(rng, field_, spec, margin, owner)
             if contour is None:
                 break
             ok = all(contour.extend(rng, field_, spec, margin) for _ in range(spec.distractor_length - 1))
