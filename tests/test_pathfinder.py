@@ -22,15 +22,15 @@ SPEC128 = render.lra_spec(128, "hard")
 def skeleton_components(sample: render.Sample, spec: render.PathSpec, scale: int) -> np.ndarray:
     """Connected components of the dashes drawn from their kept geometry, thickened to bridge gaps.
 
-    Each dash centre line becomes a capsule of radius margin + thickness / 4: wide enough to
-    close the gap between consecutive dashes of a contour (2 * margin, or on the lattice at
-    most DashField.max_gap = 2 * margin + 3 thickness / 8), too narrow to reach a dash of
+    Each dash centre line becomes a capsule of radius margin + 5 thickness / 16: wide enough
+    to close the gap between consecutive dashes of a contour (2 * margin, or on the lattice
+    at most DashField.max_gap = 2 * margin + thickness / 2), too narrow to reach a dash of
     another contour, 2 * margin + thickness away (generators.md: contours keep apart by
     their dilated masks).
     Components come from an 8-connected flood fill (scipy.ndimage.label) on a grid ``scale``
     times finer than the image. Labels and contour ids are not used.
     """
-    radius = sample.margin + spec.paddle_thickness / 4
+    radius = sample.margin + 5 * spec.paddle_thickness / 16
     n = spec.size * scale
     mask = np.zeros((n, n), dtype=bool)
     for y0, x0, y1, x1 in sample.segments * scale:

@@ -197,8 +197,8 @@ class DashField:
     def __init__(self, spec: PathSpec, margin: float):
         self.clearance = spec.paddle_thickness + 2.0 * margin
         # Widest gap between consecutive dashes of one contour (lattice dashes land off the
-        # nominal 2 * margin): 5/8 of a thickness short of the clearance between contours.
-        self.max_gap = 2.0 * margin + 3.0 * spec.paddle_thickness / 8.0
+        # nominal 2 * margin): half a thickness short of the clearance between contours.
+        self.max_gap = 2.0 * margin + spec.paddle_thickness / 2.0
         self.cell = self.clearance + spec.paddle_length + 1e-6
         lo = spec.padding + spec.paddle_thickness / 2
         self.lo, self.hi = lo, spec.size - lo
