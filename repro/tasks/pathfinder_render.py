@@ -348,7 +348,8 @@ class Contour:
         self.pivot = pivot
 
     def extend(self, rng: random.Random, field_: DashField, spec: PathSpec, margin: float) -> bool:
-        """Add one dash continuing the last: gap 2*margin, turned at the gap's middle.
+        """Add one dash continuing the last: gap 2*margin, turned at the gap's middle (lattice:
+        the release's pixel rounding moves both, within ``DashField.max_gap``).
 
         The turn is drawn from the continuity weights restricted to turns whose dash fits
         (the generator likewise zeroes the weight of occupied candidates): candidates are
