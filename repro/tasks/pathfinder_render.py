@@ -355,12 +355,12 @@ class Contour:
         (the generator likewise zeroes the weight of occupied candidates): candidates are
         drawn without replacement until one fits, up to ``turn_trials``.
         """
+        last = field_.dashes[self.indices[-1]]
         if spec.lattice:
             pivot = step_pixel(self.pivot, self.angle, spec.paddle_length + 2.0 * margin)
             pairs, weights = lattice_candidates(pivot, self.angle, spec, margin)
         else:
             pivot = None
-            last = field_.dashes[self.indices[-1]]
             py = last[2] + margin * math.sin(self.angle)
             px = last[3] + margin * math.cos(self.angle)
             deltas, weights = turn_candidates(rng, spec, margin)
@@ -375,7 +375,6 @@ class Contour:
                 hy, hx = centre(head)
                 dash = _dash(hy - spec.paddle_length * math.sin(angle), hx - spec.paddle_length * math.cos(angle),
                              angle, spec.paddle_length)
-                last = field_.dashes[self.indices[-1]]
                 if math.hypot(dash[0] - last[2], dash[1] - last[3]) > field_.max_gap:
                     continue
             if field_.fits(dash, skip=self.indices[-1]):
@@ -414,9 +413,10 @@ def _seed_targets(rng: random.Random, field_: DashField, spec: PathSpec, margin:
     hi = spec.size - lo
     if hi <= lo:
         lo = hi = spec.size / 2.0
+    first_pixel, last_pixel = int(lo), max(int(lo), int(hi) - 1)  # lattice: the pixel indices in [lo, hi)
     for _ in range(spec.seed_trials):
         if spec.lattice:
-            y1, x1 = rng.randint(int(lo), max(int(lo), int(hi) - 1)), rng.randint(int(lo), max(int(lo), int(hi) - 1))
+            y1, x1 = rng.randint(first_pixel, last_pixel), rng.randint(first_pixel, last_pixel)
         else:
             y1, x1 = rng.uniform(lo, hi), rng.uniform(lo, hi)
         first, a1, p1 = seed_dash(rng, spec, margin, y1, x1)
