@@ -97,6 +97,22 @@ def test_lattice_geometry_is_the_release_pixel_grid(resolution):
     assert render.lra_spec(resolution, "easy") != spec, "the lattice is a setting of its own (and of the cache key)"
 
 
+@pytest.mark.parametrize("uniform", [False, True], ids=["release", "uniform"])
+def test_target_contours_are_drawn_at_the_paddle_contrast(uniform):
+    """The same dash drawn as a target (contour 0) and as a distractor (contour 2), whole pixels
+    apart: the release's rule gives the target 0.75 of the distractor's ink (paddle_contrast,
+    within one grey level of rounding); render version 2's uniform rule gives equal ink."""
+    spec = render.lra_spec(32, "hard", uniform_contrast=uniform)
+    dash = np.array([3.3, 4.1, 4.6, 5.8])
+    segments = np.stack([dash, dash + [0, 12, 0, 12]])
+    markers = np.array([[20.5, 6.5], [20.5, 26.5]])
+    image = render.render(spec, segments, markers, np.array([0, 2])).astype(float)
+    target, distractor = image[1:8, 1:9], image[1:8, 13:21]
+    assert distractor.max() > 100 and image[17:24, 3:10].max() > 100
+    ratio = 1.0 if uniform else spec.paddle_contrast
+    assert np.abs(target - ratio * distractor).max() <= 1.0
+
+
 def test_labels_balanced_over_2000():
     x, y = pf.generate(2000, 0, "easy", render.lra_spec(32, "easy"), workers=1)
     assert abs(y.mean() - 0.5) <= 0.02

@@ -26,6 +26,11 @@ distractor is retried a few times and then left out.
 Images are drawn at ``antialias_scale`` times the size (distance-to-segment
 coverage on a local patch per dash, vectorised in numpy), box-downsampled,
 min-max normalised to 0-255 (as the release's PNGs are) and stored as uint8.
+As in the release, the target contours' dashes have contrast ``snake_contrast *
+paddle_contrast`` and the distractors' ``snake_contrast`` (the release passes the
+paddle contrast list to its target-pair grower only): at 32x32, 1.5 against 2, so
+the two target contours are a quarter dimmer than the distractors (``dash_contrast``;
+render versions before 3 drew every dash at the product).
 
 By default positions and headings are real numbers (``lattice=False``). With
 ``lattice=True`` they lie on the pixel lattice as in the release: a contour
@@ -69,7 +74,10 @@ DIFFICULTIES = ("easy", "intermediate", "hard")
 # generators.md: curv_baseline (6), curv_contour_length_9, curv_contour_length_14.
 CONTOUR_LENGTH = {"easy": 6, "intermediate": 9, "hard": 14}
 DIFFICULTY_CODE = {name: i for i, name in enumerate(DIFFICULTIES)}
-RENDER_VERSION = 2  # bump when the images a seed gives change; part of cache keys
+RENDER_VERSION = 3  # bump when the images a seed gives change; part of cache keys
+# Version 3: distractor contours at snake_contrast, target contours at snake_contrast *
+# paddle_contrast, as the release (module docstring); version 2 drew every dash at the product
+# (``uniform_contrast=True`` draws version 2's images).
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,7 @@ class PathSpec:
     seed_distance: float = 7.0
     antialias_scale: int = 2
     lattice: bool = False  # True: whole-pixel pivots and dash ends, as the release (module docstring)
+    uniform_contrast: bool = False  # True: every dash at snake * paddle contrast (render version 2)
     # Retry budgets (the generator's max_paddle_retrial / max_distractor_contour_retrial are
     # 2 and 4 on pre-filtered candidates; ours sample blindly, so allow more tries).
     turn_trials: int = 32
@@ -511,8 +520,11 @@ def _splat(canvas: np.ndarray, top: np.ndarray, left: np.ndarray, patches: np.nd
     np.maximum.at(canvas.reshape(-1), (rows * s + cols)[keep], patches[keep])
 
 
-def draw_dashes(canvas: np.ndarray, segments: np.ndarray, scale: int, thickness: float, value: float) -> None:
-    """Antialiased thick segments: coverage clip(w/2 + 1/2 - distance, 0, 1) on a patch per dash."""
+def draw_dashes(canvas: np.ndarray, segments: np.ndarray, scale: int, thickness: float, value) -> None:
+    """Antialiased thick segments: coverage clip(w/2 + 1/2 - distance, 0, 1) on a patch per dash.
+
+    ``value`` is the peak intensity: one number, or one per dash.
+    """
     if len(segments) == 0:
         return
     seg = segments * scale
@@ -530,7 +542,8 @@ def draw_dashes(canvas: np.ndarray, segments: np.ndarray, scale: int, thickness:
     den = np.maximum(dy * dy + dx * dx, 1e-12)
     t = np.clip(((py - ay) * dy + (px - ax) * dx) / den, 0.0, 1.0)
     dist = np.hypot(ay + t * dy - py, ax + t * dx - px)
-    _splat(canvas, top, left, np.clip(half + 0.5 - dist, 0.0, 1.0) * value)
+    peak = np.broadcast_to(np.asarray(value, dtype=np.float64), (len(seg),))[:, None, None]
+    _splat(canvas, top, left, np.clip(half + 0.5 - dist, 0.0, 1.0) * peak)
 
 
 def draw_discs(canvas: np.ndarray, centres: np.ndarray, scale: int, radius: float, value: float) -> None:
@@ -546,15 +559,30 @@ def draw_discs(canvas: np.ndarray, centres: np.ndarray, scale: int, radius: floa
     _splat(canvas, top, left, np.clip(r + 0.5 - np.hypot(dy, dx), 0.0, 1.0) * value)
 
 
-def render(spec: PathSpec, segments: np.ndarray, markers: np.ndarray) -> np.ndarray:
+def dash_contrast(spec: PathSpec, contour_ids: np.ndarray) -> np.ndarray:
+    """Peak intensity of each dash before min-max scaling: the release's contrast rule.
+
+    The release draws the two target contours (``two_snakes``) with each dash's contrast
+    ``paddle_contrast * snake_contrast`` and the distractors (``make_many_snakes``, given
+    only ``snake_contrast_list``) at ``snake_contrast``: at LRA's 32x32 settings 1.5 against 2,
+    so the target contours are a quarter dimmer than the distractors.
+    ``uniform_contrast`` draws every dash at the product (render version 2).
+    """
+    target = spec.snake_contrast * spec.paddle_contrast
+    if spec.uniform_contrast:
+        return np.full(len(contour_ids), target, dtype=np.float64)
+    return np.where(np.asarray(contour_ids) < 2, target, spec.snake_contrast).astype(np.float64)
+
+
+def render(spec: PathSpec, segments: np.ndarray, markers: np.ndarray, contour_ids: np.ndarray) -> np.ndarray:
     """Dashes and markers drawn at ``antialias_scale``, box-downsampled, min-max scaled to uint8.
 
-    Dash intensity is snake_contrast * paddle_contrast and marker intensity 1 before the
-    min-max scaling (generators.md; the release's PNGs are min-max scaled).
+    Dash intensity follows ``dash_contrast`` and marker intensity is 1 before the min-max
+    scaling (generators.md; the release's PNGs are min-max scaled).
     """
     a = spec.antialias_scale
     canvas = np.zeros((spec.size * a, spec.size * a), dtype=np.float32)
-    draw_dashes(canvas, segments, a, spec.paddle_thickness, spec.snake_contrast * spec.paddle_contrast)
+    draw_dashes(canvas, segments, a, spec.paddle_thickness, dash_contrast(spec, contour_ids))
     draw_discs(canvas, markers, a, spec.marker_radius, 1.0)
     image = canvas.reshape(spec.size, a, spec.size, a).mean(axis=(1, 3))
     low, high = float(image.min()), float(image.max())
@@ -577,9 +605,10 @@ def make_sample(rng: random.Random, spec: PathSpec, label: int) -> Sample:
     end = field_.dashes[targets[other].indices[-1]]
     markers = np.array([[start[0], start[1]], [end[2], end[3]]], dtype=np.float64)
     segments = np.array(field_.dashes, dtype=np.float64).reshape(-1, 4)
-    image = render(spec, segments, markers)
+    contour_ids = np.array(field_.owner, dtype=np.int64)
+    image = render(spec, segments, markers, contour_ids)
     return Sample(
-        image=image, label=int(label), segments=segments, contour_ids=np.array(field_.owner, dtype=np.int64),
+        image=image, label=int(label), segments=segments, contour_ids=contour_ids,
         markers=markers, margin=float(margin), restarts=restarts,
         extra={"distractors": n_distractors, "marked_contours": (first, other)},
     )
