@@ -123,13 +123,10 @@ def _check_record(path: Path, rel: str) -> Candidate:
     missing = [name for name in records.RECORD_FILES if not (path / name).is_file()]
     if missing:
         return Candidate(path, rel, metrics, f"incomplete: missing {', '.join(missing)}")
-    arm, task, profile, seed_dir = rel.split("/")
-    said = (metrics.get("arm"), metrics.get("task"), metrics.get("profile"), f"seed{metrics.get('seed')}")
-    techniques = (metrics.get("techniques") or {}).get("name")
-    if techniques and arm == f"{metrics.get('arm')}+{techniques}":  # runner.record_arm: not the arm's own techniques
-        said = (arm, *said[1:])
-    if said != (arm, task, profile, seed_dir):
-        return Candidate(path, rel, metrics, f"inconsistent: metrics.json says {'/'.join(map(str, said))}")
+    rest = f"{metrics.get('task')}/{metrics.get('profile')}/seed{metrics.get('seed')}"
+    said = sorted(f"{name}/{rest}" for name in records.record_arm_names(metrics))
+    if rel not in said:
+        return Candidate(path, rel, metrics, f"inconsistent: metrics.json says {' or '.join(said)}")
     return Candidate(path, rel, metrics, None)
 
 

@@ -28,6 +28,30 @@ METRIC_FIELDS = (
 )
 
 
+def record_arm(arm: str, techniques: dict | None) -> str:
+    """The arm's folder name: ``<arm>`` with the arm's own techniques, ``<arm>+<techniques>`` otherwise.
+
+    So ``arm=s4`` and ``arm=s4 techniques=followup`` write two records instead of the second
+    being skipped as already complete (arms name their default in ``techniques_default``,
+    kept in the record as ``techniques.arm_default``).
+    """
+    techniques = techniques or {}
+    name, default = techniques.get("name", "none"), techniques.get("arm_default", "none")
+    return arm if name == default else f"{arm}+{name}"
+
+
+def record_arm_names(metrics: dict) -> set[str]:
+    """The arm folder names a record with these ``metrics.json`` contents may sit under.
+
+    One name (``record_arm``) when the record keeps ``techniques.arm_default``; records
+    written before that key existed may sit under ``<arm>`` or ``<arm>+<techniques>``.
+    """
+    arm, techniques = str(metrics.get("arm")), metrics.get("techniques") or {}
+    if "arm_default" in techniques or "name" not in techniques:
+        return {record_arm(arm, techniques)}
+    return {arm, f"{arm}+{techniques['name']}"}
+
+
 def write_atomic(path: Path, data: bytes | str) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
     path = Path(path)

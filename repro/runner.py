@@ -164,19 +164,9 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def record_arm(run: dict) -> str:
-    """The arm's folder name: ``<arm>`` with the arm's own techniques, ``<arm>+<techniques>`` otherwise.
-
-    So ``arm=s4`` and ``arm=s4 techniques=followup`` write two records instead of the second
-    being skipped as already complete (arms name their default in ``techniques_default``).
-    """
-    techniques = run.get("techniques") or {}
-    name, default = techniques.get("name", "none"), techniques.get("arm_default", "none")
-    return run["arm"] if name == default else f"{run['arm']}+{name}"
-
-
 def run_dir_for(cfg: DictConfig, run: dict) -> Path:
-    return Path(cfg.output_dir) / "runs" / record_arm(run) / run["task"]["name"] / run["profile"] / f"seed{run['seed']}"
+    arm_folder = records.record_arm(run["arm"], run.get("techniques"))
+    return Path(cfg.output_dir) / "runs" / arm_folder / run["task"]["name"] / run["profile"] / f"seed{run['seed']}"
 
 
 # Settings an unfinished run may change while it keeps its record folder: a resumed run may get

@@ -191,22 +191,32 @@ def test_command_line_freeze_verify_cite_ls(runs, tmp_path):
 
 
 def test_a_record_under_arm_plus_techniques_is_consistent_only_with_those_techniques(tmp_path):
-    """runner.record_arm writes ``<arm>+<techniques>/`` when the techniques are not the arm's own."""
+    """records.record_arm writes ``<arm>+<techniques>/`` when the techniques are not the arm's own
+    (``techniques.arm_default``); records from before that key may sit under either name."""
     runs_root = tmp_path / "runs"
-    for folder, techniques in (("s4+followup", "followup"), ("s5+none", "followup")):
+    cases = (("s4+followup", {"name": "followup", "arm_default": "none"}),  # consistent
+             ("gmlp+followup", {"name": "followup"}),  # older record: either name
+             ("s5+none", {"name": "followup"}),  # older record, wrong techniques
+             ("mega", {"name": "followup", "arm_default": "none"}))  # not the arm's own: needs mega+followup
+    for folder, techniques in cases:
         arm = folder.partition("+")[0]
-        made = make_record(runs_root, arm, "text", 0, techniques=techniques, labels=fixed_labels("text", 40), accuracy=0.7)
+        made = make_record(runs_root, arm, "text", 0, techniques=techniques["name"], labels=fixed_labels("text", 40),
+                           accuracy=0.7)
         metrics = json.loads((made / "metrics.json").read_text())
-        metrics["techniques"] = {"name": techniques}
+        metrics["techniques"] = techniques
         (made / "metrics.json").write_text(json.dumps(metrics))
         target = runs_root / folder / "text" / "budget" / "seed0"
-        target.parent.mkdir(parents=True)
-        made.rename(target)
+        if target != made:
+            target.parent.mkdir(parents=True)
+            made.rename(target)
     out = bundle.freeze("v1", runs_root, tmp_path / "results", analysis=False, log=quiet)
     manifest = bundle.load_manifest(out)
-    assert [r["path"] for r in manifest["runs"]] == ["runs/s4+followup/text/budget/seed0"]
-    assert manifest["left_out"] == [{"path": "s5+none/text/budget/seed0",
-                                     "reason": "inconsistent: metrics.json says s5/text/budget/seed0"}]
+    assert [r["path"] for r in manifest["runs"]] == ["runs/gmlp+followup/text/budget/seed0",
+                                                      "runs/s4+followup/text/budget/seed0"]
+    assert manifest["left_out"] == [
+        {"path": "mega/text/budget/seed0", "reason": "inconsistent: metrics.json says mega+followup/text/budget/seed0"},
+        {"path": "s5+none/text/budget/seed0",
+         "reason": "inconsistent: metrics.json says s5+followup/text/budget/seed0 or s5/text/budget/seed0"}]
 
 
 def test_notes_are_frozen_and_checksummed(runs, tmp_path):

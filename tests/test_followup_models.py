@@ -457,7 +457,7 @@ def test_cli_runs_the_arm_on_smoke_listops(arm, techniques, tmp_path, shared_cac
     """``python experiments/run.py arm=<arm> task=listops profile=smoke techniques=<t>`` (ListOps shortened, 4 steps).
 
     With the follow-up's techniques (ListOps operand permutation) the record goes to
-    ``<arm>+followup/`` (repro/runner.py: record_arm)."""
+    ``<arm>+followup/`` (repro/records.py: record_arm)."""
     done = run_cli(f"arm={arm}", "profile=smoke", f"techniques={techniques}", *SHORT_LISTOPS, f"output_dir={tmp_path / 'out'}",
                    f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'no_data'}", "progress=false", "+train.max_steps=4")
     assert done.returncode == 0, done.stderr[-3000:]

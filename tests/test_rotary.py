@@ -218,7 +218,7 @@ def test_cli_runs_rotary_transformer_with_and_without_techniques(tmp_path, share
     off = short_listops_cli(tmp_path / "off", shared_cache, "arm=rotary_transformer", "techniques=none")
     assert off.returncode == 0, off.stderr[-3000:]
     a = read_json(tmp_path / "out" / "runs" / "rotary_transformer" / "listops" / "smoke" / "seed0" / "metrics.json")
-    # not the arm's own techniques: recorded under rotary_transformer+none (repro/runner.py: record_arm)
+    # not the arm's own techniques: recorded under rotary_transformer+none (repro/records.py: record_arm)
     b = read_json(tmp_path / "off" / "out" / "runs" / "rotary_transformer+none" / "listops" / "smoke" / "seed0" / "metrics.json")
     assert a["techniques"]["augment"] == {"listops_permute": True} and b["techniques"]["augment"] == {}
     assert a["steps"] == b["steps"] == 8  # 32 examples, batch 8, 2 epochs
