@@ -7,9 +7,9 @@ CUDA (one GPU per process, ``cuda:LOCAL_RANK``), gloo on CPU. A process started 
 them (``python experiments/run.py``) is world 1: no process group, and every helper below
 is the identity, so single-process runs do exactly what they did before this module.
 
-Agreements the training loop needs every step (stop by time budget, by signal, time-based
-evaluation and checkpoints) go through :func:`agree_max` on CPU tensors over a gloo group,
-so they never wait on the GPU stream.
+What the training loop must agree on every step (stop by time budget, by signal, time-based
+evaluation and checkpoints) goes through one :func:`agree_max` per step on CPU tensors over a
+gloo group, so it never waits on the GPU stream.
 """
 from __future__ import annotations
 

@@ -531,11 +531,16 @@ def train(
     bar = tqdm(total=total_steps, initial=state["step"], desc=f"train {task.name}", unit="step",
                disable=not progress or not ctx.is_main, dynamic_ncols=True)
 
+    # Rank 0's clock decides the budget stop and the time-placed schedule. Several processes
+    # agree on it once here and then in the one agreement at each step's end, so a step reads
+    # the clock as it stood before the previous step's evaluation or checkpoint (a budget stop
+    # may come one step later than one process would make it).
+    agreed_elapsed = agree_max(ctx, [state["elapsed_s"] if ctx.is_main else 0.0])[0] if ctx.active else None
     with _SignalFlag() as stop:
         while True:
             elapsed = state["elapsed_s"] + (time.monotonic() - segment_start)
-            if ctx.active:  # rank 0's clock decides the budget stop and the time-placed schedule
-                elapsed = agree_max(ctx, [elapsed if ctx.is_main else 0.0])[0]
+            if ctx.active:
+                elapsed = agreed_elapsed
             done = state["step"] >= total_steps or (budget_s is not None and elapsed >= budget_s)
             if done:
                 break
@@ -603,12 +608,14 @@ def train(
                 state["epoch_loss_sum"], state["epoch_loss_count"] = 0.0, 0
             time_eval = bool(s.eval_every_seconds and now - last_eval_time >= s.eval_every_seconds)
             if ctx.active:
-                # The step's second agreement (the first, at the loop's top, is the budget clock):
-                # rank 0's clock for evaluation and checkpoints, any rank's signal.
+                # The step's one agreement: rank 0's clocks (the budget's elapsed time for the next
+                # step, evaluation and checkpoint intervals) and any rank's signal.
                 debug_signals(stop, sigterm_at_step, pause_at_step, state["step"], ctx.is_main)
                 time_ckpt = bool(s.checkpoint_every_seconds and time.monotonic() - last_ckpt_time >= s.checkpoint_every_seconds)
-                agreed = agree_max(ctx, [float(time_eval and ctx.is_main), float(time_ckpt and ctx.is_main), float(stop.signum or 0)])
+                agreed = agree_max(ctx, [float(time_eval and ctx.is_main), float(time_ckpt and ctx.is_main), float(stop.signum or 0),
+                                         state["elapsed_s"] if ctx.is_main else 0.0])
                 time_eval, time_ckpt, signum = bool(agreed[0]), bool(agreed[1]), int(agreed[2]) or None
+                agreed_elapsed = agreed[3]
             want_eval = (
                 epoch_end
                 or (s.eval_every_steps and state["step"] % s.eval_every_steps == 0)

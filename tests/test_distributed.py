@@ -85,6 +85,22 @@ def test_ddp_two_processes_equal_one_process_with_the_same_global_batch(tmp_path
         assert torch.allclose(tensor, wb["model"][name], atol=1e-4, rtol=0), name
 
 
+def test_ddp_processes_stop_on_rank_0s_budget_clock_at_the_same_step(tmp_path, shared_cache):
+    """A time budget far shorter than the 32 smoke steps: every rank must leave the loop at the
+    step rank 0's clock decides (a rank that stopped alone would leave the others waiting in a
+    collective until the timeout)."""
+    out = tmp_path / "ddp_budget"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(RUN),
+                           *ARGS, "++train.budget_minutes=0.005", *common(out, shared_cache)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
+    metrics = read_json(folder(out) / "metrics.json")
+    assert metrics["stopped_by"] == "budget" and 1 <= metrics["steps"] < 32, (metrics["stopped_by"], metrics["steps"])
+    assert metrics["elapsed_s"] >= 0.3
+    assert len(torch.load(folder(out) / "checkpoints" / "last.pt", weights_only=False)["rng_ranks"]) == 2
+
+
 def test_batch_not_divisible_by_the_processes_names_the_key(tmp_path):
     settings = TrainSettings(lr=1e-3, weight_decay=0.0, batch_size=7, epochs=1)
     with pytest.raises(ValueError, match=r"train.batch_size=7 is not divisible by the 2 processes"):
