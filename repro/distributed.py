@@ -150,6 +150,20 @@ def gather_1d(ctx: DistContext, tensor: torch.Tensor, lengths: list[int]) -> lis
     return [part[:n] for part, n in zip(parts, lengths)]
 
 
+def broadcast_object(ctx: DistContext, obj):
+    """Rank 0's picklable ``obj`` on every rank; the identity for one process.
+
+    What rank 0 alone can see goes through here (a run's record folder and checkpoints, written
+    by rank 0), so ranks on other machines need no shared filesystem. Send tensors on the CPU:
+    each rank moves them to its own device.
+    """
+    if not ctx.active:
+        return obj
+    box = [obj if ctx.is_main else None]
+    dist.broadcast_object_list(box, src=0, group=ctx.control_group)
+    return box[0]
+
+
 def gather_objects(ctx: DistContext, obj) -> list:
     """Every rank's picklable ``obj`` (the RNG states a checkpoint keeps per rank), on every rank."""
     if not ctx.active:

@@ -224,12 +224,13 @@ def _has_progress(run_dir: Path) -> bool:
     return any(path.exists() for path in (run_dir / "metrics.json", last, previous_path(last)))
 
 
-def execute(cfg: DictConfig) -> int:
-    """Train the run ``cfg`` describes and write its record; returns a process exit status."""
-    run = resolve(cfg, command_line_task_keys())
+def _record_decision(cfg: DictConfig, run: dict, run_dir: Path) -> tuple[int | None, bool]:
+    """What the record folder allows: (an exit status to stop with, or None to train; resume or not).
+
+    Prints why when it stops or starts over.
+    """
     task_name = run["task"]["name"]
-    run_dir = run_dir_for(cfg, run)
-    resume = cfg.resume
+    resume = bool(cfg.resume)
     # A run that died before its first checkpoint left nothing to protect.
     guarded = _has_progress(run_dir) and (run_dir / "config.yaml").exists()
     previous = records.read_config(run_dir / "config.yaml") if guarded else None
@@ -240,12 +241,20 @@ def execute(cfg: DictConfig) -> int:
             print(f"[{run['arm']}/{task_name}] {run_dir} holds a run with other settings ({'; '.join(differences)}); "
                   "its record and checkpoints belong to those. Pass output_dir=<another folder> to keep both, "
                   "or force=true to start this run over in its place", file=sys.stderr)
-            return 2
+            return 2, resume
         print(f"[{run['arm']}/{task_name}] force=true: starting over in {run_dir} (settings differ: {'; '.join(differences)})")
         resume = False
     elif complete and not cfg.force:
         print(f"[{run['arm']}/{task_name}] record complete in {run_dir}; skipping (force=true reruns it)")
-        return 0
+        return 0, resume
+    return None, resume
+
+
+def execute(cfg: DictConfig) -> int:
+    """Train the run ``cfg`` describes and write its record; returns a process exit status."""
+    run = resolve(cfg, command_line_task_keys())
+    task_name = run["task"]["name"]
+    run_dir = run_dir_for(cfg, run)
     workers = cfg.workers or min(16, os.cpu_count() or 1)
     world = distributed.world_from_env()
     if world > 1 and run["model"].get("norm") == "batch":
@@ -254,8 +263,13 @@ def execute(cfg: DictConfig) -> int:
                   "own part of the batch and keep its own running statistics; run it in one process, or use "
                   "model.norm=layer", file=sys.stderr)
         return 2
-    # Under torchrun: join the process group; rank 0 builds (and caches) the data first.
+    # Under torchrun: join the process group. Rank 0's view of the record folder decides for every
+    # rank (the others may run on machines that do not share its disk), and rank 0 builds (and
+    # caches) the data first.
     dist = distributed.setup(pick_device(run["device"]))
+    stop, resume = distributed.broadcast_object(dist, _record_decision(cfg, run, run_dir) if dist.is_main else None)
+    if stop is not None:
+        return stop
     if not dist.is_main:
         distributed.barrier(dist)
     try:

@@ -40,7 +40,7 @@ from tqdm import tqdm
 
 from .batching import (batch_widths, bucketed_order, check_resume_batching, checkpoint_batching, resolve_bucketing,
                        sequence_lengths, trimmed_width)
-from .distributed import DistContext, agree_max, barrier, gather_1d, gather_objects, mean_, sum_
+from .distributed import DistContext, agree_max, broadcast_object, gather_1d, gather_objects, mean_, sum_
 from .records import write_atomic
 from .schedule import LRController
 from .tasks.base import Split, TaskData
@@ -446,7 +446,11 @@ def train(
         "best_val_acc": -1.0, "best_val_step": -1, "history": [], "last_eval_step": -1,
         "batching": batching, "width_sum": 0,  # a run never changes its batching, so every step is bucketed or none
     }
-    ckpt, source = load_resume_checkpoint(last_path, device) if resume else (None, None)
+    ckpt, source = None, None
+    if resume and ctx.active:  # rank 0 reads its checkpoint; the others need not see its disk
+        ckpt, source = broadcast_object(ctx, load_resume_checkpoint(last_path, torch.device("cpu")) if ctx.is_main else None)
+    elif resume:
+        ckpt, source = load_resume_checkpoint(last_path, device)
     if ckpt is not None:
         if ckpt.get("format") != CHECKPOINT_FORMAT:
             raise RuntimeError(f"{source}: checkpoint format {ckpt.get('format')} is not {CHECKPOINT_FORMAT}; delete it to start over")
@@ -651,8 +655,10 @@ def train(
     flush_losses()
     checkpoint()
 
-    barrier(ctx)  # rank 0 has written best.pt
-    best = load_checkpoint(best_path, device)
+    if ctx.active:  # rank 0 wrote best.pt and sends it: the others need not see its disk
+        best = broadcast_object(ctx, load_checkpoint(best_path, torch.device("cpu")) if ctx.is_main else None)
+    else:
+        best = load_checkpoint(best_path, device)
     if best["step"] != state["best_val_step"]:
         raise RuntimeError(f"{best_path} holds step {best['step']} but the run's best validation was at step "
                            f"{state['best_val_step']}; delete {ckpt_dir} and rerun (force=true)")

@@ -101,6 +101,39 @@ def test_ddp_processes_stop_on_rank_0s_budget_clock_at_the_same_step(tmp_path, s
     assert len(torch.load(folder(out) / "checkpoints" / "last.pt", weights_only=False)["rng_ranks"]) == 2
 
 
+def test_ddp_ranks_follow_rank_0s_folder_without_a_shared_disk(tmp_path, shared_cache, reference):
+    """Rank 1 gets an output folder of its own, as on a machine that does not share rank 0's disk:
+    stopping, resuming, the best checkpoint and skipping a complete record all follow rank 0, and
+    the result equals the uninterrupted single-process run."""
+    out = tmp_path / "split"
+    wrapper = tmp_path / "split_disk.py"
+    wrapper.write_text("import os, runpy, sys\n"
+                       "if os.environ['RANK'] != '0':\n"
+                       "    sys.argv = [a + '_rank1' if a.startswith('output_dir=') else a for a in sys.argv]\n"
+                       f"runpy.run_path({str(RUN)!r}, run_name='__main__')\n")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+
+    def launch(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(wrapper),
+                               *ARGS, *common(out, shared_cache), *extra], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=300)
+
+    first = launch("debug.sigterm_at_step=13")
+    assert first.returncode != 0 and "stopped by SIGTERM at step 13" in first.stderr, (first.stdout[-2000:], first.stderr[-3000:])
+    run = folder(out)
+    assert (run / "checkpoints" / "last.pt").exists() and not (run / "metrics.json").exists()
+    assert not list(Path(f"{out}_rank1").rglob("*.pt")) and not list(Path(f"{out}_rank1").rglob("metrics.json"))
+
+    resumed = launch()
+    assert resumed.returncode == 0, (resumed.stdout[-2000:], resumed.stderr[-3000:])
+    assert f"resuming {run} from step 13\n" in resumed.stdout
+    assert_same_run(reference, run, loss_tol=1e-4)
+
+    again = launch()  # complete on rank 0's disk, nothing on rank 1's: every rank skips
+    assert again.returncode == 0, (again.stdout[-2000:], again.stderr[-3000:])
+    assert "record complete" in again.stdout and "best val" not in again.stdout
+
+
 def test_batch_not_divisible_by_the_processes_names_the_key(tmp_path):
     settings = TrainSettings(lr=1e-3, weight_decay=0.0, batch_size=7, epochs=1)
     with pytest.raises(ValueError, match=r"train.batch_size=7 is not divisible by the 2 processes"):
