@@ -237,6 +237,14 @@ def load_resume_checkpoint(last_path: Path, device: torch.device) -> tuple[dict 
     return None, None
 
 
+def _load_on_rank_0(ctx: DistContext, load, path: Path, device: torch.device):
+    """``load(path, device)`` in one process. With several, rank 0 loads onto the CPU and sends
+    the result to every rank: checkpoints are rank 0's, and the others need not see its disk."""
+    if not ctx.active:
+        return load(path, device)
+    return broadcast_object(ctx, load(path, torch.device("cpu")) if ctx.is_main else None)
+
+
 def remove_checkpoint(path: Path) -> None:
     for p in (path, checksum_path(path)):
         p.unlink(missing_ok=True)
@@ -446,11 +454,7 @@ def train(
         "best_val_acc": -1.0, "best_val_step": -1, "history": [], "last_eval_step": -1,
         "batching": batching, "width_sum": 0,  # a run never changes its batching, so every step is bucketed or none
     }
-    ckpt, source = None, None
-    if resume and ctx.active:  # rank 0 reads its checkpoint; the others need not see its disk
-        ckpt, source = broadcast_object(ctx, load_resume_checkpoint(last_path, torch.device("cpu")) if ctx.is_main else None)
-    elif resume:
-        ckpt, source = load_resume_checkpoint(last_path, device)
+    ckpt, source = _load_on_rank_0(ctx, load_resume_checkpoint, last_path, device) if resume else (None, None)
     if ckpt is not None:
         if ckpt.get("format") != CHECKPOINT_FORMAT:
             raise RuntimeError(f"{source}: checkpoint format {ckpt.get('format')} is not {CHECKPOINT_FORMAT}; delete it to start over")
@@ -655,10 +659,7 @@ def train(
     flush_losses()
     checkpoint()
 
-    if ctx.active:  # rank 0 wrote best.pt and sends it: the others need not see its disk
-        best = broadcast_object(ctx, load_checkpoint(best_path, torch.device("cpu")) if ctx.is_main else None)
-    else:
-        best = load_checkpoint(best_path, device)
+    best = _load_on_rank_0(ctx, load_checkpoint, best_path, device)
     if best["step"] != state["best_val_step"]:
         raise RuntimeError(f"{best_path} holds step {best['step']} but the run's best validation was at step "
                            f"{state['best_val_step']}; delete {ckpt_dir} and rerun (force=true)")

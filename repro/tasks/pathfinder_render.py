@@ -520,11 +520,9 @@ def _splat(canvas: np.ndarray, top: np.ndarray, left: np.ndarray, patches: np.nd
     np.maximum.at(canvas.reshape(-1), (rows * s + cols)[keep], patches[keep])
 
 
-def draw_dashes(canvas: np.ndarray, segments: np.ndarray, scale: int, thickness: float, value) -> None:
-    """Antialiased thick segments: coverage clip(w/2 + 1/2 - distance, 0, 1) on a patch per dash.
-
-    ``value`` is the peak intensity: one number, or one per dash.
-    """
+def draw_dashes(canvas: np.ndarray, segments: np.ndarray, scale: int, thickness: float, peaks: np.ndarray) -> None:
+    """Antialiased thick segments: coverage clip(w/2 + 1/2 - distance, 0, 1) on a patch per dash,
+    times the dash's peak intensity (``peaks``, one per dash)."""
     if len(segments) == 0:
         return
     seg = segments * scale
@@ -542,8 +540,7 @@ def draw_dashes(canvas: np.ndarray, segments: np.ndarray, scale: int, thickness:
     den = np.maximum(dy * dy + dx * dx, 1e-12)
     t = np.clip(((py - ay) * dy + (px - ax) * dx) / den, 0.0, 1.0)
     dist = np.hypot(ay + t * dy - py, ax + t * dx - px)
-    peak = np.broadcast_to(np.asarray(value, dtype=np.float64), (len(seg),))[:, None, None]
-    _splat(canvas, top, left, np.clip(half + 0.5 - dist, 0.0, 1.0) * peak)
+    _splat(canvas, top, left, np.clip(half + 0.5 - dist, 0.0, 1.0) * np.asarray(peaks)[:, None, None])
 
 
 def draw_discs(canvas: np.ndarray, centres: np.ndarray, scale: int, radius: float, value: float) -> None:
@@ -569,9 +566,8 @@ def dash_contrast(spec: PathSpec, contour_ids: np.ndarray) -> np.ndarray:
     ``uniform_contrast`` draws every dash at the product (render version 2).
     """
     target = spec.snake_contrast * spec.paddle_contrast
-    if spec.uniform_contrast:
-        return np.full(len(contour_ids), target, dtype=np.float64)
-    return np.where(np.asarray(contour_ids) < 2, target, spec.snake_contrast).astype(np.float64)
+    distractor = target if spec.uniform_contrast else spec.snake_contrast
+    return np.where(np.asarray(contour_ids) < 2, target, distractor)
 
 
 def render(spec: PathSpec, segments: np.ndarray, markers: np.ndarray, contour_ids: np.ndarray) -> np.ndarray:
