@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from repro.followup.conv import IMPL_CHOICES, BoundedConvMixer, conv1d_same
+from repro.followup.conv import IMPL_CHOICES, BoundedConvMixer, conv1d_same, conv1d_same_toeplitz
 from repro.model import SequenceClassifier, sinusoidal_table
 from repro.schedule import LRController
 from repro.tasks.base import Split, TaskData
@@ -60,6 +60,35 @@ def test_conv_gradients_equal_autograd_of_the_plain_convolution(groups, impl):
     got = torch.autograd.grad((conv1d_same(x, w, b, groups, impl) * upstream).sum(), [x, w, b])
     for g, r in zip(got, want):
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("length,block", [(37, 8), (40, 8), (5, 16)])
+def test_toeplitz_conv_over_several_blocks_equals_direct_convolution_and_its_gradients(length, block):
+    """Blocks that split the sequence (a ragged last one, an exact fit, one block longer than it)."""
+    torch.manual_seed(2)
+    groups = 4
+    x = torch.randn(3, 8, length, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(12, 8 // groups, 9, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(12, dtype=torch.float64, requires_grad=True)
+    got = conv1d_same_toeplitz(x, w, b, groups, block=block)
+    np.testing.assert_allclose(got.detach().numpy(), reference_conv(x.detach().numpy(), w.detach().numpy(), b.detach().numpy(), groups),
+                               rtol=1e-10, atol=1e-10)
+    upstream = torch.randn(3, 12, length, dtype=torch.float64)
+    want = torch.autograd.grad((torch.nn.functional.conv1d(x, w, b, padding=4, groups=groups) * upstream).sum(), [x, w, b])
+    for g, r in zip(torch.autograd.grad((got * upstream).sum(), [x, w, b]), want):
+        torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
+
+
+def test_toeplitz_conv_under_autocast_computes_in_bf16_close_to_float64():
+    torch.manual_seed(3)
+    x = torch.randn(2, 64, 100)
+    w = torch.randn(128, 2, 61) / (2 * 61) ** 0.5
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = conv1d_same_toeplitz(x, w, None, 32, block=16)
+    assert got.dtype == torch.bfloat16
+    want = reference_conv(x.double().numpy(), w.double().numpy(), np.zeros(128), 32)
+    error = np.abs(got.double().numpy() - want).max() / np.abs(want).max()
+    assert error < 2e-2, error
 
 
 def test_receptive_field_is_k_over_2_per_side():

@@ -15,8 +15,11 @@ conv1d backward with large kernels is slow (10 vs 145 TFLOP/s for TF32 on an H20
 kernel 61, 128->256 channels, length 2000): its bf16 *input-gradient* kernel is the
 trap, while its bf16 forward runs at about 300 TFLOP/s. ``bf16_flip_tf32w`` therefore
 computes the input gradient as a bf16 forward convolution of the flipped, transposed
-kernel (217 TFLOP/s for the whole layer). ``auto`` (the default) picks per shape the
-fastest implementation that ``experiments/bench_conv.py`` measured.
+kernel (217 TFLOP/s for the whole layer). ``toeplitz`` runs the convolution as one
+batched matrix product per group over blocks of positions (``conv1d_same_toeplitz``), for
+grouped convolutions, where cuDNN's grouped kernels are slow (Pathfinder's groups 32).
+``auto`` (the default) picks per shape the fastest implementation that
+``experiments/bench_conv.py`` measured.
 """
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ SPLIT_IMPLS = {
     "bf16_flip_mmw": ("bf16", "flip", "mm"),
     "bf16_flip": ("bf16", "flip", "bf16"),  # cuDNN's bf16 weight gradient: measured slow (10 ms at K=61, L=2000)
 }
-CONV_IMPLS = ("tf32", "bf16", "conv2d_bf16", "fft", "fft_bf16", *SPLIT_IMPLS)
+CONV_IMPLS = ("tf32", "bf16", "conv2d_bf16", "fft", "fft_bf16", "toeplitz", *SPLIT_IMPLS)
 IMPL_CHOICES = ("auto", *CONV_IMPLS)
 
 
@@ -151,6 +154,8 @@ def conv1d_same(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         return F.conv1d(x, weight, bias, padding=pad, groups=groups)
     if impl in ("fft", "fft_bf16"):
         return conv1d_same_fft(x, weight, bias, groups, mix_in_bf16=impl == "fft_bf16")
+    if impl == "toeplitz":
+        return conv1d_same_toeplitz(x, weight, bias, groups)
     if impl in SPLIT_IMPLS:
         return _SplitPrecisionConv.apply(x, weight, bias, groups, *SPLIT_IMPLS[impl])
     if impl == "conv2d_bf16":
@@ -191,6 +196,49 @@ def conv1d_same_fft(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
         y = torch.fft.irfft(y_f, n=n)[..., k // 2 : k // 2 + length]
         if bias is not None:
             y = y + bias.to(dtype).unsqueeze(-1)
+    return y
+
+
+TOEPLITZ_BLOCK = 64  # output positions per block: (block + K - 1) / K times the direct MACs
+
+
+def conv1d_same_toeplitz(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, groups: int,
+                         block: int = TOEPLITZ_BLOCK) -> torch.Tensor:
+    """The same 'same' cross-correlation as one batched matrix product per group.
+
+    The output is cut into blocks of ``block`` positions; block ``j`` needs the input
+    window of ``W = block + K - 1`` padded positions starting at ``j * block``. Per group,
+    ``Y[(b, j), (o, t)] = sum_{c, w} X[(b, j), (c, w)] T[(c, w), (o, t)]`` with the banded
+    (Toeplitz) matrix ``T[(c, w), (o, t)] = weight[o, c, w - t]`` where ``0 <= w - t < K``,
+    else 0. That is ``W / K`` times the direct multiply-adds (about 2x at K=61, block 64),
+    but as large dense products on tensor cores, where cuDNN runs grouped convolutions with
+    few channels per group far below peak (experiments/perf_notes.md, ninth session).
+    Autograd gives both gradients: products by ``T`` transposed, an overlap-add of the
+    windows, and a sum over each band for the weight. Runs in the input's dtype (bf16
+    under autocast, float64 in the exact tests).
+    """
+    if x.dtype == torch.float32 and torch.is_autocast_enabled(x.device.type):
+        x = x.to(torch.get_autocast_dtype(x.device.type))  # build the windows once, in the product's dtype
+    batch, c_in, length = x.shape
+    c_out, c_per_group, k = weight.shape
+    outs_per_group = c_out // groups
+    pad = k // 2
+    n_blocks = -(-length // block)
+    width = block + k - 1
+    x_pad = F.pad(x, (pad, pad + n_blocks * block - length))  # [B, C, n_blocks * block + K - 1]
+    windows = x_pad.unfold(2, width, block)  # [B, C, n_blocks, W], a view
+    windows = (windows.unflatten(1, (groups, c_per_group)).permute(1, 0, 3, 2, 4)
+               .reshape(groups, batch * n_blocks, c_per_group * width))
+    tap = torch.arange(width, device=x.device)[:, None] - torch.arange(block, device=x.device)[None, :]  # [W, T]
+    in_band = (tap >= 0) & (tap < k)
+    w = weight.to(windows.dtype).unflatten(0, (groups, outs_per_group))  # [G, o, c, K]
+    band = w[..., tap.clamp(0, k - 1)] * in_band  # [G, o, c, W, T]
+    band = band.permute(0, 2, 3, 1, 4).reshape(groups, c_per_group * width, outs_per_group * block)
+    y = torch.bmm(windows, band)  # [G, B * n_blocks, o * T]
+    y = (y.view(groups, batch, n_blocks, outs_per_group, block).permute(1, 0, 3, 2, 4)
+         .reshape(batch, c_out, n_blocks * block)[..., :length])
+    if bias is not None:
+        y = y + bias.to(y.dtype).unsqueeze(-1)
     return y
 
 
