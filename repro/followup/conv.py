@@ -229,11 +229,11 @@ def conv1d_same_toeplitz(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     windows = x_pad.unfold(2, width, block)  # [B, C, n_blocks, W], a view
     windows = (windows.unflatten(1, (groups, c_per_group)).permute(1, 0, 3, 2, 4)
                .reshape(groups, batch * n_blocks, c_per_group * width))
-    tap = torch.arange(width, device=x.device)[:, None] - torch.arange(block, device=x.device)[None, :]  # [W, T]
-    in_band = (tap >= 0) & (tap < k)
-    w = weight.to(windows.dtype).unflatten(0, (groups, outs_per_group))  # [G, o, c, K]
-    band = w[..., tap.clamp(0, k - 1)] * in_band  # [G, o, c, W, T]
-    band = band.permute(0, 2, 3, 1, 4).reshape(groups, c_per_group * width, outs_per_group * block)
+    # band[w, t] = weight[w - t] = padded[block - 1 + w - t]: row s = block - 1 - t of the padded
+    # kernel's length-W windows (an unfold, whose backward is an overlap-add, not a scatter).
+    padded = F.pad(weight.to(windows.dtype).unflatten(0, (groups, outs_per_group)), (block - 1, block - 1))
+    band = padded.unfold(-1, width, 1).flip(-2)  # [G, o, c, T, W]: [..., t, w] = weight[w - t] or 0
+    band = band.permute(0, 2, 4, 1, 3).reshape(groups, c_per_group * width, outs_per_group * block)
     y = torch.bmm(windows, band)  # [G, B * n_blocks, o * T]
     y = (y.view(groups, batch, n_blocks, outs_per_group, block).permute(1, 0, 3, 2, 4)
          .reshape(batch, c_out, n_blocks * block)[..., :length])
