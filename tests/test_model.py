@@ -272,7 +272,8 @@ def test_builtin_auto_rule_follows_the_measured_shapes():
 
     assert [builtin_choice(61, n, 1) for n in (512, 1024, 1088, 1152, 1536, 2000, 4096)] == [
         "fft", "fft", "fft", "bf16_flip_tf32w", "bf16_flip_tf32w", "bf16_flip_tf32w", "bf16_flip_tf32w"]
-    assert builtin_choice(61, 1024, 32) == "bf16" and builtin_choice(31, 2000, 1) == "bf16"
+    assert builtin_choice(61, 1024, 32) == "toeplitz" and builtin_choice(61, 16384, 32) == "toeplitz"
+    assert builtin_choice(31, 1024, 32) == "bf16" and builtin_choice(31, 2000, 1) == "bf16"
 
 
 def test_a_model_reports_the_conv_impl_it_ran():
