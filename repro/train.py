@@ -376,6 +376,16 @@ def debug_signals(stop: "_SignalFlag", sigterm_at_step: int | None, pause_at_ste
 # ---------------------------------------------------------------- the loop
 
 
+def eval_line(state: dict) -> str:
+    """One log line for the evaluation just appended to ``state["history"]``: step, epoch, the
+    validation accuracy and loss, the best so far, the last logged training loss, elapsed time."""
+    row = state["history"][-1]
+    train_losses = [r["train_loss"] for r in state["history"] if "train_loss" in r]
+    train = f"{train_losses[-1]:.4f}" if train_losses else "-"
+    return (f"eval step {row['step']} (epoch {row['epoch']:.2f}): val acc {row['val_acc']:.4f}, val loss {row['val_loss']:.4f}; "
+            f"top {state['best_val_acc']:.4f} at step {state['best_val_step']}; train loss {train}; {row['elapsed_s']:.0f} s")
+
+
 def train(
     model: torch.nn.Module,
     task: TaskData,
@@ -529,6 +539,10 @@ def train(
             state["best_val_acc"], state["best_val_step"] = result["acc"], state["step"]
             if ctx.is_main:
                 save_checkpoint(best_path, {"format": CHECKPOINT_FORMAT, "model": model.state_dict(), "step": state["step"]})
+        if ctx.is_main and not progress:
+            # Without progress bars (batch jobs, GPU drivers) one line per evaluation is the only
+            # sign of life: history.csv is written with the record, at the end.
+            print(eval_line(state), flush=True)
         return result
 
     model.train()

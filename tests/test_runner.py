@@ -45,6 +45,11 @@ def test_smoke_run_writes_a_complete_record(tmp_path, shared_cache):
     assert abs(accuracy - metrics["test_acc"]) < 1e-12
     history = read_csv(folder / "history.csv")
     assert any(row["val_acc"] for row in history) and any(row["train_loss"] for row in history)
+    # Without progress bars, each evaluation logs one line, in the history's order.
+    logged = [line for line in done.stdout.splitlines() if line.startswith("eval step ")]
+    evals = [row for row in history if row["val_acc"]]
+    assert [line.split()[2] for line in logged] == [row["step"] for row in evals], done.stdout
+    assert all(f"val acc {float(row['val_acc']):.4f}," in line for line, row in zip(logged, evals))
     leftovers = [p.name for p in folder.rglob(".*")]
     assert not leftovers, f"temporary files left: {leftovers}"
     # A second identical command finds the record complete and does not retrain.
