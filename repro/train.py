@@ -380,8 +380,8 @@ def eval_line(state: dict) -> str:
     """One log line for the evaluation just appended to ``state["history"]``: step, epoch, the
     validation accuracy and loss, the best so far, the last logged training loss, elapsed time."""
     row = state["history"][-1]
-    train_losses = [r["train_loss"] for r in state["history"] if "train_loss" in r]
-    train = f"{train_losses[-1]:.4f}" if train_losses else "-"
+    last_train = next((r["train_loss"] for r in reversed(state["history"]) if "train_loss" in r), None)
+    train = "-" if last_train is None else f"{last_train:.4f}"
     return (f"eval step {row['step']} (epoch {row['epoch']:.2f}): val acc {row['val_acc']:.4f}, val loss {row['val_loss']:.4f}; "
             f"top {state['best_val_acc']:.4f} at step {state['best_val_step']}; train loss {train}; {row['elapsed_s']:.0f} s")
 
