@@ -23,11 +23,12 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from . import distributed, records
+from .checkpoints import previous_path
 from .followup.conv import resolved_impls
 from .followup.techniques import build_train_augment
 from .model import build_model
 from .tasks import DataMissing, Split, TaskData, get_task_builder
-from .train import NonFiniteLoss, RunInterrupted, TrainSettings, previous_path, seed_everything, train
+from .training import NonFiniteLoss, RunInterrupted, TrainSettings, seed_everything, train
 
 
 def _plain(node) -> dict:

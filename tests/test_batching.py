@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from repro.batching import batch_widths, bucketed_order, resolve_bucketing, sequence_lengths, trimmed_width
+from repro.checkpoints import load_checkpoint, save_checkpoint
 from repro.model import SequenceClassifier
 from repro.tasks.base import Split, TaskData
-from repro.train import (RunInterrupted, TrainSettings, epoch_permutation, evaluate, load_checkpoint, save_checkpoint,
-                         train)
+from repro.training import RunInterrupted, TrainSettings, epoch_permutation, evaluate, train
 
 CONV_CFG = dict(backbone="conv", d_model=8, d_hidden=12, kernel_size=5, depth=2)
 LRA_CFG = dict(backbone="lra_transformer", d_model=8, d_ff=16, n_heads=2, depth=1, attention="linformer", positional="learned")

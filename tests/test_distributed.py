@@ -17,8 +17,9 @@ import torch
 
 from conftest import ROOT, RUN, read_json, run_cli
 
+from repro.checkpoints import load_resume_checkpoint, save_checkpoint
 from repro.distributed import DistContext
-from repro.train import RunInterrupted, TrainSettings, load_resume_checkpoint, save_checkpoint, train
+from repro.training import RunInterrupted, TrainSettings, train
 
 ARGS = ["arm=locality_k5", "task=listops", "profile=smoke", "+train.eval_batch_size=12"]  # 12: uneven eval batches (12, 12, 8)
 COMPARED = ("best_val_acc", "best_val_step", "test_acc", "steps", "epochs")

@@ -11,7 +11,7 @@ from repro.followup.conv import IMPL_CHOICES, BoundedConvMixer, conv1d_same, con
 from repro.model import SequenceClassifier, sinusoidal_table
 from repro.schedule import LRController
 from repro.tasks.base import Split, TaskData
-from repro.train import NonFiniteLoss, TrainSettings, train
+from repro.training import NonFiniteLoss, TrainSettings, train
 
 CONV_CFG = dict(backbone="conv", d_model=8, d_hidden=12, kernel_size=5, depth=2)
 

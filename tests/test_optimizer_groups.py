@@ -1,7 +1,7 @@
 """make_optimizer: per-parameter rate hints (S4D/S5 state-space parameters) and the decay rule."""
 import torch
 
-from repro.train import TrainSettings, make_optimizer
+from repro.training import TrainSettings, make_optimizer
 
 
 def _settings(**kw):

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..followup.conv import BoundedConvMixer, conv1d_same
-from ..train import TrainSettings, make_optimizer
+from ..training import TrainSettings, make_optimizer
 from .flops import analytic_forward_flops, conv_layer_flops, counted_forward_flops, step_flops
 from .models import BenchModel, TextShape, build, sequence_length
 from .timing import GB, StepTimer, Timing, free_memory, is_out_of_memory, read_peak, reset_peak

@@ -1,0 +1,101 @@
+"""Checkpoint files: written atomically with a sha256 beside them, read back with a fallback.
+
+Writing a new ``last.pt`` keeps the one before as ``last.prev.pt``, each with its
+``<name>.sha256``; a latest checkpoint that fails its checksum or cannot be unpickled
+(truncated by a full disk, a kill mid-copy) falls back to the previous one. What a
+checkpoint holds is the training loop's business (repro/training/loop.py); this module
+only stores and finds the files.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from .distributed import DistContext, broadcast_object
+from .records import write_atomic
+
+# The layout of ``last.pt`` (repro/training/loop.py: model, optimizer, controller, state, rng, rng_ranks).
+CHECKPOINT_FORMAT = 1
+
+
+class CorruptCheckpoint(RuntimeError):
+    """A checkpoint file fails its checksum or cannot be loaded."""
+
+
+def checksum_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def previous_path(path: Path) -> Path:
+    """``last.pt`` -> ``last.prev.pt``: the checkpoint before the latest."""
+    return path.with_name(f"{path.stem}.prev{path.suffix}")
+
+
+def save_checkpoint(path: Path, state: dict, keep_previous: bool = False) -> None:
+    """Write ``state`` atomically, then its sha256 beside it (``<name>.sha256``).
+
+    ``keep_previous``: first move the current file (and its sha256) to ``previous_path``,
+    the fallback when the new one turns out unreadable.
+    """
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    data = buffer.getvalue()
+    if keep_previous and path.exists():
+        previous = previous_path(path)
+        checksum_path(previous).unlink(missing_ok=True)
+        os.replace(path, previous)
+        if checksum_path(path).exists():
+            os.replace(checksum_path(path), checksum_path(previous))
+    write_atomic(path, data)
+    write_atomic(checksum_path(path), hashlib.sha256(data).hexdigest() + "\n")
+
+
+def load_checkpoint(path: Path, device: torch.device) -> dict:
+    """Load a checkpoint, checking its sha256 when one was written; CorruptCheckpoint names the file."""
+    path = Path(path)
+    data = path.read_bytes()
+    digest_file = checksum_path(path)
+    if digest_file.exists():
+        expected = digest_file.read_text().strip()
+        if hashlib.sha256(data).hexdigest() != expected:
+            raise CorruptCheckpoint(f"{path}: sha256 differs from {digest_file.name} "
+                                    f"(corrupt or truncated, {len(data)} bytes)")
+    try:
+        return torch.load(io.BytesIO(data), map_location=device, weights_only=False)
+    except Exception as err:  # truncated zip, unpickling errors: all mean the file is unusable
+        first_line = str(err).splitlines()[0] if str(err) else ""
+        raise CorruptCheckpoint(f"{path}: cannot be loaded ({type(err).__name__}: {first_line})") from err
+
+
+def load_resume_checkpoint(last_path: Path, device: torch.device) -> tuple[dict | None, Path | None]:
+    """The newest readable of ``last.pt`` and ``last.prev.pt``, warning (on stderr) about each unreadable one."""
+    candidates = [p for p in (last_path, previous_path(last_path)) if p.exists()]
+    for i, path in enumerate(candidates):
+        try:
+            return load_checkpoint(path, device), path
+        except CorruptCheckpoint as err:
+            later = i + 1 < len(candidates)
+            then = f"falling back to {candidates[i + 1]}" if later else "no earlier checkpoint is readable"
+            print(f"warning: checkpoint {err}; {then}", file=sys.stderr, flush=True)
+    if candidates:
+        print(f"warning: no readable checkpoint among {', '.join(p.name for p in candidates)} in {last_path.parent}; "
+              f"starting this run from step 0", file=sys.stderr, flush=True)
+    return None, None
+
+
+def load_on_rank_0(ctx: DistContext, load, path: Path, device: torch.device):
+    """``load(path, device)`` in one process. With several, rank 0 loads onto the CPU and sends
+    the result to every rank: checkpoints are rank 0's, and the others need not see its disk."""
+    if not ctx.active:
+        return load(path, device)
+    return broadcast_object(ctx, load(path, torch.device("cpu")) if ctx.is_main else None)
+
+
+def remove_checkpoint(path: Path) -> None:
+    for p in (path, checksum_path(path)):
+        p.unlink(missing_ok=True)

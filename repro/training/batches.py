@@ -1,0 +1,142 @@
+"""The training batch of each step: which examples, at what width, transformed how.
+
+Epoch ``e`` visits the training set in a permutation drawn from ``(seed, e)``; the last
+partial batch is dropped, as LRA does. With length bucketing (repro/batching.py) the same
+examples are regrouped into batches of similar length, each trimmed to its longest. With
+several processes (repro/distributed.py) every rank walks the same global permutation and
+takes its equal slice of each global batch. Training techniques
+(repro/followup/techniques) transform the global batch as one process would, seeded by
+(seed, step), before the slicing, so a resumed or data-parallel run draws what one
+uninterrupted process draws.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..batching import batch_widths, bucketed_order, resolve_bucketing, sequence_lengths
+from ..distributed import DistContext
+from ..tasks.base import TaskData
+from .settings import TrainSettings
+
+
+def to_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """Materialise a (memory-mapped) array as a tensor of a dtype torch can index with."""
+    array = np.asarray(array)
+    if array.dtype == np.uint16:
+        array = array.astype(np.int32)
+    return torch.from_numpy(np.ascontiguousarray(array)).to(device)
+
+
+def epoch_permutation(seed: int, epoch: int, n: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=generator)
+
+
+@dataclass
+class TrainingData:
+    """A task's splits as tensors, and how training walks them."""
+
+    splits: dict  # name -> {"x": inputs, "y": labels}, on the device unless train.data_on_device is false
+    steps_per_epoch: int  # the last partial batch is dropped, as LRA does
+    total_steps: int  # planned: train.epochs, capped by train.max_steps
+    bucketing: bool  # length bucketing used (repro/batching.py)
+    bucketing_reason: str
+    lengths: dict  # name -> sequence lengths (bucketing only), else empty
+    batching: dict  # {"bucketing", "pool_batches"}: what a resumed run must match
+
+    @classmethod
+    def build(cls, task: TaskData, s: TrainSettings, model: torch.nn.Module, has_augment: bool,
+              device: torch.device) -> TrainingData:
+        data_device = device if s.data_on_device else torch.device("cpu")
+        splits = {name: {"x": to_tensor(sp.inputs, data_device), "y": to_tensor(sp.labels, data_device).long()}
+                  for name, sp in task.splits().items()}
+        n_train = len(task.train)
+        steps_per_epoch = n_train // s.batch_size
+        if steps_per_epoch == 0:
+            raise ValueError(f"train.batch_size={s.batch_size} exceeds the {n_train} training examples")
+        total_steps = s.epochs * steps_per_epoch
+        if s.max_steps is not None:
+            total_steps = min(total_steps, s.max_steps)
+        bucketing, reason = resolve_bucketing(s.length_bucketing, model, task.pad_id, has_augment)
+        if bucketing and (s.trim_multiple < 1 or s.bucket_pool_batches < 1):
+            raise ValueError(f"train.trim_multiple={s.trim_multiple} and train.bucket_pool_batches="
+                             f"{s.bucket_pool_batches} must both be at least 1")
+        lengths = {}
+        if bucketing:
+            lengths = {name: torch.from_numpy(sequence_lengths(split.inputs, task.pad_id))
+                       for name, split in task.splits().items()}
+        batching = {"bucketing": bucketing, "pool_batches": s.bucket_pool_batches if bucketing else None}
+        return cls(splits, steps_per_epoch, total_steps, bucketing, reason, lengths, batching)
+
+    @property
+    def full_width(self) -> int:
+        """The padded length (used with bucketing only: never RGB channels)."""
+        return int(self.splits["train"]["x"].shape[-1])
+
+
+@dataclass
+class Batch:
+    """One step's training inputs (prepared for the model), labels and technique draws."""
+
+    inputs: torch.Tensor
+    labels: torch.Tensor
+    draws: object  # repro.followup.techniques.StepDraws, or None without techniques
+    width: int | None  # the trimmed width (length bucketing), else None
+
+
+class TrainBatches:
+    """Serves the batch of any step from the training split held as tensors (``{"x": inputs, "y": labels}``).
+
+    ``augment``: training techniques (or None); ``prepare``: the task's hook before the model;
+    ``lengths`` (length bucketing only): the examples' lengths, for batches of similar length,
+    each trimmed to its longest rounded up to ``trim_multiple``.
+    """
+
+    def __init__(self, split: dict, seed: int, batch_size: int, steps_per_epoch: int, device: torch.device,
+                 ctx: DistContext, augment=None, prepare=None, lengths: torch.Tensor | None = None,
+                 pool_batches: int = 64, trim_multiple: int = 128):
+        self.x, self.y = split["x"], split["y"]
+        self.seed, self.batch_size, self.steps_per_epoch = seed, batch_size, steps_per_epoch
+        self.device, self.ctx, self.augment, self.prepare = device, ctx, augment, prepare
+        self.lengths, self.pool_batches, self.trim_multiple = lengths, pool_batches, trim_multiple
+        share = batch_size // ctx.world
+        self.rank_rows = slice(ctx.rank * share, (ctx.rank + 1) * share)  # this rank's slice of a global batch
+        self._epoch, self._order, self._widths = -1, None, None
+
+    def _epoch_order(self, epoch: int) -> None:
+        """The permutation of ``epoch`` (bucketed: regrouped by length, with each batch's trimmed width)."""
+        order = epoch_permutation(self.seed, epoch, len(self.y))
+        if self.lengths is not None:  # the same examples as without, regrouped by length (repro/batching.py)
+            regroup = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch + 500_009)
+            order = bucketed_order(order[: self.steps_per_epoch * self.batch_size], self.lengths, self.batch_size,
+                                   self.pool_batches, regroup)
+            self._widths = batch_widths(order, self.lengths, self.batch_size, self.trim_multiple, int(self.x.shape[-1]))
+        self._epoch, self._order = epoch, order.to(self.x.device)
+
+    def fetch(self, step: int) -> Batch:
+        """The batch of optimiser step ``step`` (0-based): this rank's part of the global batch, on the device."""
+        epoch, index = divmod(step, self.steps_per_epoch)
+        if epoch != self._epoch:
+            self._epoch_order(epoch)
+        rows = self._order[index * self.batch_size : (index + 1) * self.batch_size]
+        if self.ctx.active and self.augment is None:
+            rows = rows[self.rank_rows]
+        source, width = self.x, None
+        if self.lengths is not None:
+            width = self._widths[index]
+            source = source.narrow(-1, 0, width)
+        inputs = source[rows].to(self.device, non_blocking=True)
+        labels = self.y[rows].to(self.device, non_blocking=True)
+        draws = None
+        if self.augment is not None:
+            draws = self.augment.draws(self.seed, step)
+            inputs = self.augment.transform(inputs, draws)
+            if self.ctx.active:  # transformed as one process would transform the whole batch, then sliced
+                inputs, labels = inputs[self.rank_rows], labels[self.rank_rows]
+                if self.ctx.rank > 0:  # the objective's own draws (MLM masks) differ between ranks
+                    draws = self.augment.draws(self.seed + 1_000_003 * self.ctx.rank, step)
+        inputs = self.prepare(inputs) if self.prepare else inputs.long()
+        return Batch(inputs, labels, draws, width)

@@ -1,0 +1,254 @@
+"""The training engine: one (model, task, seed) training with evaluation, checkpoints and a record.
+
+A reader can hold the loop in their head (in the spirit of nanoGPT): a flat loop over
+optimiser steps (:meth:`StepLoop.run`); epoch ``e`` visits the training set in a permutation
+drawn from ``(seed, e)`` (batches.py); validation at epoch ends and at configured intervals;
+the best-validation weights are kept and the test set is scored once, with them (never the
+last weights; DESIGN.md "Test at the best validation checkpoint"). Each part has a module:
+
+- ``state.py``: the run's progress (:class:`RunState`), which ``last.pt`` keeps;
+- ``batches.py``: the task's splits as tensors and the batch of each step;
+- ``step.py``: one optimiser step and the log of its losses;
+- ``evaluate.py``: scoring a split, the validation log and ``best.pt``;
+- ``clock.py``: the time budget, throughput and the time-based intervals;
+- ``agreement.py``: the per-step decisions every rank must share;
+- ``signals.py``: SIGTERM/SIGINT/SIGUSR1 as a flag read between steps;
+- ``resume.py`` (with repro/checkpoints.py): ``last.pt``, written and resumed from.
+
+Resuming: a run interrupted by a stop signal and restarted ends with the same metrics as
+one never stopped (resume.py). Data parallel (``torchrun``, repro/distributed.py): every
+rank takes its equal slice of each global batch and DistributedDataParallel averages the
+gradients; evaluation batches are dealt out to the ranks and gathered back in order; rank 0
+writes checkpoints and decides the time-based stops, which every rank obeys at the same step.
+"""
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from ..checkpoints import load_checkpoint, load_on_rank_0
+from ..distributed import DistContext
+from ..schedule import LRController
+from ..tasks.base import TaskData
+from .agreement import StepAgreement
+from .batches import TrainBatches, TrainingData
+from .clock import RunClock
+from .evaluate import Scorer, validate
+from .resume import LastCheckpoint
+from .settings import TrainSettings
+from .signals import StopSignals
+from .state import RunState
+from .step import LossLog, TrainStep, make_optimizer
+
+
+def train(
+    model: torch.nn.Module,
+    task: TaskData,
+    settings: TrainSettings,
+    seed: int,
+    run_dir: Path,
+    device: torch.device,
+    resume: bool = True,
+    sigterm_at_step: int | None = None,
+    progress: bool = True,
+    augment=None,
+    pause_at_step: int | None = None,
+    dist: DistContext | None = None,
+) -> dict:
+    """Train, keep the best-validation weights, score the test set with them.
+
+    ``augment`` (a ``repro.followup.techniques.TrainAugment``, or None): training-time
+    techniques, applied to each step's batch (batches.py) and perhaps replacing its loss
+    (step.py); evaluation never sees them. ``dist`` (repro.distributed.setup): this process's
+    rank in a data-parallel run; None or world 1 trains in this process alone.
+    ``sigterm_at_step``, ``pause_at_step``: test hooks (signals.py).
+
+    Returns a dict of metrics, the history rows and the test predictions (on every rank;
+    only rank 0 should write them); the caller writes the record. Raises NonFiniteLoss or
+    RunInterrupted.
+    """
+    s, ctx, run_dir = settings, dist or DistContext(device=device), Path(run_dir)
+    if ctx.active and s.batch_size % ctx.world:
+        raise ValueError(f"train.batch_size={s.batch_size} is not divisible by the {ctx.world} processes: each takes "
+                         f"an equal slice of the global batch; set +train.batch_size to a multiple of {ctx.world} or "
+                         "change --nproc_per_node")
+    autocast_dtype = configure_device(device, s)
+    model.to(device)
+    optimizer = make_optimizer(model, s, device)
+    controller = LRController(s.lr, s.schedule, s.warmup_steps, s.final_fraction, s.plateau_factor, s.plateau_patience)
+    data = TrainingData.build(task, s, model, augment is not None, device)
+    last = LastCheckpoint(run_dir, ctx, model, optimizer, controller)
+    state = last.start(resume, seed, s, data.batching, device)
+    score = Scorer(model, data.splits, s.eval_batch_size or s.batch_size, autocast_dtype, task.prepare, ctx,
+                   data.lengths, s.trim_multiple)
+    best_path = run_dir / "checkpoints" / "best.pt"
+    loop = StepLoop(
+        settings=s, ctx=ctx, data=data, controller=controller, last=last,
+        batches=TrainBatches(data.splits["train"], seed, s.batch_size, data.steps_per_epoch, device, ctx, augment,
+                             task.prepare, data.lengths.get("train"), s.bucket_pool_batches, s.trim_multiple),
+        step=TrainStep(model, optimizer, controller, s, device, ctx, augment, autocast_dtype),
+        losses=LossLog(ctx, optimizer, data.steps_per_epoch, last.path, first_step=state.step),
+        # Without progress bars (batch jobs, GPU drivers) one line per evaluation is the only sign of
+        # life: history.csv is written with the record, at the end.
+        validate=partial(validate, score, steps_per_epoch=data.steps_per_epoch, best_path=best_path,
+                         print_line=ctx.is_main and not progress),
+    )
+    model.train()
+    clock = RunClock(s.budget_minutes, s.eval_every_seconds, s.checkpoint_every_seconds)
+    bar = tqdm(total=data.total_steps, initial=state.step, desc=f"train {task.name}", unit="step",
+               disable=not progress or not ctx.is_main, dynamic_ncols=True)
+    with StopSignals(sigterm_at_step, pause_at_step, loud=ctx.is_main) as stop:
+        loop.run(state, clock, stop, bar)
+    loop.finish(state)
+    test = test_with_best(score, best_path, state, device)
+    metrics = run_metrics(state, data, s, ctx, device, autocast_dtype, test, clock.wall_time())
+    predictions = [{"index": i, "prediction": int(p), "label": int(label)}
+                   for i, (p, label) in enumerate(zip(test["predictions"], test["labels"], strict=True))]
+    return {"metrics": metrics, "history": state.history, "predictions": predictions}
+
+
+def configure_device(device: torch.device, s: TrainSettings) -> torch.dtype | None:
+    """CUDA: TF32 matmuls and convolutions, cuDNN autotuning unless ``train.deterministic``, peak
+    memory counted from here. Returns the autocast dtype (bf16 on CUDA unless ``train.precision=fp32``)."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cudnn.benchmark = not s.deterministic
+        if s.deterministic:
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.cuda.reset_peak_memory_stats(device)
+    return torch.bfloat16 if (device.type == "cuda" and s.precision == "bf16") else None
+
+
+@dataclass
+class StepLoop:
+    """The loop over optimiser steps and what follows each: logging, the schedule's epoch end,
+    evaluation, checkpoints, stops."""
+
+    settings: TrainSettings
+    ctx: DistContext
+    data: TrainingData
+    controller: LRController
+    batches: TrainBatches
+    step: TrainStep
+    losses: LossLog
+    validate: Callable[[RunState], dict]  # evaluate.validate with the run's scorer and best.pt
+    last: LastCheckpoint
+
+    def run(self, state: RunState, clock: RunClock, stop: StopSignals, bar: tqdm) -> None:
+        """Train until the planned steps are done or the budget is spent; a stop signal checkpoints
+        and raises RunInterrupted. ``bar``: the progress bar (perhaps disabled), closed on leaving."""
+        total_steps = self.data.total_steps
+        agreement = StepAgreement(self.ctx, clock, stop, state)
+        while True:
+            elapsed = agreement.elapsed(state)
+            if state.step >= total_steps or clock.over_budget(elapsed):
+                break
+            batch = self.batches.fetch(state.step)
+            if batch.width is not None:
+                state.width_sum += batch.width
+            loss, lr = self.step(batch, state.step, clock.progress(state.step, total_steps, elapsed))
+            self.losses.add(loss)
+            state.step += 1
+            state.examples += len(batch.labels) * self.ctx.world  # every rank trained on an equal slice
+            bar.update(1)
+            clock.end_step(state)
+            if self.log_losses(state):
+                bar.set_postfix(loss=f"{state.history[-1]['train_loss']:.3f}", lr=f"{lr:.2e}")
+            signum = self.evaluate_and_checkpoint(state, clock, agreement)
+            if signum is not None:
+                bar.close()
+                raise stop.interrupted(signum, state.step, self.last.path)
+            clock.end_overhead(state)  # evaluation and checkpoints count toward the budget, not throughput
+        bar.close()
+
+    def finish(self, state: RunState) -> None:
+        """After the last step: validate unless that step did, log the last losses, write ``last.pt``."""
+        if state.last_eval_step != state.step:
+            self.evaluate(state)
+        self.losses.flush(state)
+        self.last.save(state)
+
+    def evaluate(self, state: RunState) -> None:
+        self.losses.flush(state)
+        self.validate(state)
+
+    def log_losses(self, state: RunState) -> bool:
+        """Every ``train.log_every`` steps and at each epoch's end, log the losses; at an epoch's
+        end, give the schedule the epoch's mean loss (the plateau rule). True when logged."""
+        epoch_end = state.step % self.data.steps_per_epoch == 0
+        logged = len(self.losses) >= self.settings.log_every or epoch_end
+        if logged:
+            self.losses.flush(state)
+        if epoch_end and state.epoch_loss_count:
+            self.controller.end_epoch(state.epoch_loss_sum / state.epoch_loss_count)
+            state.epoch_loss_sum, state.epoch_loss_count = 0.0, 0
+        return logged
+
+    def evaluate_and_checkpoint(self, state: RunState, clock: RunClock, agreement: StepAgreement) -> int | None:
+        """Evaluate at epoch ends and at the step and time intervals; checkpoint at the intervals and
+        on a stop signal. Returns the signal (None: none)."""
+        s, step = self.settings, state.step
+        time_eval = agreement.evaluation_due(state)  # first: with several ranks, the step's one agreement
+        epoch_end = step % self.data.steps_per_epoch == 0
+        if time_eval or epoch_end or (s.eval_every_steps and step % s.eval_every_steps == 0):
+            self.evaluate(state)
+            clock.evaluated()
+        time_checkpoint, signum = agreement.checkpoint_or_stop(state)
+        if signum is not None or time_checkpoint or (s.checkpoint_every_steps and step % s.checkpoint_every_steps == 0):
+            self.losses.flush(state)
+            self.last.save(state)
+            clock.checkpointed()
+        return signum
+
+
+def test_with_best(score: Scorer, best_path: Path, state: RunState, device: torch.device) -> dict:
+    """The test split scored with the best-validation weights (``best.pt``, read by rank 0 and sent to every rank)."""
+    best = load_on_rank_0(score.ctx, load_checkpoint, best_path, device)
+    if best["step"] != state.best_val_step:
+        raise RuntimeError(f"{best_path} holds step {best['step']} but the run's best validation was at step "
+                           f"{state.best_val_step}; delete {best_path.parent} and rerun (force=true)")
+    score.model.load_state_dict(best["model"])
+    return score("test")
+
+
+def run_metrics(state: RunState, data: TrainingData, s: TrainSettings, ctx: DistContext, device: torch.device,
+                autocast_dtype: torch.dtype | None, test: dict, wall_time_s: float) -> dict:
+    """The run's metrics: the best validation, the test score with its weights, how long and how fast it trained."""
+    metrics = {
+        "best_val_acc": state.best_val_acc,
+        "best_val_step": state.best_val_step,
+        "test_acc": test["acc"],
+        "test_loss": test["loss"],
+        "steps": state.step,
+        "epochs": state.step / data.steps_per_epoch,
+        "steps_per_epoch": data.steps_per_epoch,
+        "planned_steps": data.total_steps,
+        "budget_minutes": s.budget_minutes,
+        "stopped_by": "steps" if state.step >= data.total_steps else "budget",
+        "train_time_s": state.train_time_s,
+        "elapsed_s": state.elapsed_s,
+        "wall_time_s": wall_time_s,  # this process only; elapsed_s spans resumes
+        "train_examples_per_s": state.examples / state.train_time_s if state.train_time_s else math.nan,
+        "peak_gpu_mem_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "autocast": str(autocast_dtype).replace("torch.", "") if autocast_dtype else "none",
+        "train_settings": asdict(s),
+        "length_bucketing": {
+            "used": data.bucketing, "why": data.bucketing_reason,
+            "full_width": data.full_width if data.bucketing else None,
+            "mean_train_width": state.width_sum / state.step if data.bucketing and state.step else None,
+        },
+    }
+    if ctx.active:
+        metrics["data_parallel"] = {"processes": ctx.world, "per_process_batch": s.batch_size // ctx.world,
+                                    "backend": "nccl" if device.type == "cuda" else "gloo"}
+    return metrics

@@ -1,0 +1,48 @@
+"""The ``train`` block of a run's settings (experiments/conf), as a checked dataclass."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass
+class TrainSettings:
+    """The ``train`` block of a resolved config (experiments/conf)."""
+
+    lr: float
+    weight_decay: float
+    batch_size: int
+    epochs: int
+    max_steps: int | None = None  # cap on optimiser steps (smoke runs)
+    budget_minutes: float | None = None  # wall-clock cap on training (budget profile)
+    schedule: str = "followup"
+    warmup_steps: int = 0
+    final_fraction: float = 0.1
+    plateau_factor: float = 0.5
+    plateau_patience: int = 5
+    betas: tuple = (0.9, 0.999)
+    eps: float = 1e-8  # Adam's epsilon (LRA: 1e-9)
+    decay_1d_params: bool = False  # weight decay on biases and norm gains too
+    grad_clip: float | None = None
+    eval_every_steps: int | None = None
+    eval_every_seconds: float | None = None
+    eval_batch_size: int | None = None
+    checkpoint_every_steps: int | None = None
+    checkpoint_every_seconds: float | None = 300.0
+    log_every: int = 50
+    precision: str = "bf16"  # autocast dtype on CUDA: bf16 | fp32
+    data_on_device: bool = True
+    deterministic: bool = False  # torch.use_deterministic_algorithms on CUDA (CPU runs are deterministic)
+    length_bucketing: str = "off"  # off | auto | on: batches of similar length, trimmed (repro/batching.py)
+    bucket_pool_batches: int = 64  # batches sorted together by length before the batches are shuffled
+    trim_multiple: int = 128  # trimmed widths are multiples of this (few shapes for cuDNN's autotuner)
+
+    @classmethod
+    def from_dict(cls, cfg: dict) -> TrainSettings:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(cfg) - known)
+        if unknown:
+            raise ValueError(f"unknown key(s) under train: {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        cfg = dict(cfg)
+        if "betas" in cfg:
+            cfg["betas"] = tuple(cfg["betas"])
+        return cls(**cfg)

@@ -1,0 +1,136 @@
+"""One optimiser step and the record of its loss.
+
+The step sets the schedule's learning rate on every parameter group, runs the forward pass
+under autocast (bf16 on CUDA), takes the cross-entropy (or a training technique's own loss,
+the multitask MLM), backpropagates, clips and updates. Under DistributedDataParallel the
+gradients are averaged over the ranks' equal slices, so a step is the step of one process
+on the whole batch (up to floating-point reduction order).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..distributed import DistContext, mean_
+from ..schedule import LRController
+from .batches import Batch
+from .settings import TrainSettings
+from .state import RunState
+
+
+class NonFiniteLoss(RuntimeError):
+    """The training loss became NaN or infinite."""
+
+
+def make_optimizer(model: torch.nn.Module, s: TrainSettings, device: torch.device) -> torch.optim.Optimizer:
+    """AdamW; by default no decay on 1-D parameters (biases, norm gains).
+
+    A parameter may carry ``param._optim = {"lr": ..., "weight_decay": ...}`` (the state-space
+    parameters of S4D and S5, which their papers train at a smaller rate without decay): it
+    gets its own group whose ``lr_scale`` (its rate over ``s.lr``) the schedule multiplies,
+    so the schedule's shape applies to every group.
+    """
+    decay, no_decay, special = [], [], {}
+    for p in model.parameters():
+        if not p.requires_grad:
+            continue
+        hint = getattr(p, "_optim", None)
+        if hint:
+            key = (float(hint.get("lr", s.lr)), float(hint.get("weight_decay", s.weight_decay)))
+            special.setdefault(key, []).append(p)
+        else:
+            (decay if p.ndim >= 2 or s.decay_1d_params else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": s.weight_decay, "lr_scale": 1.0},
+              {"params": no_decay, "weight_decay": 0.0, "lr_scale": 1.0}]
+    for (lr, wd), params in sorted(special.items()):
+        groups.append({"params": params, "weight_decay": wd, "lr_scale": lr / s.lr, "lr": lr})
+    return torch.optim.AdamW(groups, lr=s.lr, betas=s.betas, eps=s.eps, fused=device.type == "cuda")
+
+
+class TechniqueLoss(torch.nn.Module):
+    """A technique's replacement loss as a module's forward, so DistributedDataParallel sees the pass."""
+
+    def __init__(self, model: torch.nn.Module, augment):
+        super().__init__()
+        self.model = model
+        self.augment = augment
+
+    def forward(self, inputs, labels, draws):
+        return self.augment.loss(self.model, inputs, labels, draws)
+
+
+class TrainStep:
+    """Calling it runs one optimiser step on a :class:`Batch`; returns the (device) loss and the rate used."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, controller: LRController,
+                 settings: TrainSettings, device: torch.device, ctx: DistContext, augment=None,
+                 autocast_dtype: torch.dtype | None = None):
+        self.model, self.optimizer, self.controller, self.augment = model, optimizer, controller, augment
+        self.grad_clip, self.device, self.autocast_dtype = settings.grad_clip, device, autocast_dtype
+        self.technique_loss = augment is not None and augment.has_loss
+        self.forward = model  # what the step calls: the model, or its DDP wrapper
+        if ctx.active:
+            from torch.nn.parallel import DistributedDataParallel
+
+            core = TechniqueLoss(model, augment) if self.technique_loss else model
+            self.forward = DistributedDataParallel(core, device_ids=[device.index] if device.type == "cuda" else None)
+        self.ddp = ctx.active
+
+    def __call__(self, batch: Batch, step: int, progress: float) -> tuple[torch.Tensor, float]:
+        lr = self.controller.lr(step, progress)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr * group.get("lr_scale", 1.0)
+        with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
+            if self.technique_loss and self.ddp:
+                loss = self.forward(batch.inputs, batch.labels, batch.draws)  # through DDP: its gradients are averaged
+            elif self.technique_loss:
+                loss = self.augment.loss(self.model, batch.inputs, batch.labels, batch.draws)  # task loss + auxiliary
+            else:
+                logits = self.forward(batch.inputs)
+        if not self.technique_loss:
+            loss = F.cross_entropy(logits.float(), batch.labels)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.grad_clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        self.optimizer.step()
+        return loss.detach(), lr
+
+
+class LossLog:
+    """Step losses kept on the device and moved to the host together (one sync per ``flush``).
+
+    Each flush appends a history row (the mean over the steps since the last), adds the
+    losses to the epoch's running sum the plateau schedule reads, and stops the run on the
+    first non-finite loss, naming its step.
+    """
+
+    def __init__(self, ctx: DistContext, optimizer: torch.optim.Optimizer, steps_per_epoch: int, last_path: Path,
+                 first_step: int):
+        self.ctx, self.optimizer, self.steps_per_epoch, self.last_path = ctx, optimizer, steps_per_epoch, last_path
+        self.losses: list[torch.Tensor] = []
+        self.first_step = first_step  # the step before the first buffered loss
+
+    def __len__(self) -> int:
+        return len(self.losses)
+
+    def add(self, loss: torch.Tensor) -> None:
+        self.losses.append(loss)
+
+    def flush(self, state: RunState) -> None:
+        if not self.losses:
+            return
+        values = mean_(self.ctx, torch.stack(self.losses).float()).cpu()  # per-rank means -> global-batch means
+        bad = (~torch.isfinite(values)).nonzero()
+        if len(bad):
+            step = self.first_step + int(bad[0]) + 1
+            written = self.last_path.exists()
+            where = f"last good checkpoint: {self.last_path}" if written else "no checkpoint was written yet"
+            raise NonFiniteLoss(f"training loss is {float(values[bad[0]])} at step {step}; {where}")
+        state.epoch_loss_sum += float(values.double().sum())
+        state.epoch_loss_count += len(values)
+        state.log(self.steps_per_epoch, lr=self.optimizer.param_groups[0]["lr"], train_loss=float(values.mean()))
+        self.losses.clear()
+        self.first_step = state.step

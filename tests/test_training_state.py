@@ -1,0 +1,65 @@
+"""Checkpoints written by earlier versions of the training loop resume to the uninterrupted result."""
+from __future__ import annotations
+
+import pytest
+import torch
+from test_batching import CONV_CFG, bucketing_settings, padded_task
+
+from repro.checkpoints import load_checkpoint, save_checkpoint
+from repro.model import SequenceClassifier
+from repro.training import RunInterrupted, RunState, train
+
+CPU = torch.device("cpu")
+
+
+def model() -> SequenceClassifier:
+    torch.manual_seed(0)
+    return SequenceClassifier(CONV_CFG, vocab_size=8, max_len=48, num_classes=2, pad_id=0, two_tower=False)
+
+
+def rewrite_state(last, change) -> None:
+    """Rewrite ``last.pt`` with ``change(state)`` applied, as an older version would have written it."""
+    ckpt = load_checkpoint(last, CPU)
+    change(ckpt["state"])
+    save_checkpoint(last, ckpt)
+
+
+@pytest.mark.parametrize("mode", ["off", "on"])
+def test_a_checkpoint_from_before_batching_was_stored_resumes_twice(tmp_path, mode):
+    """Before ``batching`` was stored, an unbucketed run kept no ``width_sum`` and a bucketed one kept
+    ``bucketed_steps``: both resume, and the checkpoint written after resuming says how the run draws
+    its batches, so resuming it again continues the same run."""
+    task, settings, cut = padded_task(8, 96), bucketing_settings(mode), tmp_path / "cut"
+    whole = train(model(), task, settings, seed=1, run_dir=tmp_path / "whole", device=CPU, progress=False)
+    with pytest.raises(RunInterrupted):
+        train(model(), task, settings, seed=1, run_dir=cut, device=CPU, progress=False, sigterm_at_step=5)
+
+    def older(state):
+        del state["batching"]
+        if mode == "off":
+            del state["width_sum"]
+        else:
+            state["bucketed_steps"] = state["step"]
+
+    rewrite_state(cut / "checkpoints" / "last.pt", older)
+    with pytest.raises(RunInterrupted):
+        train(model(), task, settings, seed=1, run_dir=cut, device=CPU, progress=False, sigterm_at_step=9)
+    state = load_checkpoint(cut / "checkpoints" / "last.pt", CPU)["state"]
+    assert state["batching"] == {"bucketing": mode == "on", "pool_batches": 4 if mode == "on" else None}
+    assert "bucketed_steps" not in state
+    resumed = train(model(), task, settings, seed=1, run_dir=cut, device=CPU, progress=False)
+    assert resumed["predictions"] == whole["predictions"]
+    assert resumed["metrics"]["length_bucketing"] == whole["metrics"]["length_bucketing"]
+    for key in ("best_val_acc", "best_val_step", "test_acc", "test_loss", "steps"):
+        assert resumed["metrics"][key] == whole["metrics"][key], key
+
+
+def test_a_checkpoint_state_with_an_unknown_key_is_refused_naming_the_file(tmp_path):
+    with pytest.raises(RuntimeError) as err:
+        RunState.from_checkpoint({"step": 3, "momentum": 0.9}, {"bucketing": False, "pool_batches": None},
+                                 tmp_path / "last.pt")
+    assert str(err.value) == (f"{tmp_path / 'last.pt'}: the checkpoint's state holds unknown key(s) momentum "
+                              "(written by another version of repro); delete it, or pass resume=false, to start over")
+    state = RunState.from_checkpoint({"step": 3, "bucketed_steps": 3}, {"bucketing": True, "pool_batches": 4},
+                                     tmp_path / "last.pt")
+    assert (state.step, state.width_sum, state.batching) == (3, 0, {"bucketing": True, "pool_batches": 4})
