@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -32,21 +33,36 @@ from .training import NonFiniteLoss, RunInterrupted, TrainSettings, seed_everyth
 
 
 def _plain(node) -> dict:
+    """A block of settings as a plain dict, its interpolations resolved where it stands in the
+    composed config (``${budget.minutes}``); {} for an absent block."""
     if node is None:
         return {}
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
 
 
-def _merge(*layers: dict) -> dict:
-    """Recursive dict merge, later layers win."""
-    out: dict = {}
-    for layer in layers:
-        for key, value in (layer or {}).items():
-            if isinstance(value, dict) and isinstance(out.get(key), dict):
-                out[key] = _merge(out[key], value)
-            else:
-                out[key] = value
-    return out
+def merge_settings(*layers: dict, typed: DictConfig | None = None, typed_paths: Sequence[str] = ()) -> dict:
+    """The one way settings merge: ``layers``, lowest first, merged by OmegaConf (a block merges key
+    by key; a value or a list replaces). Then the command line's typed ``task.<path>`` settings
+    (``typed_paths``, values read from ``typed``, the task block Hydra composed; ``~path``: a deletion)
+    are set again: they win over every layer (module docstring). A typed path must run through blocks.
+    """
+    merged = OmegaConf.to_container(OmegaConf.merge(*(OmegaConf.create(layer or {}) for layer in layers)))
+    for path in typed_paths:
+        delete = path.startswith("~")
+        *parents, leaf = path.lstrip("~").split(".")
+        tree = merged
+        for key in parents:
+            if not isinstance(tree.get(key, {}), dict):
+                raise ValueError(f"task.{path.lstrip('~')}: {key!r} is not a block of settings; "
+                                 f"set the whole value instead (task.{'.'.join(parents)}=...)")
+            tree = tree.setdefault(key, {})
+        if delete:
+            tree.pop(leaf, None)
+            continue
+        value = OmegaConf.select(typed, path)
+        is_node = isinstance(value, (DictConfig, ListConfig))
+        tree[leaf] = OmegaConf.to_container(value, resolve=True) if is_node else value
+    return merged
 
 
 def arm_tasks(cfg: DictConfig) -> list[str]:
@@ -87,24 +103,6 @@ def command_line_task_keys() -> list[str]:
     return typed_task_paths(HydraConfig.get().overrides.task)
 
 
-def _apply_command_line(task_cfg: dict, typed_task, paths: list[str]) -> None:
-    """Re-apply the command line's ``task.<path>`` settings (``~path``: deletions) to ``task_cfg``."""
-    for path in paths:
-        delete = path.startswith("~")
-        *parents, leaf = path.lstrip("~").split(".")
-        tree = task_cfg
-        for key in parents:
-            if not isinstance(tree.get(key, {}), dict):
-                raise ValueError(f"task.{path.lstrip('~')}: {key!r} is not a block of settings; "
-                                 f"set the whole value instead (task.{'.'.join(parents)}=...)")
-            tree = tree.setdefault(key, {})
-        if delete:
-            tree.pop(leaf, None)
-            continue
-        value = OmegaConf.select(typed_task, path)
-        tree[leaf] = OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
-
-
 def resolve(cfg: DictConfig, command_line_task: list[str] | None = None) -> dict:
     """The full settings of the run ``cfg`` describes (``cfg.task`` selected).
 
@@ -115,19 +113,20 @@ def resolve(cfg: DictConfig, command_line_task: list[str] | None = None) -> dict
     task_name = cfg.task.name
     arm = cfg.arm
     if task_name not in arm.tasks:
-        raise KeyError(f"arm {arm.name!r} defines no settings for task {task_name!r}; it defines: {', '.join(arm_tasks(cfg))}")
+        raise KeyError(f"arm {arm.name!r} defines no settings for task {task_name!r}; "
+                       f"it defines: {', '.join(arm_tasks(cfg))}")
     per_task = _plain(arm.tasks[task_name])
     profile = cfg.profile
-    arm_model = _merge(_plain(arm.model), per_task.get("model", {}))
+    arm_model = merge_settings(_plain(arm.model), per_task.get("model", {}))
     profile_model = {k: v for k, v in _plain(profile.get("model")).items() if k in arm_model}
-    model = _merge(arm_model, profile_model, _plain(cfg.get("model")))
+    model = merge_settings(arm_model, profile_model, _plain(cfg.get("model")))
     techniques = _plain(cfg.get("techniques"))
     technique_task = _plain(techniques.get("tasks", {})).get(task_name) or {}
-    train_cfg = _merge(_plain(arm.train), per_task.get("train", {}), technique_task.get("train", {}),
-                       _plain(profile.get("train")), _plain(cfg.get("train")))
-    task_cfg = _merge(_plain(cfg.task), per_task.get("task", {}), technique_task.get("task", {}),
-                      _plain(profile.get("tasks", {})).get(task_name, {}))
-    _apply_command_line(task_cfg, cfg.task, command_line_task or [])
+    train_cfg = merge_settings(_plain(arm.train), per_task.get("train", {}), technique_task.get("train", {}),
+                               _plain(profile.get("train")), _plain(cfg.get("train")))
+    task_cfg = merge_settings(_plain(cfg.task), per_task.get("task", {}), technique_task.get("task", {}),
+                              _plain(profile.get("tasks", {})).get(task_name, {}),
+                              typed=cfg.task, typed_paths=command_line_task or [])
     device = cfg.get("device") or profile.device
     subset = _plain(profile.get("subset")) or None
     return {
