@@ -313,12 +313,17 @@ def execute(cfg: DictConfig) -> int:
         if dist.is_main:
             print(f"[{run['arm']}/{task_name}] stopped: {err}", file=sys.stderr)
         return 1
-    if not dist.is_main:  # one record per run: rank 0's
-        return 0
+    if dist.is_main:  # one record per run: rank 0's
+        _write_run_record(run, run_dir, result, model, task, augment, n_params)
+    return 0
+
+
+def _write_run_record(run: dict, run_dir: Path, result: dict, model, task: TaskData, augment, n_params: int) -> None:
+    """The record of a finished run: what :func:`repro.training.train` returned, with what was run and where."""
     metrics = {
         "status": "complete",
         "arm": run["arm"],
-        "task": task_name,
+        "task": run["task"]["name"],
         "seed": run["seed"],
         "profile": run["profile"],
         "parameters": n_params,
@@ -330,9 +335,9 @@ def execute(cfg: DictConfig) -> int:
         "data": task.info,
     }
     write_record(run_dir, result["history"], result["predictions"], metrics)
-    print(f"[{run['arm']}/{task_name}] best val {metrics['best_val_acc']:.4f} at step {metrics['best_val_step']}, "
-          f"test {metrics['test_acc']:.4f}, {metrics['train_examples_per_s']:.1f} examples/s")
-    return 0
+    print(f"[{run['arm']}/{metrics['task']}] best val {metrics['best_val_acc']:.4f} at step "
+          f"{metrics['best_val_step']}, test {metrics['test_acc']:.4f}, "
+          f"{metrics['train_examples_per_s']:.1f} examples/s")
 
 
 HISTORY_COLUMNS = ["step", "epoch", "lr", "train_loss", "val_loss", "val_acc", "elapsed_s"]
