@@ -71,7 +71,7 @@ def main(cfg: DictConfig) -> None:
     except (KeyError, ValueError, RuntimeError) as err:
         sys.exit(f"bench: {err.args[0] if err.args else err}")
     device = settings.device
-    if device.type == "cuda":  # as repro/train.py: TF32 for float32 matmuls and convolutions, tuned cuDNN
+    if device.type == "cuda":  # as repro/training/: TF32 for float32 matmuls and convolutions, tuned cuDNN
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
         torch.backends.cudnn.benchmark = True

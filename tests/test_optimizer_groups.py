@@ -29,7 +29,7 @@ def test_schedule_scales_every_group_by_its_ratio():
     model = torch.nn.Linear(2, 2)
     model.weight._optim = {"lr": 0.002}
     opt = make_optimizer(model, _settings(), torch.device("cpu"))
-    for group in opt.param_groups:  # what repro/train.py does each step
+    for group in opt.param_groups:  # what repro/training/step.py does each step
         group["lr"] = 0.5 * group.get("lr_scale", 1.0)
     rates = sorted(g["lr"] for g in opt.param_groups if g["params"])
     assert rates == [0.5 * 0.2, 0.5]

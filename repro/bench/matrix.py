@@ -1,6 +1,6 @@
 """The measurement loop: every (model, length, mode) of the matrix, one record row each.
 
-A training step is what ``repro/train.py`` runs: forward under bf16 autocast (on
+A training step is what ``repro/training/step.py`` runs: forward under bf16 autocast (on
 CUDA), cross-entropy on float32 logits, backward, gradient clipping where the arm
 sets it, and the fused AdamW step of ``make_optimizer``; dropout active. An
 inference step is the forward pass in evaluation mode under ``torch.no_grad``.
@@ -52,7 +52,7 @@ class Settings:
 
     @property
     def autocast_dtype(self) -> torch.dtype | None:
-        """bf16 autocast on CUDA only, as repro/train.py does."""
+        """bf16 autocast on CUDA only, as the training loop does (repro/training/loop.py: configure_device)."""
         if self.dtype not in ("bf16", "fp32"):
             raise ValueError(f"dtype={self.dtype!r} (experiments/conf/bench.yaml): choose bf16 or fp32")
         return torch.bfloat16 if (self.dtype == "bf16" and self.device.type == "cuda") else None

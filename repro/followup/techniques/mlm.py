@@ -4,7 +4,7 @@
 tokens, and the rest are replaced by a special mask token"; a token-level head predicts
 the original tokens; "the total loss is the (unweighted) sum of the denoising loss and the
 task-specific loss" (weight 1 each, A.4). Masks are drawn afresh at every step, from the
-step's generator; evaluation never masks (``repro.train.evaluate`` never calls this).
+step's generator; evaluation never masks (``repro.training.evaluate`` never calls this).
 
 Choices the paper leaves open (ours): each non-padding token is selected independently
 with probability ``rate`` (so 30% in expectation); a random replacement is uniform over
