@@ -107,7 +107,7 @@ def train(
     with StopSignals(sigterm_at_step, pause_at_step, loud=ctx.is_main) as stop:
         loop.run(state, clock, stop, bar)
     loop.finish(state)
-    test = test_with_best(score, best_path, state, device)
+    test = score_test_with_best(score, best_path, state, device)
     metrics = run_metrics(state, data, s, ctx, device, autocast_dtype, test, clock.wall_time())
     predictions = [{"index": i, "prediction": int(p), "label": int(label)}
                    for i, (p, label) in enumerate(zip(test["predictions"], test["labels"], strict=True))]
@@ -210,7 +210,7 @@ class StepLoop:
         return signum
 
 
-def test_with_best(score: Scorer, best_path: Path, state: RunState, device: torch.device) -> dict:
+def score_test_with_best(score: Scorer, best_path: Path, state: RunState, device: torch.device) -> dict:
     """The test split scored with the best-validation weights (``best.pt``, read by rank 0 and sent to every rank)."""
     best = load_on_rank_0(score.ctx, load_checkpoint, best_path, device)
     if best["step"] != state.best_val_step:
