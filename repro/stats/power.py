@@ -44,14 +44,12 @@ def _power(effect_size: float, n: int, alpha: float, two_arms: bool) -> float:
 
 
 def _smallest_n(reaches) -> int | None:
-    """The least n in [2, MAX_SEEDS] with reaches(n), by bisection (power grows with n); None if none."""
-    if not reaches(MAX_SEEDS):
-        return None
-    low, high = 2, MAX_SEEDS
-    while low < high:
-        middle = (low + high) // 2
-        low, high = (low, middle) if reaches(middle) else (middle + 1, high)
-    return low
+    """The least n in [2, MAX_SEEDS] with reaches(n), by an upward scan; None if none.
+
+    A scan, not a bisection: at very large noncentrality scipy's noncentral t returns NaN (power
+    about 1), which a bisection probing there would read as "not reached"; the scan stops first.
+    """
+    return next((n for n in range(2, MAX_SEEDS + 1) if reaches(n)), None)
 
 
 def seeds_needed(effect: float, sd: float, *, goal: str, alpha: float = 0.05, power: float = 0.8,
