@@ -135,27 +135,31 @@ def _predictions(bundle: Path, run_path: str) -> pd.DataFrame:
     return frame.sort_values("index").reset_index(drop=True)
 
 
+def _train_counts(view: BundleView, paths) -> dict | None:
+    for path in paths:
+        metrics = json.loads((view.path / path / "metrics.json").read_text())
+        counts = ((metrics.get("data") or {}).get("class_counts") or {}).get("train")
+        if counts:
+            return counts
+    return None
+
+
 def task_baselines(view: BundleView, task: str) -> tuple[list[trivial.Baseline], str]:
-    """The trivial baselines of ``task``'s test set, computed from the first record's training labels."""
+    """The trivial baselines of ``task``'s test set, from the training labels the first record that describes
+    them gives (ListOps: the bundle's root analysis of the test set)."""
     records = view.runs[view.runs["task"] == task]
     labels = [view.predictions(p)["label"].to_numpy() for p in records["path"]]
     if any(not np.array_equal(labels[0], other) for other in labels[1:]):
         return [], f"the {task} records were scored on different test sets"
-    first = records.iloc[0]["path"]
-    metrics = json.loads((view.path / first / "metrics.json").read_text())
-    found, missing = [], []
     if task == "listops":
-        stored = listops_roots.read(view.path, listops_roots.roots_key(view.config(first)))
+        keys = dict.fromkeys(listops_roots.roots_key(view.config(p)) for p in records["path"])
+        stored = next((found for key in keys if (found := listops_roots.read(view.path, key))), None)
         if stored is None:
-            missing.append("no root-operator analysis in the bundle")
-        else:
-            rows, summary = stored
-            found.append(trivial.root_operator(summary["train"], rows))
-            found.append(trivial.majority_class(trivial.listops_train_counts(summary["train"]), labels[0]))
-    else:
-        counts = ((metrics.get("data") or {}).get("class_counts") or {}).get("train")
-        if counts:
-            found.append(trivial.majority_class(counts, labels[0]))
-        else:
-            missing.append("the record has no training label counts (data.class_counts.train)")
-    return found, "; ".join(missing)
+            return [], "no root-operator analysis in the bundle"
+        rows, summary = stored
+        return [trivial.root_operator(summary["train"], rows),
+                trivial.majority_class(trivial.listops_train_counts(summary["train"]), labels[0])], ""
+    counts = _train_counts(view, records["path"])
+    if not counts:
+        return [], "no record has training label counts (data.class_counts.train)"
+    return [trivial.majority_class(counts, labels[0])], ""
