@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from functools import cached_property, lru_cache
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +69,7 @@ class BundleView:
 
     def __init__(self, path: Path, profile: str | None, conf_dir: Path = protocol.CONF_DIR):
         self.path = Path(path)
+        self._predictions: dict[str, pd.DataFrame] = {}
         self.manifest = load_manifest(self.path)
         self.hash = manifest_hash(self.path)
         rows = [_row(self.path, run["path"], conf_dir) for run in self.manifest["runs"]]
@@ -95,7 +96,11 @@ class BundleView:
         return self.seeds(arm, task)["test_acc"].tolist()
 
     def predictions(self, run_path: str) -> pd.DataFrame:
-        return _predictions(self.path, run_path)
+        """A record's predictions.csv sorted by example index (read once per view)."""
+        if run_path not in self._predictions:
+            frame = pd.read_csv(self.path / run_path / "predictions.csv")
+            self._predictions[run_path] = frame.sort_values("index").reset_index(drop=True)
+        return self._predictions[run_path]
 
     def config(self, run_path: str) -> dict:
         return read_config(self.path / run_path / "config.yaml")
@@ -127,12 +132,6 @@ class BundleView:
 
     def strongest_baseline(self, task: str) -> trivial.Baseline | None:
         return trivial.strongest(self.baselines.get(task, ([], ""))[0])
-
-
-@lru_cache(maxsize=256)
-def _predictions(bundle: Path, run_path: str) -> pd.DataFrame:
-    frame = pd.read_csv(bundle / run_path / "predictions.csv")
-    return frame.sort_values("index").reset_index(drop=True)
 
 
 def _train_counts(view: BundleView, paths) -> dict | None:
