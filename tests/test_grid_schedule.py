@@ -1,4 +1,4 @@
-"""The grid's scheduling on CPU with a stand-in runner (tests/grid_fake_runner.py): packing, deadline, signals, failures."""
+"""The grid's scheduling on CPU with a stand-in runner (tests/grid_fake_runner.py): packing, deadline, signals."""
 from __future__ import annotations
 
 import os
@@ -20,7 +20,8 @@ FAKE = ROOT / "tests" / "grid_fake_runner.py"
 
 def _grid(tmp_path, blocks: str, minutes_per_run: float = 0.0):
     path = tmp_path / "grid.yaml"
-    path.write_text(f"common: [profile=smoke]\nminutes_per_run: {minutes_per_run}\noverhead_minutes: 0\ncells:\n{blocks}")
+    path.write_text(f"common: [profile=smoke]\nminutes_per_run: {minutes_per_run}\noverhead_minutes: 0\n"
+                    f"cells:\n{blocks}")
     return path
 
 
@@ -73,7 +74,8 @@ def test_packing_never_exceeds_per_gpu_and_runs_every_cell_once(tmp_path):
     for total in totals:
         mine = [row for row in rows if row["gpu"] == total["gpu"]]
         assert int(total["examples"]) == sum(int(row["examples"]) for row in mine) == 200 * len(mine)
-        assert float(total["examples_per_s"]) == pytest.approx(int(total["examples"]) / float(total["wall_s"]), rel=0.01)
+        rate = int(total["examples"]) / float(total["wall_s"])
+        assert float(total["examples_per_s"]) == pytest.approx(rate, rel=0.01)
         assert sum(float(row["gpu_s"]) for row in mine) == pytest.approx(float(total["gpu_s"]), abs=0.1 * len(mine))
     assert "[grid] throughput: 1200 training examples in 6 cell(s)" in done.stdout
 
@@ -98,12 +100,12 @@ def test_a_failed_cell_does_not_stop_the_others(tmp_path):
     assert done.returncode == 1
     assert "failed with exit 1: locality_k5 listops seed 0" in done.stdout
     assert sorted((row["seed"], row["exit"]) for row in _cell_rows(tmp_path)) == [("0", "1"), ("1", "0"), ("2", "0")]
-    for seed in (1, 2):
-        assert (tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / f"seed{seed}" / "metrics.json").exists()
+    runs = tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke"
+    assert all((runs / f"seed{seed}" / "metrics.json").is_file() for seed in (1, 2))
 
 
 def test_the_deadline_checkpoints_running_cells_and_starts_no_more(tmp_path):
-    """At the deadline the running cell gets SIGTERM (the runner checkpoints, exits 143); the queued one never starts."""
+    """At the deadline the running cell gets SIGTERM (the runner checkpoints, exits 143); the next never starts."""
     grid = _grid(tmp_path, "  - {arms: [locality_k5], tasks: [listops], seeds: [0, 1]}\n")
     began = time.monotonic()
     done = _run(tmp_path, grid, "--gpus", "0", "--deadline-minutes", "0.4", seconds=120)
@@ -169,7 +171,8 @@ def test_slots_place_on_the_emptiest_gpu_within_every_members_limit():
     assert slots.place(3) == "0"
     slots.add("0", "c", 3, now=1.0)
     assert slots.place(3) is False  # GPU 0: a's limit 2 reached; GPU 1: b's limit 1
-    charged = {key: slots.remove(gpu, key, now) for gpu, key, now in (("0", "a", 3.0), ("1", "b", 4.0), ("0", "c", 5.0))}
+    ends = (("0", "a", 3.0), ("1", "b", 4.0), ("0", "c", 5.0))
+    charged = {key: slots.remove(gpu, key, now) for gpu, key, now in ends}
     assert charged == pytest.approx({"a": 1.0 + 2.0 / 2, "b": 4.0, "c": 2.0 / 2 + 2.0})
     assert slots.busy_s == pytest.approx({"0": 5.0, "1": 4.0})
     assert sum(charged.values()) == pytest.approx(sum(slots.busy_s.values()))

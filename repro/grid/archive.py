@@ -90,6 +90,7 @@ def _member(name: str, data: bytes) -> bytes:
 class _Packer:
     max_archives: int
     limit: int
+    piece_bytes: int = PIECE_BYTES
     archives: list = field(default_factory=list)  # per archive: list of compressed members
     sizes: list = field(default_factory=list)
 
@@ -110,9 +111,9 @@ class _Packer:
         for path in unit.files:
             data = (root / path).read_bytes()
             pieces = []
-            for number, offset in enumerate(range(0, max(len(data), 1), PIECE_BYTES)):
-                chunk = data[offset:offset + PIECE_BYTES]
-                member = path if len(data) <= PIECE_BYTES else f"{path}.part{number:03d}"
+            for number, offset in enumerate(range(0, max(len(data), 1), self.piece_bytes)):
+                chunk = data[offset:offset + self.piece_bytes]
+                member = path if len(data) <= self.piece_bytes else f"{path}.part{number:03d}"
                 blob = _member(member, chunk)
                 index = self._place(len(blob))
                 if index is None:
@@ -127,7 +128,7 @@ class _Packer:
         return entries
 
 
-def pack(root: Path, out: Path, max_files: int = 8, max_mib: float = 16.0) -> dict:
+def pack(root: Path, out: Path, max_files: int = 8, max_mib: float = 16.0, piece_bytes: int = PIECE_BYTES) -> dict:
     """Write ``root``'s results into ``out`` (archives and ``grid-manifest.json``); returns the manifest.
 
     ``max_files`` counts the manifest. What did not fit is named on stderr and in ``left_out``.
@@ -135,7 +136,7 @@ def pack(root: Path, out: Path, max_files: int = 8, max_mib: float = 16.0) -> di
     if max_files < 2:
         raise GridError(f"--archive-files {max_files}: needs at least 2 (one archive and the manifest)")
     root, out, limit = Path(root), Path(out), int(max_mib * 2**20)
-    packer, units, left_out = _Packer(max_files - 1, limit), [], []
+    packer, units, left_out = _Packer(max_files - 1, limit, piece_bytes), [], []
     for unit in collect_units(root):
         entries = packer.add(root, unit)
         size = sum((root / p).stat().st_size for p in unit.files)

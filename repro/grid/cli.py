@@ -6,6 +6,7 @@ Usage (``experiments/run_grid.py`` takes the same arguments)::
     lra-grid GRID.yaml --plan [options] [-- overrides]             # GPU-minutes per cell
     lra-grid GRID.yaml --dry-run [-- overrides]                    # print the commands
     lra-grid ledger GRID.yaml --records DIR [--plan-file F]        # write the grid's LEDGER.md
+    lra-grid unpack FOLDER --into DIR                              # a slot's archives into an output folder
 
 Each cell is ``python experiments/run.py arm=A task=T seed=S progress=false <common> <overrides>``
 (``--runner`` names another script). A cell whose record is already complete with the same
@@ -96,6 +97,24 @@ def _ledger_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _unpack_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lra-grid unpack", description="Unpack a slot's archives (--archive-to) "
+                                     "into an output folder, as --resume-from does, and run nothing.")
+    parser.add_argument("folder", type=Path, help="the folder holding grid-manifest.json and the archives")
+    parser.add_argument("--into", type=Path, required=True, help="the output folder (runs/, grid_log.csv)")
+    return parser
+
+
+def _unpack_command(args) -> int:
+    from .unpack import unpack
+
+    if not args.folder.is_dir():
+        raise GridError(f"{args.folder}: no such folder")
+    for line in unpack(args.folder, args.into):
+        print(f"[grid] {line}")
+    return 0
+
+
 def _check(args) -> None:
     if args.per_gpu < 1:
         raise GridError(f"--per-gpu {args.per_gpu}: give 1 or more")
@@ -118,6 +137,8 @@ def _main(argv: list[str], started: float) -> int:
         from .ledger import ledger_command
 
         return ledger_command(_ledger_parser().parse_args(argv[1:]), extra)
+    if argv[:1] == ["unpack"]:
+        return _unpack_command(_unpack_parser().parse_args(argv[1:]))
     args = _parser().parse_args(argv)
     _check(args)
     grid = load_grid(args.grid, args.include_optional)

@@ -20,6 +20,7 @@ from .costs import cell_seconds
 from .gridlog import GPU_TOTAL, read_rows
 from .plan import read_plan, record_cost
 from .runs import CellRun, complete_metrics, record_matches, resolve_cells
+from .schedule import utc_now
 
 
 def spent_seconds(log_rows: list[dict]) -> dict[tuple[str, str, int], float]:
@@ -52,6 +53,12 @@ def cell_status(cell_run: CellRun, spent: dict, plan: dict, out: Path, overhead_
     return status
 
 
+def _estimate(known: list[float], unknown: int) -> str:
+    if not known and unknown:
+        return f"? ({unknown} unknown)"
+    return f"{sum(known):.1f}" + (f" (+{unknown} unknown)" if unknown else "")
+
+
 def _column_rows(statuses: list[dict]) -> list[str]:
     columns: dict = {}
     for status in statuses:
@@ -62,7 +69,7 @@ def _column_rows(statuses: list[dict]) -> list[str]:
     for (task, seed, optional), group in columns.items():
         left = [s for s in group if not s["done"]]
         known = [s["left"] for s in left if s["left"] is not None]
-        estimate = f"{sum(known):.1f}" + (f" (+{len(left) - len(known)} unknown)" if len(known) < len(left) else "")
+        estimate = _estimate(known, len(left) - len(known))
         arms = ", ".join(s["cell"].arm for s in left) or "-"
         name = f"{task} (optional)" if optional else task
         lines.append(f"| {name} | {seed} | {len(group)} | {len(group) - len(left)} | {len(left)} | "
@@ -77,15 +84,15 @@ def _totals(statuses: list[dict], label: str) -> str:
     by_source = ", ".join(f"{sum(1 for s in known if s['source'] == src)} from the {src}"
                           for src in ("plan", "records") if any(s["source"] == src for s in known))
     return (f"| {label} | {len(done)} of {len(statuses)} | {sum(s['spent'] for s in done):.1f} | "
-            f"{sum(s['spent'] for s in left):.1f} | {len(left)} | {sum(s['left'] for s in known):.1f} "
-            f"({by_source or 'none estimated'}; {len(left) - len(known)} without an estimate) |")
+            f"{sum(s['spent'] for s in left):.1f} | {len(left)} | "
+            f"{_estimate([s['left'] for s in known], len(left) - len(known))} ({by_source or 'none estimated'}) |")
 
 
 def render(grid_path: Path, statuses: list[dict], sources: list[str]) -> str:
     required = [s for s in statuses if not s["cell"].optional]
     optional = [s for s in statuses if s["cell"].optional]
     lines = [f"# Ledger of `{grid_path.as_posix()}`", "",
-             f"Written by `lra-grid ledger` from {'; '.join(sources)}.", "",
+             f"Written by `lra-grid ledger` on {utc_now()[:10]} from {'; '.join(sources)}.", "",
              "| cells | done | GPU-min spent on done cells | GPU-min spent on cells not done | left "
              "| GPU-min est. left |",
              "| --- | --- | --- | --- | --- | --- |", _totals(required, "required")]
