@@ -148,7 +148,7 @@ def _main(argv: list[str], started: float) -> int:
         return 0
     from .driver import plan_grid, run_grid
 
-    output_dir(extra).mkdir(parents=True, exist_ok=True)
+    output_dir([*grid.common, *extra]).mkdir(parents=True, exist_ok=True)
     return (plan_grid if args.plan else run_grid)(args, grid, extra, args.runner, started)
 
 

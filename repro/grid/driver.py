@@ -201,7 +201,7 @@ def archive(out: Path, folder: Path, files: int, mib: float) -> bool:
 
 def run_grid(args, grid: Grid, extra: list[str], runner: Path, started: float) -> int:
     """The slot driver: unpack, run every cell left (N to a GPU) before the deadline, log, archive."""
-    out = output_dir(extra)
+    out = output_dir([*grid.common, *extra])
     if args.resume_from is not None:
         for line in unpack(args.resume_from, out):
             print(f"[grid] {line}")
@@ -230,7 +230,7 @@ def run_grid(args, grid: Grid, extra: list[str], runner: Path, started: float) -
 
 def plan_grid(args, grid: Grid, extra: list[str], runner: Path, started: float) -> int:
     """``--plan``: GPU-minutes per cell from records or probes; prints the table and writes the plan file."""
-    out = output_dir(extra)
+    out = output_dir([*grid.common, *extra])
     if args.resume_from is not None:
         for line in unpack(args.resume_from, out):
             print(f"[grid] {line}")

@@ -83,9 +83,9 @@ def _totals(statuses: list[dict], label: str) -> str:
     known = [s for s in left if s["left"] is not None]
     by_source = ", ".join(f"{sum(1 for s in known if s['source'] == src)} from the {src}"
                           for src in ("plan", "records") if any(s["source"] == src for s in known))
+    estimate = _estimate([s["left"] for s in known], len(left) - len(known)) + (f" ({by_source})" if by_source else "")
     return (f"| {label} | {len(done)} of {len(statuses)} | {sum(s['spent'] for s in done):.1f} | "
-            f"{sum(s['spent'] for s in left):.1f} | {len(left)} | "
-            f"{_estimate([s['left'] for s in known], len(left) - len(known))} ({by_source or 'none estimated'}) |")
+            f"{sum(s['spent'] for s in left):.1f} | {len(left)} | {estimate} |")
 
 
 def render(grid_path: Path, statuses: list[dict], sources: list[str]) -> str:
