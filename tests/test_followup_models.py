@@ -337,6 +337,7 @@ LAYERS = {
     "s4": lambda: S4DMixer(d_model=8, d_state=8, bidirectional=True),
     "s4_causal": lambda: S4DMixer(d_model=8, d_state=8, bidirectional=False, init="inv"),
     "s5": lambda: S5Mixer(d_model=8, d_state=8, blocks=2, activation="full_glu"),
+    "s5_fft": lambda: S5Mixer(d_model=8, d_state=8, blocks=2, activation="full_glu", impl="fft"),
     "mega": lambda: MegaMixer(d_model=8, d_hidden=12, qkv_dim=4, max_len=64, ema_dim=3),
     "mega_chunked_truncated": lambda: MegaMixer(d_model=8, d_hidden=12, qkv_dim=4, max_len=64, ema_dim=3,
                                                 chunk_size=16, ema_truncation=12),

