@@ -12,6 +12,8 @@ import math
 import pytest
 import torch
 
+import repro.followup.mega as mega_module
+from repro.followup.mega import MegaMixer, RelativePositionBias
 from repro.followup.s5 import S5SSM, TRUNCATED_STD, fft_states, lecun_normal, scan_time_invariant
 
 
@@ -24,20 +26,21 @@ def padded_batch(batch: int, length: int, width: int, lengths: list[int], seed: 
 
 
 def outputs_and_grads(module: torch.nn.Module, x: torch.Tensor, mask: torch.Tensor, call=None):
-    """(output, d loss / d x, {name: d loss / d parameter}) for a fixed random loss on the real positions."""
+    """(output, d loss / d x, {name: d loss / d parameter}) for a fixed random linear loss of the output."""
     module.zero_grad()
     x = x.clone().requires_grad_(True)
     y = (call or module)(x, mask)
     weights = torch.randn(y.shape, generator=torch.Generator().manual_seed(11), dtype=y.dtype)
-    (y * weights)[mask].sum().backward()
+    (y * weights).sum().backward()
     grads = {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
     return y.detach(), x.grad.clone(), grads
 
 
-def assert_same(fast, plain, mask: torch.Tensor, tol: float = 1e-10):
+def assert_same(fast, plain, tol: float = 1e-10):
+    """Outputs at every position (real and padded), the input gradient and every parameter's gradient."""
     y_fast, dx_fast, g_fast = fast
     y_plain, dx_plain, g_plain = plain
-    torch.testing.assert_close(y_fast[mask], y_plain[mask], rtol=tol, atol=tol)
+    torch.testing.assert_close(y_fast, y_plain, rtol=tol, atol=tol)
     torch.testing.assert_close(dx_fast, dx_plain, rtol=tol, atol=tol)
     assert g_fast.keys() == g_plain.keys() and g_plain
     for name in g_plain:
@@ -71,7 +74,7 @@ def test_s5_fft_equals_scan_forward_and_gradients(bidirectional, clip_eigs):
                 dt_min=0.01, dt_max=0.5, impl="fft").double()
     fft.load_state_dict(scan.state_dict())
     x, mask = padded_batch(3, 37, 6, lengths=[37, 20, 1])
-    assert_same(outputs_and_grads(fft, x, mask), outputs_and_grads(scan, x, mask), mask)
+    assert_same(outputs_and_grads(fft, x, mask), outputs_and_grads(scan, x, mask))
 
 
 def test_s5_impl_choice():
@@ -111,3 +114,83 @@ def test_s5_initial_b_and_c_have_the_releases_variances(c_init):
         c_power = torch.view_as_complex(c).abs().square().mean().item()
         assert abs(c_power / want_c[c_init] - 1) < 0.04, (c_init, c_power)
     assert abs(ssm.D.std().item() - 1) < 0.15
+
+
+# ------------------------------------------------------------------ MEGA: fused attention, initialisation
+
+
+def mega(attention_impl: str, **params) -> MegaMixer:
+    torch.manual_seed(0)
+    mixer = MegaMixer(d_model=6, d_hidden=10, qkv_dim=4, max_len=32, ema_dim=3, attention_impl=attention_impl,
+                      **params).double()
+    with torch.no_grad():  # scales of order 1 (the release starts them near 0): attention far from uniform
+        mixer.qk_scale.normal_()
+        mixer.qk_offset.normal_(std=0.5)
+        mixer.rel_bias.bias.normal_()
+    return mixer
+
+
+@pytest.mark.parametrize("chunk_size", [None, 8])
+def test_mega_sdpa_equals_materialized_forward_and_gradients(chunk_size):
+    """Training mode, dropout off; 30 tokens (chunks of 8: the last one padded), a short sample, a sample
+    with one real token (chunks made only of padding) and a full one."""
+    plain = mega("materialized", chunk_size=chunk_size).train()
+    fast = mega("sdpa", chunk_size=chunk_size).train()
+    fast.load_state_dict(plain.state_dict())
+    x, mask = padded_batch(3, 30, 6, lengths=[30, 13, 1])
+    assert_same(outputs_and_grads(fast, x, mask), outputs_and_grads(plain, x, mask))
+    x_full = x[:1]
+    assert_same(outputs_and_grads(fast, x_full, None), outputs_and_grads(plain, x_full, None))
+
+
+def test_mega_sdpa_shares_one_bias_matrix_across_the_batch(monkeypatch):
+    calls = []
+
+    def spy(q, k, v, attn_mask=None, **kwargs):
+        calls.append((tuple(q.shape), tuple(attn_mask.shape)))
+        return sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(mega_module.F, "scaled_dot_product_attention", spy)
+    x, mask = padded_batch(3, 30, 6, lengths=[30, 13, 1])
+    mega("sdpa", chunk_size=8).eval()(x, mask)
+    assert calls == [((3 * 4, 1, 8, 8), (8, 8))]  # qkv_dim 4 + the folded padding feature, padded to 8
+
+
+def test_mega_attention_impl_choice():
+    mixer = MegaMixer(d_model=4, d_hidden=4, qkv_dim=4, max_len=8)
+    assert mixer.resolved_attention_impl(torch.device("cpu")) == "materialized"
+    assert mixer.resolved_attention_impl(torch.device("cuda")) == "sdpa"
+    with pytest.raises(ValueError, match=r"model.attention_impl='flex': choose one of auto, materialized, sdpa"):
+        MegaMixer(d_model=4, d_hidden=4, qkv_dim=4, max_len=8, attention_impl="flex")
+
+
+def test_mega_relative_bias_is_the_toeplitz_matrix_of_its_offsets():
+    bias = RelativePositionBias(max_len=9)
+    with torch.no_grad():
+        bias.bias.copy_(torch.arange(17.0))  # entry m = offset m - 8
+    for length in (1, 5, 9):
+        i = torch.arange(length)
+        want = (i[None, :] - i[:, None] + 8).float()
+        torch.testing.assert_close(bias(length), want, rtol=0, atol=0)
+
+
+def test_mega_initialisation_is_the_releases():
+    """Mega's reset_parameters: projections N(0, 0.02) with zero biases, the query/key scales (gamma)
+    N(0, 0.02), offsets (beta) 0, relative bias N(0, 0.02); EMA: alpha, delta N(0, 0.2), beta
+    N(0, 0.02) + (1, -1, 1, ...), eta (gamma) and omega N(0, 1)."""
+    torch.manual_seed(0)
+    m = MegaMixer(d_model=256, d_hidden=512, qkv_dim=2048, max_len=4096, ema_dim=16)
+
+    def close(t: torch.Tensor, mean: float, std: float) -> bool:
+        n = t.numel()
+        return abs(t.mean().item() - mean) < 5 * std / math.sqrt(n) and abs(t.std().item() / std - 1) < 8 / math.sqrt(n)
+
+    for linear in (m.v_proj, m.mx_proj, m.h_proj):
+        assert close(linear.weight, 0.0, 0.02) and (linear.bias == 0).all()
+    assert close(m.qk_scale, 0.0, 0.02) and (m.qk_offset == 0).all()
+    assert close(m.rel_bias.bias, 0.0, 0.02)
+    assert close(m.ema.alpha, 0.0, 0.2) and close(m.ema.delta, 0.0, 0.2)
+    signs = torch.tensor([1.0, -1.0] * 8)
+    assert close(m.ema.beta - signs, 0.0, 0.02)
+    assert close(m.ema.eta, 0.0, 1.0) and close(m.omega, 0.0, 1.0)
