@@ -13,8 +13,12 @@ import pytest
 import torch
 
 import repro.followup.mega as mega_module
+import repro.original.attention.reformer as reformer_module
 from repro.followup.mega import MegaMixer, RelativePositionBias
 from repro.followup.s5 import S5SSM, TRUNCATED_STD, fft_states, lecun_normal, scan_time_invariant
+from repro.original.attention import load_all
+
+ATTN = load_all()
 
 
 def padded_batch(batch: int, length: int, width: int, lengths: list[int], seed: int = 1):
@@ -114,6 +118,92 @@ def test_s5_initial_b_and_c_have_the_releases_variances(c_init):
         c_power = torch.view_as_complex(c).abs().square().mean().item()
         assert abs(c_power / want_c[c_init] - 1) < 0.04, (c_init, c_power)
     assert abs(ssm.D.std().item() - 1) < 0.15
+
+
+# ------------------------------------------------------------------ Reformer: SDPA on the sorted chunks
+
+
+def reformer(backend: str, dropout: float = 0.0, **params) -> torch.nn.Module:
+    torch.manual_seed(0)
+    module = ATTN.get("reformer")(d_model=16, n_heads=2, max_len=40, dropout=dropout, backend=backend, **params)
+    return module.double()
+
+
+REFORMER_CASES = [
+    {"n_buckets": 4, "n_hashes": 1, "chunk_len": 5},
+    {"n_buckets": 4, "n_hashes": 1, "chunk_len": 40},  # one chunk: the previous chunk is the chunk itself
+    {"n_buckets": 4, "n_hashes": 3, "chunk_len": 5},
+    {"n_buckets": 6, "n_hashes": 2, "chunk_len": 4, "dedup_rounds": False},
+    {"n_buckets": 4, "n_hashes": 2, "chunk_len": 5, "normalize_keys": False},
+    {"n_buckets": 1, "n_hashes": 1, "chunk_len": 8},
+]
+
+
+@pytest.mark.parametrize("params", REFORMER_CASES, ids=lambda p: "-".join(f"{k}={v}" for k, v in p.items()))
+def test_reformer_sdpa_equals_materialized_forward_and_gradients(params):
+    """Training mode (fixed rotations, dropout off): same outputs, input and parameter gradients, with
+    padding, a single real token and a sample with no real token at all."""
+    plain = reformer("materialized", redraw=False, **params).train()
+    fast = reformer("sdpa", redraw=False, **params).train()
+    fast.load_state_dict(plain.state_dict())
+    x, mask = padded_batch(4, 37, 16, lengths=[37, 13, 1, 0])
+    assert_same(outputs_and_grads(fast, x, mask), outputs_and_grads(plain, x, mask))
+
+
+def test_reformer_sdpa_runs_one_fused_call_with_a_broadcast_mask(monkeypatch):
+    """n_hashes=1: one SDPA call over [B H r, nc, c, d'] with a single [c, 2c] mask (nothing per sample)."""
+    calls = []
+
+    def spy(q, k, v, attn_mask=None, **kwargs):
+        calls.append((tuple(q.shape), tuple(k.shape), tuple(attn_mask.shape)))
+        return sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(reformer_module.F, "scaled_dot_product_attention", spy)
+    module = reformer("sdpa", n_buckets=4, n_hashes=1, chunk_len=5).eval()
+    x, mask = padded_batch(3, 37, 16, lengths=[37, 20, 5])
+    module(x, mask)
+    assert calls == [((3 * 2, 8, 5, 16), (3 * 2, 8, 10, 16), (5, 10))]  # head dim 8 + 1 folded, padded to 16
+
+
+def test_reformer_backend_choice():
+    module = reformer("auto", n_buckets=4)
+    assert module.resolved_backend(torch.device("cpu")) == "materialized"
+    assert module.resolved_backend(torch.device("cuda")) == "sdpa"
+    message = r"unknown reformer backend 'flash'; choose from \('auto', 'materialized', 'sdpa'\)"
+    with pytest.raises(ValueError, match=message):
+        reformer("flash")
+
+
+@pytest.mark.parametrize("backend", ["materialized", "sdpa"])
+def test_reformer_attention_dropout_is_lra_dropout_in_distribution(backend):
+    """Both backends drop entries of the normalised probabilities P and scale by 1/(1-p), no
+    renormalisation: per output, mean sum_j P_ij v_j and variance p/(1-p) sum_j P_ij^2 v_j^2.
+    Checked on 20,000 copies of one sorted batch (independent draws) against those formulas."""
+    p, copies = 0.25, 20_000
+    module = reformer(backend, dropout=p, n_buckets=4, n_hashes=1, chunk_len=4, redraw=False).train()
+    x, mask = padded_batch(1, 8, 16, lengths=[7])
+    q, _, v = module.project_qkv(x)
+    chunks = module._sorted_chunks(q.detach(), v.detach(), mask)
+    module.eval()
+    _, lse = module._chunk_attention_materialized(chunks)  # no dropout: the exact probabilities
+    window_k, window_v = reformer_module._with_previous(chunks.k), reformer_module._with_previous(chunks.v)
+    logits = chunks.q @ window_k.transpose(-1, -2)  # normalised keys: scale 1
+    logits = logits.masked_fill(chunks.pos.unsqueeze(-1) == reformer_module._with_previous(chunks.pos).unsqueeze(-2),
+                                -5e4)
+    probs = torch.exp(logits.masked_fill(~reformer_module._window_mask(chunks.mask).unsqueeze(-2), -1e30)
+                      - lse.unsqueeze(-1))
+    mean = probs @ window_v
+    variance = p / (1 - p) * (probs.square() @ window_v.square())
+    module.train()
+    many = reformer_module.SortedChunks(*(t.expand(copies, *t.shape[1:]) for t in chunks))
+    draws = getattr(module, f"_chunk_attention_{backend}")(many)[0]
+    draws = draws.reshape(copies, *mean.shape[1:])
+    real = chunks.mask[0].unsqueeze(-1).expand_as(mean[0])  # outputs of real queries
+    standard_error = (variance[0] / copies).sqrt()
+    assert ((draws.mean(0) - mean[0]).abs() <= 5 * standard_error + 1e-12)[real].all()
+    ratio = draws.var(0)[real] / variance[0][real]
+    assert (ratio - 1).abs().max() < 0.1, ratio
 
 
 # ------------------------------------------------------------------ MEGA: fused attention, initialisation
