@@ -195,7 +195,7 @@ class MegaMixer(nn.Module):
         z, gamma = torch.split(F.silu(zr), [self.qkv_dim, self.d_hidden], dim=-1)
         q = z * self.qk_scale[0] + self.qk_offset[0]
         k = z * self.qk_scale[1] + self.qk_offset[1]
-        o = self.attention(q, k, v, mask)  # SDPA scales by 1/sqrt(qkv_dim)
+        o = self.attention(q, k, v, mask)  # scores scaled by 1/sqrt(qkv_dim)
         h = self.hidden_drop(F.silu(hx + self.h_proj(gamma * o)))
         return phi * (h - x.to(h.dtype))
 
