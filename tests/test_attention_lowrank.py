@@ -227,6 +227,8 @@ PADDING_CASES = [
     ("linformer", {"share_kv": False, "k": 8}),
     ("reformer", {"n_buckets": 4, "n_hashes": 1, "chunk_len": 3}),
     ("reformer", {"n_buckets": 4, "n_hashes": 3, "chunk_len": 4}),
+    ("reformer", {"n_buckets": 4, "n_hashes": 1, "chunk_len": 3, "backend": "sdpa"}),
+    ("reformer", {"n_buckets": 4, "n_hashes": 3, "chunk_len": 4, "backend": "sdpa"}),
     ("sinkhorn", {"block_size": 4}),
     ("sinkhorn", {"block_size": 4, "combine": "sum", "sort_activation": "softmax"}),
     ("synthesizer", {"variant": "dense"}),
