@@ -22,11 +22,13 @@ primitives: ``pathfinder_release_draw``. One image:
    all fail: the seed tail is a random pixel that stays free when the mask (with a 1-pixel
    border) is dilated by the seed dash's own shape (3 seed headings tried; none when under 1%
    of the image is free), then extensions as above.
-4. markers: discs of ``marker_radius`` at twice the size, downsampled, at the first seed
-   tail of one target and the last head of the same target (positive) or of the other
-   (negative), combined with the image by maximum; no rule keeps them apart.
+4. markers: discs of ``marker_radius`` at twice the size, downsampled (peak scaled to
+   ``marker_peak``), at the first seed tail of one target and the last head of the same target
+   (positive) or of the other (negative), combined with the image by maximum; no rule keeps
+   them apart.
 5. target dashes at ``paddle_contrast * snake_contrast``, distractors at ``snake_contrast``;
-   the image is min-max scaled to 0-255 with a half-unit offset and floored.
+   the image is min-max scaled to 0-255 and truncated (``rounding``; the published
+   generator's PNG writer added half a unit before flooring).
 
 Fidelity. The 2019 generator resized with 8-bit Lanczos; this render keeps the float
 filter's overshoot, as the official 64x64 and 128x128 images show. Three choices the published
@@ -56,8 +58,8 @@ RENDER_VERSION = 1  # bump when the images a seed gives change; part of cache ke
 # num_distractors = budget // distractor_length. 32 and 64: LRA's documented 20 and 22.
 # 128: LRA documents 35 (8 hard distractors), but the official 128x128 images hold about twice
 # as many contours (8-connected components at >= 64: official 76-96, mean 87; with 17 hard
-# distractors the 5th-95th percentiles of 400 images are 76-94, with 8 they are 54-60), so the
-# default is 70 (17 hard distractors), chosen by those statistics.
+# distractors the 5th-95th percentiles of 400 generated images are 76-95, mean 86; with 8, of 60
+# images, 54-60), so the default is 70 (17 hard distractors), chosen by those statistics.
 DISTRACTOR_BUDGET = {32: 20, 64: 22, 128: 70}
 
 # LRA's settings per resolution (lra_benchmarks/data/pathfinder.py docstrings; generator defaults
