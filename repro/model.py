@@ -3,9 +3,10 @@
 A backbone is a list of token mixers ``mixer(x [B,L,D], mask [B,L]) -> [B,L,D]``;
 each is wrapped in the same residual sublayer (pre- or post-norm). Backbones
 register by name in ``BACKBONES`` (``module:function`` entries imported on first
-use, so importing this module builds nothing). A builder gets the model config
-plus ``max_len``, the length of the states the mixers see (the task's length,
-plus one with ``cls_token``).
+use, so importing this module builds nothing). A builder is called as
+``builder(cfg, max_len=...)``: the model config, and the length of the states the
+mixers see (the task's length, plus one with ``cls_token``), which comes from the
+data, never from the model config.
 
 A mixer may report facts for the run record through a ``record_info()`` method
 (name -> values, e.g. the convolution implementations that ran);
@@ -163,7 +164,10 @@ class Encoder(nn.Module):
                                cfg.get("token_encoding", "embedding"))
         self.embed_drop = nn.Dropout(cfg.get("dropout", 0.0))
         prenorm = cfg.get("prenorm", True)
-        mixers = get_backbone(cfg["backbone"])({**cfg, "max_len": seq_len})
+        if "max_len" in cfg:
+            raise ValueError(f"model.max_len={cfg['max_len']}: the sequence length comes from the task; "
+                             "remove it from the model config and set task.max_len")
+        mixers = get_backbone(cfg["backbone"])(cfg, max_len=seq_len)
         self.sublayers = nn.ModuleList(ResidualSublayer(m, d_model, prenorm, cfg.get("dropout", 0.0), norm)
                                        for m in mixers)
         self.final_norm = make_norm(norm, d_model) if prenorm else nn.Identity()

@@ -71,8 +71,10 @@ class BoundedConvMixer(nn.Module):
         return 2 * batch * length * c_out * c_in_per_group * k
 
 
-def build_conv_layers(cfg: dict) -> list[nn.Module]:
-    """``depth`` bounded-conv mixers, one residual sublayer each (the follow-up study, Table 7)."""
+def build_conv_layers(cfg: dict, max_len: int) -> list[nn.Module]:
+    """``depth`` bounded-conv mixers, one residual sublayer each (the follow-up study, Table 7).
+
+    ``max_len`` is unused: no parameter of the layer depends on the sequence length."""
     return [
         BoundedConvMixer(
             d_model=cfg["d_model"],

@@ -182,7 +182,7 @@ class S5Mixer(nn.Module):
         return (g if self.activation == "half_glu1" else y.to(gate.dtype)) * gate
 
 
-def build_s5_layers(cfg: dict) -> list[nn.Module]:
+def build_s5_layers(cfg: dict, max_len: int) -> list[nn.Module]:
     """``depth`` S5 layers (S5 paper Table 11 settings, seed 003 A.2 exceptions in the arm)."""
     # techniques: see the techniques config group
     return [
