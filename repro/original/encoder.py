@@ -40,9 +40,7 @@ import inspect
 import torch
 from torch import nn
 
-from .attention import load_all
-from .attention._common import QKVOut
-from .attention._lowrank_common import HeadedMixer
+from .attention import HeadedMixer, QKVOut, load_all
 
 ACTIVATIONS = {
     "gelu_tanh": lambda: nn.GELU(approximate="tanh"),  # jax.nn.gelu's default, LRA's MlpBlock
