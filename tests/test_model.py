@@ -317,3 +317,22 @@ def test_intensity_encoding_stays_float32_under_bf16_autocast():
     model = SequenceClassifier({**CONV_CFG, "token_encoding": "intensity"}, vocab_size=256, max_len=64, num_classes=2, pad_id=None, two_tower=False)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert model.encoder.embed(torch.randint(0, 256, (2, 10))).dtype == torch.float32
+
+
+def test_a_retired_conv_impl_is_refused_naming_the_valid_ones():
+    with pytest.raises(ValueError) as info:
+        BoundedConvMixer(4, 4, kernel_size=3, impl="conv2d_bf16")
+    assert str(info.value) == ("model.conv_impl='conv2d_bf16': choose one of auto, tf32, bf16, fft, toeplitz, "
+                               "bf16_flip_tf32w, bf16_flip_mmw")
+
+
+def test_every_backbone_builder_takes_max_len_and_the_model_config_may_not():
+    import inspect
+
+    from repro.model import _BACKBONE_ENTRIES, get_backbone
+
+    for name in _BACKBONE_ENTRIES:
+        assert "max_len" in inspect.signature(get_backbone(name)).parameters, name
+    with pytest.raises(ValueError, match=r"^model.max_len=64: the sequence length comes from the task; remove it from "
+                                         r"the model config and set task.max_len$"):
+        SequenceClassifier({**CONV_CFG, "max_len": 64}, vocab_size=16, max_len=64, num_classes=2, pad_id=0, two_tower=False)
