@@ -39,8 +39,9 @@ def test_missing_configs_exit_2_naming_the_fix(tmp_path, capsys):
         config_dir("lra-run", "config", conf=tmp_path)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert err == (f"lra-run: no config.yaml under {tmp_path}: the Hydra configs live in the checkout's experiments/conf, "
-                   "so install the checkout editable (pip install -e <checkout>) or run the experiments/ script from it\n")
+    assert err == (f"lra-run: no config.yaml under {tmp_path}: the Hydra configs live in the checkout's "
+                   "experiments/conf, so install the checkout editable (pip install -e <checkout>) or run the "
+                   "experiments/ script from it\n")
     assert config_dir("lra-run", "config") == str(ROOT / "experiments" / "conf")
 
 
