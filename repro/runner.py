@@ -23,9 +23,8 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from . import distributed, records
-from .followup.conv import resolved_impls
 from .followup.techniques import build_train_augment
-from .model import build_model
+from .model import build_model, collect_record_info
 from .tasks import DataMissing, Split, TaskData, get_task_builder
 from .train import NonFiniteLoss, RunInterrupted, TrainSettings, previous_path, seed_everything, train
 
@@ -324,7 +323,7 @@ def execute(cfg: DictConfig) -> int:
         "parameters": n_params,
         "techniques": {**run["techniques"], "built": augment.describe() if augment else None},
         **result["metrics"],
-        "conv_impls": resolved_impls(model),
+        **collect_record_info(model),  # e.g. conv_impls: the convolution implementations that ran
         "versions": records.versions(),
         "git_commit": records.git_commit(),
         "data": task.info,

@@ -328,7 +328,7 @@ def test_mega_mixer_equals_the_written_out_layer_and_chunks_attend_within_themse
         want = torch.softmax(q[:, sl] @ k[:, sl].transpose(1, 2) / 2.0 + bias, -1) @ v[:, sl]
         torch.testing.assert_close(got[:, sl], want)
     with pytest.raises(ValueError, match="restricts MEGA to softmax"):
-        build_mega_layers({"attention": "laplace", "depth": 1})
+        build_mega_layers({"attention": "laplace", "depth": 1}, max_len=8)
 
 
 # ------------------------------------------------------------------ shapes and padding, every layer

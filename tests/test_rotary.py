@@ -92,9 +92,9 @@ def test_backbone_layout_and_summed_position_variants():
                                     num_classes=3, pad_id=0, two_tower=False)
         assert summed.encoder.sublayers[0].mixer.rotary is None and summed.encoder.embed.positional == positional
     with pytest.raises(ValueError, match="choose one positional"):
-        build_rotary_transformer_layers({**small_cfg(positional="learned"), "max_len": 64})
+        build_rotary_transformer_layers(small_cfg(positional="learned"), max_len=64)
     with pytest.raises(ValueError, match="no dropout"):
-        build_rotary_transformer_layers({**small_cfg(dropout=0.1), "max_len": 64})
+        build_rotary_transformer_layers(small_cfg(dropout=0.1), max_len=64)
 
 
 def test_attention_matches_an_explicit_softmax_reference():

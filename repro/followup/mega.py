@@ -224,7 +224,7 @@ class MegaFeedForward(nn.Module):
         return self.fc2(self.drop(F.silu(self.fc1(x))))
 
 
-def build_mega_layers(cfg: dict) -> list[nn.Module]:
+def build_mega_layers(cfg: dict, max_len: int) -> list[nn.Module]:
     """``depth`` Mega blocks: gated-attention sublayer then FFN sublayer, each in the shared residual block."""
     # techniques: see the techniques config group
     if cfg.get("attention", "softmax") != "softmax":
@@ -236,7 +236,7 @@ def build_mega_layers(cfg: dict) -> list[nn.Module]:
             d_model=cfg["d_model"],
             d_hidden=cfg["d_hidden"],
             qkv_dim=cfg["qkv_dim"],
-            max_len=cfg["max_len"],
+            max_len=max_len,
             ema_dim=cfg.get("ema_dim", 16),
             bidirectional=cfg.get("bidirectional", True),
             ema_truncation=cfg.get("ema_truncation"),

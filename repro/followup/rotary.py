@@ -85,7 +85,7 @@ class RotarySelfAttention(AttentionMixer):
         return super().extra_repr() + f", rotary={self.rotary is not None}, disable_half={self.disable_half}"
 
 
-def build_rotary_transformer_layers(cfg: dict) -> list[nn.Module]:
+def build_rotary_transformer_layers(cfg: dict, max_len: int) -> list[nn.Module]:
     """[attention, feed-forward] per layer, ``cfg['depth']`` layers (seed 003 Table 5)."""
     if cfg.get("dropout", 0.0):
         raise ValueError(f"model.dropout={cfg['dropout']}: the follow-up Transformer has no dropout (Table 5); set it to 0")
@@ -98,7 +98,7 @@ def build_rotary_transformer_layers(cfg: dict) -> list[nn.Module]:
                          "scheme (rotary, or rotary=false with summed learned/sinusoidal positions)")
     layers: list[nn.Module] = []
     for _ in range(int(cfg["depth"])):
-        layers.append(RotarySelfAttention(d_model, n_heads, int(cfg["max_len"]), rotary=rotary,
+        layers.append(RotarySelfAttention(d_model, n_heads, max_len, rotary=rotary,
                                           base=float(cfg.get("rotary_base", 10000.0)),
                                           disable_half=bool(cfg.get("rotary_disable_half", False))))
         layers.append(FeedForward(d_model, int(cfg["d_ff"]), cfg.get("activation", "relu")))

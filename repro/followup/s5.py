@@ -58,7 +58,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .conv import _fft_size
+from ..ops.fft import fft_size
 
 C_INITS = ("trunc_standard_normal", "lecun_normal", "complex_normal")
 ACTIVATIONS = ("gelu", "half_glu1", "half_glu2", "full_glu")
@@ -129,7 +129,7 @@ def fft_states(log_lam_bar: torch.Tensor, bu: torch.Tensor, bidirectional: bool)
     or -l (anti-causal); a circular size n >= 2L - 1 wraps nothing onto outputs 0..L-1.
     """
     length = bu.shape[1]
-    n = _fft_size(2 * length - 1)
+    n = fft_size(2 * length - 1)
     steps = torch.arange(length, device=bu.device, dtype=log_lam_bar.real.dtype)
     causal = torch.zeros(n, log_lam_bar.shape[0], dtype=bu.dtype, device=bu.device)
     causal[:length] = torch.exp(steps[:, None] * log_lam_bar)  # [n, P]: Lambda_bar^l at index l
@@ -254,7 +254,7 @@ class S5Mixer(nn.Module):
         return (g if self.activation == "half_glu1" else y.to(gate.dtype)) * gate
 
 
-def build_s5_layers(cfg: dict) -> list[nn.Module]:
+def build_s5_layers(cfg: dict, max_len: int) -> list[nn.Module]:
     """``depth`` S5 layers (S5 paper Table 11 settings, seed 003 A.2 exceptions in the arm)."""
     # techniques: see the techniques config group
     return [
