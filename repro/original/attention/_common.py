@@ -34,6 +34,11 @@ from ._flex import flex_pattern_attention
 # tensor broadcastable to the score shape [B, H, NQ, BQ, K], True = may attend.
 Segment = tuple[Tensor, Tensor, Sequence[Tensor]]
 
+# A masked key's additive logit where a fused kernel takes a float bias: exp underflows to
+# exactly 0 in float32 and float64 while every value stays finite in bfloat16 (finfo.min would
+# overflow to -inf once a kernel scales it by log2(e), and a row of -inf gives NaN).
+MASKED_LOGIT = -1.0e5
+
 
 # --------------------------------------------------------------------------- helpers
 
