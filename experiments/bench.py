@@ -8,9 +8,11 @@ row marked OOM, never a crash. Settings: experiments/conf/bench.yaml, e.g.
 
     python experiments/bench.py models=[lra_transformer,locality_k61] lengths=[1024,4096] mode=train
     python experiments/bench.py depth=1 batch=8 mode=train lengths=[1024,2048,4096]
+    python experiments/bench.py attention_dropout=0 mode=train lengths=[4096]   # every arm without it
 
-Writes ``<out_dir>/<date>_<device>_<mode>/`` with bench.json, bench.csv, table.md and
-figure.png. Exits 1 (after writing) when a row failed with an error other than OOM.
+Writes ``<out_dir>/<date>_<device>_<mode>/`` (``..._attention-dropout-0`` with attention_dropout=0)
+with bench.json, bench.csv, table.md and figure.png. Exits 1 (after writing) when a row failed with an error
+other than OOM.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from repro.bench import report  # noqa: E402
 from repro.bench.matrix import Settings, modes_for, run_matrix  # noqa: E402
-from repro.bench.models import plan  # noqa: E402
+from repro.bench.models import attention_dropout_setting, plan  # noqa: E402
 from repro.bench.timing import matmul_peak_tflops  # noqa: E402
 from repro.records import git_commit  # noqa: E402
 from repro.runner import pick_device  # noqa: E402
@@ -51,7 +53,9 @@ def setup(cfg: DictConfig) -> tuple[list, list[str], Settings]:
     """The rows to measure, the lines of skipped rows and the settings; bad keys raise with their name."""
     device = pick_device(str(cfg.device))
     variants = OmegaConf.to_container(cfg.variants, resolve=True) or {}
-    specs, skipped = plan(as_list(cfg.models, "models"), variants, task=str(cfg.task), depth=cfg.depth)
+    dropout = attention_dropout_setting(cfg.attention_dropout)
+    specs, skipped = plan(as_list(cfg.models, "models"), variants, task=str(cfg.task), depth=cfg.depth,
+                          attention_dropout=dropout)
     settings = Settings(
         lengths=[int(n) for n in as_list(cfg.lengths, "lengths")], batch=int(cfg.batch), modes=modes_for(str(cfg.mode)),
         dtype=str(cfg.dtype), warmup=int(cfg.warmup), reps=int(cfg.reps),
@@ -95,12 +99,13 @@ def main(cfg: DictConfig) -> None:
         "dtype": settings.dtype,
         "autocast": str(settings.autocast_dtype).replace("torch.", "") if settings.autocast_dtype else "none",
         "tf32": device.type == "cuda",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),  # noqa: UP017 (3.10: no .UTC)
         "batch": settings.batch,
         "lengths": settings.lengths,
         "mode": str(cfg.mode),
         "modes": settings.modes,
         "depth": cfg.depth,
+        "attention_dropout": report.dropout_label(attention_dropout_setting(cfg.attention_dropout)),
         "task": str(cfg.task),
         "warmup": settings.warmup,
         "reps": settings.reps,
@@ -116,7 +121,8 @@ def main(cfg: DictConfig) -> None:
     }
     notes = {s.name: s.note for s in specs if s.note}
     pairs = {s.name: s.compare_with for s in specs if s.compare_with}
-    accuracies = report.read_accuracies(Path(cfg.accuracy_dir), [s.name for s in specs if s.kind == "arm"], str(cfg.task))
+    arms = [s.name for s in specs if s.kind == "arm"]
+    accuracies = report.read_accuracies(Path(cfg.accuracy_dir), arms, str(cfg.task))
     where = report.write_bundle(Path(cfg.out_dir), meta, rows, notes, skipped, accuracies, pairs)
     failed = [r for r in rows if r["status"].startswith("error")]
     oom = sum(r["status"] == "OOM" for r in rows)
