@@ -15,7 +15,9 @@ sequence into query blocks and, for each block, gather the key/value blocks its 
 needs (``gather_blocks``), then run ``segment_attention``: one softmax over the
 concatenation of a few key "segments" (gathered neighbour blocks, a set of keys shared by
 every query block, ...), each with its own boolean mask. Memory is linear in ``L`` times
-the number of keys a query block sees.
+the number of keys a query block sees. On CUDA, BigBird, Longformer and Sparse run through
+``flex_attention`` instead (``backend="auto"``; ``FlexPatternMixin`` and ``_flex.py``: a
+cached block mask, LRA's attention dropout exact); ``backend="blockwise"`` keeps this path.
 """
 from __future__ import annotations
 
