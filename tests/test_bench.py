@@ -371,3 +371,18 @@ def test_a_peer_whose_import_fails_is_skipped_with_the_reason(monkeypatch):
     assert specs == []
     assert skipped == ["peer_linformer: peer package 'linformer' does not import (ImportError: No module named "
                        "'axial_positional_embedding'); skipped"]
+
+
+def test_fast_paths_are_counted_on_their_plain_path():
+    """flex_attention does not run under FlopCounterMode: the count takes the blockwise path, the
+    same products as before the fast path existed, and leaves the model's backend as it was."""
+    from repro.bench.flops import counted_forward_flops
+
+    run = resolve_arm("lra_bigbird")
+    counts = []
+    for backend in ("flex", "blockwise"):
+        model_cfg = tiny(apply_model_changes(run["model"], {"attention_params": {"backend": backend}}))
+        model = build(BenchModel("x", "lra_bigbird", "arm", model_cfg, run["train"]), 40, torch.device("cpu"))
+        counts.append(counted_forward_flops(model, torch.randint(1, 257, (2, 40))))
+        assert {m.backend for m in model.modules() if hasattr(m, "use_flex")} == {backend}
+    assert counts[0] == counts[1] > 0

@@ -287,6 +287,8 @@ class FlexPatternMixin:
     slower than blockwise (no tensor cores).
     """
 
+    PLAIN_PATH = ("backend", "blockwise")  # what FLOP counting runs (repro/bench/flops.py)
+
     def flex_mask_mod(self, device):  # pragma: no cover - abstract
         raise NotImplementedError
 

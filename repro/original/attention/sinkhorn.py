@@ -75,6 +75,8 @@ def sinkhorn_log(log_alpha: torch.Tensor, n_iters: int) -> torch.Tensor:
 
 @ATTENTION.register("sinkhorn")
 class SinkhornAttention(HeadedMixer):
+    PLAIN_PATH = ("backend", "materialized")  # what FLOP counting runs (repro/bench/flops.py)
+
     def __init__(
         self,
         d_model: int,

@@ -60,6 +60,8 @@ BACKENDS = ("auto", "sdpa", "materialized")
 
 @ATTENTION.register("synthesizer")
 class SynthesizerAttention(HeadedMixer):
+    PLAIN_PATH = ("backend", "materialized")  # what FLOP counting runs (repro/bench/flops.py)
+
     def __init__(
         self,
         d_model: int,
