@@ -23,7 +23,9 @@ same weights on both paths.
    peak memory of each.
 
 Prints one compact table; exits 1 when a check fails (a plain path out of memory is reported,
-not a failure). ``--device cpu --lengths 64 --check-length 64`` runs the logic on CPU.
+not a failure); rows are printed as they finish. The first call of each flex_attention shape
+compiles (tens of seconds each, untimed); ``--no-timing`` / ``--no-checks`` split the run in two
+commands. ``--device cpu --lengths 64 --check-length 64`` runs the logic on CPU.
 """
 from __future__ import annotations
 
@@ -264,14 +266,13 @@ def time_path(name: str, length: int, kind: str, args, device) -> tuple[float | 
         return None, None, status
 
 
-def timing_rows(name: str, args, device) -> list[dict]:
-    rows = []
+def timing_rows(name: str, args, device):
+    """One row per length, as it is measured."""
     for length in args.lengths:
         plain = time_path(name, length, "plain", args, device)
         fast = time_path(name, length, "fast", args, device)
         ok = fast[2] == "ok"  # the plain path may run out of memory; the fast one must not fail
-        rows.append({"path": name, "length": length, "plain": plain, "fast": fast, "ok": ok})
-    return rows
+        yield {"path": name, "length": length, "plain": plain, "fast": fast, "ok": ok}
 
 
 # --------------------------------------------------------------------------- report
@@ -281,38 +282,32 @@ def fmt(value, digits: str = ".2e") -> str:
     return "" if value is None else format(value, digits)
 
 
-def print_checks(rows: list[dict], args) -> None:
-    print(f"\nchecks (pass: error <= {args.fwd_tol:g} forward, <= {args.grad_tol:g} gradients, "
-          "or <= 2x the plain path's own bf16 error)")
-    header = (f"{'path':28} {'check':13} {'out':>9} {'d input':>9} {'d params':>9} {'plain bf16 (out/dx/dw)':>28}"
-              "  result")
-    print(header)
-    print("-" * len(header))
-    for r in rows:
-        errors = r["errors"] or [None] * 3
-        base = "/".join(fmt(b) for b in r["base"]) if r["base"] else ""
-        result = ("ok" if r["ok"] else "FAIL") + (f" ({r['note']})" if r["note"] else "")
-        print(f"{r['path']:28} {r['check']:13} {fmt(errors[0]):>9} {fmt(errors[1]):>9} {fmt(errors[2]):>9} "
-              f"{base:>28}  {result}")
+CHECK_HEADER = (f"{'path':28} {'check':13} {'out':>9} {'d input':>9} {'d params':>9} {'plain bf16 (out/dx/dw)':>28}"
+                "  result")
+TIMING_HEADER = (f"{'path':28} {'L':>6} {'plain ms':>10} {'fast ms':>10} {'speedup':>8} {'plain GB':>9} {'fast GB':>9}"
+                 "  result")
 
 
-def print_timings(rows: list[dict], args) -> None:
-    lra = args.attention_dropout == "lra"
-    dropout = "the arm's attention dropout" if lra else f"attention dropout {args.attention_dropout}"
-    print(f"\ntiming: forward + backward of one layer, training, {dropout}, bf16, batch {args.batch}, median of "
-          f"{args.reps} (ms); peak GB")
-    header = (f"{'path':28} {'L':>6} {'plain ms':>10} {'fast ms':>10} {'speedup':>8} {'plain GB':>9} {'fast GB':>9}"
-              "  result")
-    print(header)
-    print("-" * len(header))
-    for r in rows:
-        (pm, pg, ps), (fm, fg, fs) = r["plain"], r["fast"]
-        speedup = f"{pm / fm:.2f}x" if pm and fm else ""
-        result = "ok" if r["ok"] else f"FAIL ({fs})"
-        if ps != "ok":
-            result += f"; plain: {ps}"
-        print(f"{r['path']:28} {r['length']:>6} {fmt(pm, '.2f'):>10} {fmt(fm, '.2f'):>10} {speedup:>8} "
-              f"{fmt(pg, '.2f'):>9} {fmt(fg, '.2f'):>9}  {result}")
+def check_line(r: dict) -> str:
+    errors = r["errors"] or [None] * 3
+    base = "/".join(fmt(b) for b in r["base"]) if r["base"] else ""
+    result = ("ok" if r["ok"] else "FAIL") + (f" ({r['note']})" if r["note"] else "")
+    return (f"{r['path']:28} {r['check']:13} {fmt(errors[0]):>9} {fmt(errors[1]):>9} {fmt(errors[2]):>9} "
+            f"{base:>28}  {result}")
+
+
+def timing_line(r: dict) -> str:
+    (pm, pg, ps), (fm, fg, fs) = r["plain"], r["fast"]
+    speedup = f"{pm / fm:.2f}x" if pm and fm else ""
+    result = "ok" if r["ok"] else f"FAIL ({fs})"
+    if ps != "ok":
+        result += f"; plain: {ps}"
+    return (f"{r['path']:28} {r['length']:>6} {fmt(pm, '.2f'):>10} {fmt(fm, '.2f'):>10} {speedup:>8} "
+            f"{fmt(pg, '.2f'):>9} {fmt(fg, '.2f'):>9}  {result}")
+
+
+def heading(title: str, header: str) -> None:
+    print(f"\n{title}\n{header}\n{'-' * len(header)}", flush=True)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -328,6 +323,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--no-timing", action="store_true")
+    parser.add_argument("--no-checks", action="store_true", help="timing only")
     parser.add_argument("--device", default="cuda")
     return parser.parse_args(argv)
 
@@ -350,22 +346,28 @@ def main(argv: list[str] | None = None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = False  # float32 references in float32
     torch.backends.cudnn.allow_tf32 = False
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(f"device {name}, torch {torch.__version__}, paths: {', '.join(args.paths)}")
-    checks = []
-    for path in args.paths:
-        checks.append(attempt(lambda p=path: check_bf16(p, args, device), path, "bf16 vs fp32"))
-        if PATHS[path].flex:
-            checks.append(attempt(lambda p=path: check_dropout(p, args, device), path, "dropout"))
-        checks.append(attempt(lambda p=path: check_auto(p, args, device), path, "auto = fast"))
-        free_memory(device)
-    print_checks(checks, args)
-    timings = []
+    print(f"device {name}, torch {torch.__version__}, paths: {', '.join(args.paths)}", flush=True)
+    checks, timings = [], []
+    if not args.no_checks:
+        heading(f"checks (pass: error <= {args.fwd_tol:g} forward, <= {args.grad_tol:g} gradients, or <= 2x the "
+                "plain path's own bf16 error)", CHECK_HEADER)
+        for path in args.paths:
+            todo = [(check_bf16, "bf16 vs fp32")] + ([(check_dropout, "dropout")] if PATHS[path].flex else [])
+            for check, label in todo + [(check_auto, "auto = fast")]:
+                checks.append(attempt(lambda c=check, p=path: c(p, args, device), path, label))
+                print(check_line(checks[-1]), flush=True)
+            free_memory(device)
     if not args.no_timing:
         torch.backends.cuda.matmul.allow_tf32 = True  # as the training runs
         torch.backends.cudnn.allow_tf32 = True
+        lra = args.attention_dropout == "lra"
+        dropout = "the arm's attention dropout" if lra else f"attention dropout {args.attention_dropout}"
+        heading(f"timing: forward + backward of one layer, training, {dropout}, bf16, batch {args.batch}, "
+                f"median of {args.reps} (ms); peak GB", TIMING_HEADER)
         for path in (p for p in args.paths if PATHS[p].timed):
-            timings += timing_rows(path, args, device)
-        print_timings(timings, args)
+            for row in timing_rows(path, args, device):
+                timings.append(row)
+                print(timing_line(row), flush=True)
     failed = [r for r in checks + timings if not r["ok"]]
     print(f"\n{len(failed)} failed of {len(checks)} checks and {len(timings)} timings")
     return 1 if failed else 0
