@@ -123,6 +123,51 @@ def test_outputs_unchanged_by_appended_padding(variant):
     torch.testing.assert_close(model(padded), model(ids), rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("disable_half", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fused_rotation_equals_the_library_path_forward_and_gradients(disable_half, dtype):
+    torch.manual_seed(0)
+    library = RotarySelfAttention(64, 4, 300, disable_half=disable_half, impl="library").to(dtype)
+    fused = RotarySelfAttention(64, 4, 300, disable_half=disable_half, impl="fused").to(dtype)
+    fused.load_state_dict(library.state_dict())
+    x = torch.randn(3, 257, 64, dtype=dtype)
+    mask = torch.arange(257)[None, :] < torch.tensor([257, 100, 0])[:, None]
+    for a, b in zip(library.project(x), fused.project(x), strict=True):  # q, k, v
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-12)
+    results = []
+    for mixer in (library, fused):
+        xg = x.clone().requires_grad_(True)
+        y = mixer(xg, mask)
+        (y.square().sum() + y.sum()).backward()
+        results.append([y.detach(), xg.grad] + [p.grad for p in mixer.proj.parameters()])
+        mixer.zero_grad(set_to_none=True)
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-12 if dtype == torch.float64 else 1e-6)
+
+
+def test_fused_rotation_tables_follow_the_frequencies():
+    mixer = RotarySelfAttention(32, 2, 64, impl="fused").double()
+    x = torch.randn(2, 40, 32, dtype=torch.float64)
+    before = mixer.project(x)[0]
+    with torch.no_grad():
+        mixer.rotary.freqs[4:] = 0.0  # a change in place: the cached cos/sin must not be reused
+        mixer.rotary.cached_freqs_seq_len = 0  # (the library's own cache of angles)
+    after = mixer.project(x)[0]
+    library = RotarySelfAttention(32, 2, 64, impl="library").double()
+    library.load_state_dict(mixer.state_dict())
+    torch.testing.assert_close(after, library.project(x)[0], rtol=0, atol=1e-12)
+    assert (after - before).abs().max() > 1e-3
+
+
+def test_rotary_impl_is_checked_and_passed_by_the_builder():
+    with pytest.raises(ValueError, match="model.rotary_impl='fast': choose one of auto, fused, library"):
+        RotarySelfAttention(32, 2, 64, impl="fast")
+    layers = build_rotary_transformer_layers({**small_cfg(rotary_impl="library"), "max_len": 64})
+    assert layers[0].impl == "library"
+    auto = build_rotary_transformer_layers({**small_cfg(), "max_len": 64})[0]
+    assert auto.impl == "auto" and not auto.fused(torch.zeros(1))  # auto: fused on CUDA only
+
+
 def test_head_width_must_allow_a_rotary_table():
     with pytest.raises(ValueError, match="divisible by 4"):
         RotarySelfAttention(12, 2, 10)

@@ -8,9 +8,11 @@ row marked OOM, never a crash. Settings: experiments/conf/bench.yaml, e.g.
 
     lra-bench models=[lra_transformer,locality_k61] lengths=[1024,4096] mode=train
     lra-bench depth=1 batch=8 mode=train lengths=[1024,2048,4096]
+    lra-bench attention_dropout=0 mode=train lengths=[4096]   # every arm without attention dropout
 
-Writes ``<out_dir>/<date>_<device>_<mode>/`` with bench.json, bench.csv, table.md and
-figure.png. Exits 1 (after writing) when a row failed with an error other than OOM.
+Writes ``<out_dir>/<date>_<device>_<mode>/`` (``..._attention-dropout-0`` with attention_dropout=0)
+with bench.json, bench.csv, table.md and figure.png. Exits 1 (after writing) when a row failed with an
+error other than OOM.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ..bench import report
 from ..bench.matrix import Settings, modes_for, run_matrix
-from ..bench.models import plan
+from ..bench.models import attention_dropout_setting, plan
 from ..bench.timing import matmul_peak_tflops
 from ..records import git_commit
 from ..runner import pick_device
@@ -50,7 +52,9 @@ def setup(cfg: DictConfig) -> tuple[list, list[str], Settings]:
     """The rows to measure, the lines of skipped rows and the settings; bad keys raise with their name."""
     device = pick_device(str(cfg.device))
     variants = OmegaConf.to_container(cfg.variants, resolve=True) or {}
-    specs, skipped = plan(as_list(cfg.models, "models"), variants, task=str(cfg.task), depth=cfg.depth)
+    dropout = attention_dropout_setting(cfg.attention_dropout)
+    specs, skipped = plan(as_list(cfg.models, "models"), variants, task=str(cfg.task), depth=cfg.depth,
+                          attention_dropout=dropout)
     settings = Settings(
         lengths=[int(n) for n in as_list(cfg.lengths, "lengths")], batch=int(cfg.batch), modes=modes_for(str(cfg.mode)),
         dtype=str(cfg.dtype), warmup=int(cfg.warmup), reps=int(cfg.reps),
@@ -100,6 +104,7 @@ def bench_app(cfg: DictConfig) -> None:
         "mode": str(cfg.mode),
         "modes": settings.modes,
         "depth": cfg.depth,
+        "attention_dropout": report.dropout_label(attention_dropout_setting(cfg.attention_dropout)),
         "task": str(cfg.task),
         "warmup": settings.warmup,
         "reps": settings.reps,
