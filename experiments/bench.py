@@ -1,132 +1,18 @@
 """Speed and memory of every arm in the LRA text configuration: ``python experiments/bench.py``.
 
-LRA Table 2 and Figure 3 (seed 001 section 3.4) on this machine's GPU: for each
-model and length, training and inference steps per second (median of timed steps
-after warm-up, with their spread), peak GPU memory, FLOPs per step and the
-fraction of the bf16 matmul peak measured in the same run. An out-of-memory is a
-row marked OOM, never a crash. Settings: experiments/conf/bench.yaml, e.g.
-
-    python experiments/bench.py models=[lra_transformer,locality_k61] lengths=[1024,4096] mode=train
-    python experiments/bench.py depth=1 batch=8 mode=train lengths=[1024,2048,4096]
-
-Writes ``<out_dir>/<date>_<device>_<mode>/`` with bench.json, bench.csv, table.md and
-figure.png. Exits 1 (after writing) when a row failed with an error other than OOM.
+A thin wrapper around ``repro.cli.bench`` (installed as ``lra-bench``); its docstring has the options.
+Needs the checkout installed (``pip install -e .``).
 """
-from __future__ import annotations
-
-import datetime
 import sys
-from pathlib import Path
 
-import hydra
-import torch
-from omegaconf import DictConfig, ListConfig, OmegaConf
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-from repro.bench import report  # noqa: E402
-from repro.bench.matrix import Settings, modes_for, run_matrix  # noqa: E402
-from repro.bench.models import plan  # noqa: E402
-from repro.bench.timing import matmul_peak_tflops  # noqa: E402
-from repro.records import git_commit  # noqa: E402
-from repro.runner import pick_device  # noqa: E402
-
-
-def as_list(value, key: str) -> list | None:
-    """``models=x`` or ``models=[x,y]`` (also lengths); None stays None."""
-    if value is None:
-        return None
-    if isinstance(value, (str, int)):
-        return [value]
-    if isinstance(value, ListConfig):
-        return list(value)
-    raise ValueError(f"{key}={value!r} (experiments/conf/bench.yaml): give one value or a list, e.g. {key}=[a,b]")
-
-
-def device_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-
-
-def setup(cfg: DictConfig) -> tuple[list, list[str], Settings]:
-    """The rows to measure, the lines of skipped rows and the settings; bad keys raise with their name."""
-    device = pick_device(str(cfg.device))
-    variants = OmegaConf.to_container(cfg.variants, resolve=True) or {}
-    specs, skipped = plan(as_list(cfg.models, "models"), variants, task=str(cfg.task), depth=cfg.depth)
-    settings = Settings(
-        lengths=[int(n) for n in as_list(cfg.lengths, "lengths")], batch=int(cfg.batch), modes=modes_for(str(cfg.mode)),
-        dtype=str(cfg.dtype), warmup=int(cfg.warmup), reps=int(cfg.reps),
-        max_row_seconds=None if cfg.max_row_seconds is None else float(cfg.max_row_seconds),
-        count_batch=int(cfg.count_batch), seed=int(cfg.seed), device=device, progress=bool(cfg.progress),
-        time_budget_s=None if cfg.time_budget_s is None else float(cfg.time_budget_s),
-        oom_at=cfg.debug.oom_at,
-    )
-    settings.autocast_dtype  # noqa: B018 - validates dtype before anything is measured
-    return specs, skipped, settings
-
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="bench")
-def main(cfg: DictConfig) -> None:
-    try:
-        specs, skipped, settings = setup(cfg)
-    except (KeyError, ValueError, RuntimeError) as err:
-        sys.exit(f"bench: {err.args[0] if err.args else err}")
-    device = settings.device
-    if device.type == "cuda":  # as repro/training/: TF32 for float32 matmuls and convolutions, tuned cuDNN
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-        torch.backends.cudnn.benchmark = True
-    for line in skipped:
-        print(line)
-    if not specs:
-        sys.exit("no model to measure: every requested row was skipped (see the lines above)")
-    matmul_n = int(cfg.matmul_n) if device.type == "cuda" else min(int(cfg.matmul_n), 512)
-    matmul_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # CPU: the dtype the models run in
-    peak = matmul_peak_tflops(matmul_n, device, matmul_dtype)
-    name = device_name(device)
-    print(f"{len(specs)} models x {len(settings.lengths)} lengths x {len(settings.modes)} modes on {name}; "
-          f"{matmul_dtype} matmul peak {peak:.3g} TFLOP/s ({matmul_n}^3)")
-    rows = run_matrix(specs, settings, peak)
-    meta = {
-        "device": name,
-        "device_slug": report.slug(name),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
-        "dtype": settings.dtype,
-        "autocast": str(settings.autocast_dtype).replace("torch.", "") if settings.autocast_dtype else "none",
-        "tf32": device.type == "cuda",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-        "batch": settings.batch,
-        "lengths": settings.lengths,
-        "mode": str(cfg.mode),
-        "modes": settings.modes,
-        "depth": cfg.depth,
-        "task": str(cfg.task),
-        "warmup": settings.warmup,
-        "reps": settings.reps,
-        "max_row_seconds": settings.max_row_seconds,
-        "time_budget_s": settings.time_budget_s,
-        "matmul_peak_tflops": peak,
-        "matmul_n": matmul_n,
-        "matmul_dtype": str(matmul_dtype).replace("torch.", ""),
-        "memory_unit": "GB = 10^9 bytes, torch.cuda.max_memory_allocated after reset_peak_memory_stats",
-        "flops_counted": "matrix products only, 2 per multiply-add; training = 3x forward (repro/bench/flops.py)",
-        "git_commit": git_commit(),
-        "command": " ".join(["python", "experiments/bench.py", *sys.argv[1:]]),
-    }
-    notes = {s.name: s.note for s in specs if s.note}
-    pairs = {s.name: s.compare_with for s in specs if s.compare_with}
-    accuracies = report.read_accuracies(Path(cfg.accuracy_dir), [s.name for s in specs if s.kind == "arm"], str(cfg.task))
-    where = report.write_bundle(Path(cfg.out_dir), meta, rows, notes, skipped, accuracies, pairs)
-    failed = [r for r in rows if r["status"].startswith("error")]
-    oom = sum(r["status"] == "OOM" for r in rows)
-    late = sum(r["status"].startswith("skipped") for r in rows)
-    print(f"wrote {where} ({len(rows)} rows, {oom} OOM, {late} skipped for time, {len(failed)} failed)")
-    if failed:
-        for row in failed:
-            print(f"  {row['model']} L={row['length']} {row['mode']}: {row['status']}", file=sys.stderr)
-        sys.exit(1)
-
+try:
+    from repro.cli import bench
+except ModuleNotFoundError as err:
+    if err.name != "repro":
+        raise
+    print("experiments/bench.py: cannot import the repro package: run `pip install -e .` in this checkout",
+          file=sys.stderr)
+    sys.exit(2)
 
 if __name__ == "__main__":
-    main()
+    bench.main(script=__file__)

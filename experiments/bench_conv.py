@@ -1,8 +1,8 @@
 """Measure the bounded-conv implementations and the bf16 matmul peak on this GPU.
 
 ``python experiments/bench_conv.py --out bench_conv.json``: for each ``impl`` of
-repro.followup.conv (cuDNN in TF32, cuDNN bf16 conv1d, cuDNN bf16 as conv2d) and
-each shape, the median time of forward and of forward+backward of one
+repro.ops.conv (``CONV_IMPLS``: cuDNN in TF32 and in bf16, the FFT, the Toeplitz product, the
+split-precision paths) and each shape, the median time of forward and of forward+backward of one
 convolution (CUDA events, warm-up excluded), the achieved TFLOP/s (2*MACs forward,
 3x that for forward+backward), and the bf16 8192^3 matmul rate measured in the
 same process as the ceiling. Prints a table and the fastest impl per shape.
@@ -19,7 +19,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from repro.bench.timing import matmul_peak_tflops, time_ms  # noqa: E402
-from repro.followup.conv import CONV_IMPLS, conv1d_same  # noqa: E402
+from repro.ops.conv import CONV_IMPLS, conv1d_same  # noqa: E402
 
 
 def bench_shape(batch: int, c_in: int, c_out: int, kernel: int, length: int, groups: int, impls=CONV_IMPLS) -> list[dict]:

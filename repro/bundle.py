@@ -22,14 +22,14 @@ place at the end, so an interrupted freeze leaves no half bundle; an existing ve
 is never overwritten. Incomplete or inconsistent records are named on stderr and in the
 manifest's ``left_out`` list, never copied.
 
-Analysis at freeze time: for ListOps records the task's test set is rebuilt from the
-record's config (``--data-dir`` / ``--cache-dir``; generated ListOps comes from the
-cache or is regenerated), checked label by label against ``predictions.csv``, and its
-root operators are written to ``analysis/listops_roots/<key>.csv`` (with the training
-set's most frequent label per root operator in ``<key>.json``) for seed 003 appendix B
-Figures 1-2. ``key`` is :func:`listops_roots_key` of the record's config. When the data
-cannot be rebuilt the analysis is named as missing in the manifest; the figures then say
-"not run".
+Analysis at freeze time (``repro.analysis.listops_roots``): for ListOps records the task's
+test set is rebuilt from the record's config (``--data-dir`` / ``--cache-dir``; generated
+ListOps comes from the cache or is regenerated), checked label by label against
+``predictions.csv``, and its root operators are written to ``analysis/listops_roots/<key>.csv``
+(with the training set's label counts and most frequent label per root operator in
+``<key>.json``) for the follow-up study's appendix B and the root-operator baseline. When the
+data cannot be rebuilt the analysis is named as missing in the manifest; the tables and
+figures then say "not run".
 
 ``verify`` recomputes every checksum and fails (exit 1) naming each changed, missing or
 extra file; ``cite`` prints a BibTeX entry and a one-line citation with the version and
@@ -51,6 +51,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import records
+from .analysis import listops_roots
 
 FORMAT = "lra-repro-bundle/1"
 MANIFEST = "MANIFEST.json"
@@ -59,7 +60,8 @@ CITATION = "CITATION.cff"
 NOTES = "NOTES.md"
 VERSION_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors", ".bin")
-ROOTS_DIR = "analysis/listops_roots"
+ROOTS_DIR = listops_roots.ROOTS_DIR
+listops_roots_key = listops_roots.roots_key  # the key of a record's test set (kept under its old name)
 
 
 class BundleError(Exception):
@@ -152,50 +154,6 @@ def find_records(runs_root: Path, arms=None, tasks=None, profiles=None, seeds=No
     return found
 
 
-# ---------------------------------------------------------------- ListOps root-operator analysis
-
-
-def listops_roots_key(config: dict) -> str:
-    """Which test set a ListOps record was scored on: a hash of its task settings and subset."""
-    ident = {"task": config.get("task"), "subset": config.get("subset")}
-    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _listops_roots(config: dict, labels: list[int], data_dir: Path, cache_dir: Path, workers: int) -> tuple[list[dict], dict]:
-    """Rebuild a ListOps record's test split; rows (index, root, label) and train statistics."""
-    import numpy as np
-
-    from .runner import take_subset
-    from .tasks import get_task_builder
-    from .tasks.listops import VOCAB
-
-    task_cfg = config["task"]
-    task = get_task_builder(task_cfg.get("builder", "listops"))(task_cfg, Path(data_dir), Path(cache_dir), workers)
-    if config.get("subset"):
-        task = take_subset(task, config["subset"], task_cfg.get("data_seed", 0))
-    test_labels = np.asarray(task.test.labels).astype(int).tolist()
-    if test_labels != labels:
-        raise BundleError(f"the rebuilt test set ({len(test_labels)} examples) does not match the record's "
-                          f"predictions.csv labels ({len(labels)}): different data; pass the --data-dir the run used")
-
-    def roots(split):
-        return [VOCAB[int(tok)] for tok in np.asarray(split.inputs)[:, 0]]
-
-    rows = [{"index": i, "root": root, "label": label} for i, (root, label) in enumerate(zip(roots(task.test), test_labels))]
-    counts: dict[str, list[int]] = {}
-    for root, label in zip(roots(task.train), np.asarray(task.train.labels).astype(int).tolist()):
-        counts.setdefault(root, [0] * 10)[label] += 1
-    train = {root: {"label_counts": c, "most_frequent_label": int(np.argmax(c))} for root, c in sorted(counts.items())}
-    return rows, {"train": train, "n_train": len(task.train), "n_test": len(test_labels), "data": task.info}
-
-
-def _read_labels(predictions: Path) -> list[int]:
-    import csv
-
-    with open(predictions, newline="") as handle:
-        return [int(row["label"]) for row in csv.DictReader(handle)]
-
-
 # ---------------------------------------------------------------- freezing
 
 
@@ -281,24 +239,8 @@ def freeze(version: str, runs_root: Path = Path("outputs/runs"), results_root: P
 
         analysed, analysis_missing = [], []
         if analysis:
-            done: dict[str, str | None] = {}
-            for cand in chosen:
-                if cand.metrics["task"] != "listops":
-                    continue
-                config = records.read_config(cand.path / "config.yaml")
-                key = listops_roots_key(config)
-                if key not in done:
-                    try:
-                        rows, summary = _listops_roots(config, _read_labels(cand.path / "predictions.csv"), data_dir, cache_dir, workers)
-                        records.write_csv(staging / ROOTS_DIR / f"{key}.csv", rows, ["index", "root", "label"])
-                        records.write_json(staging / ROOTS_DIR / f"{key}.json", {"key": key, **summary})
-                        done[key] = None
-                        analysed.append(f"{ROOTS_DIR}/{key}")
-                    except Exception as err:  # noqa: BLE001 -- any failure is reported, never hidden
-                        done[key] = f"{type(err).__name__}: {err}"
-                if done[key]:
-                    analysis_missing.append({"record": cand.rel, "analysis": "listops_roots", "reason": done[key]})
-                    log(f"ListOps root-operator analysis not made for {cand.rel}: {done[key]}", file=sys.stderr)
+            analysed, analysis_missing = listops_roots.analyse_records(chosen, staging, data_dir, cache_dir, workers,
+                                                                       log)
 
         created = datetime.now(timezone.utc).replace(microsecond=0)
         commit = records.git_commit()

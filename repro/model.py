@@ -3,9 +3,14 @@
 A backbone is a list of token mixers ``mixer(x [B,L,D], mask [B,L]) -> [B,L,D]``;
 each is wrapped in the same residual sublayer (pre- or post-norm). Backbones
 register by name in ``BACKBONES`` (``module:function`` entries imported on first
-use, so importing this module builds nothing). A builder gets the model config
-plus ``max_len``, the length of the states the mixers see (the task's length,
-plus one with ``cls_token``).
+use, so importing this module builds nothing). A builder is called as
+``builder(cfg, max_len=...)``: the model config, and the length of the states the
+mixers see (the task's length, plus one with ``cls_token``), which comes from the
+data, never from the model config.
+
+A mixer may report facts for the run record through a ``record_info()`` method
+(name -> values, e.g. the convolution implementations that ran);
+``collect_record_info`` merges them over the model.
 
 ``cls_token: true`` prepends a learned vector (zero-initialised) to the embedded
 tokens before the positional embedding, as LRA's encoders do for
@@ -154,12 +159,17 @@ class Encoder(nn.Module):
         make_norm(norm, d_model)  # an unknown kind fails here, before the backbone is built
         self.cls = nn.Parameter(torch.zeros(1, 1, d_model)) if cfg.get("cls_token", False) else None
         seq_len = max_len + (1 if self.cls is not None else 0)
-        self.embed = Embedding(vocab_size, d_model, seq_len, cfg.get("positional", "none"), cfg.get("positional_base", 10000.0),
+        self.embed = Embedding(vocab_size, d_model, seq_len, cfg.get("positional", "none"),
+                               cfg.get("positional_base", 10000.0),
                                cfg.get("token_encoding", "embedding"))
         self.embed_drop = nn.Dropout(cfg.get("dropout", 0.0))
         prenorm = cfg.get("prenorm", True)
-        mixers = get_backbone(cfg["backbone"])({**cfg, "max_len": seq_len})
-        self.sublayers = nn.ModuleList(ResidualSublayer(m, d_model, prenorm, cfg.get("dropout", 0.0), norm) for m in mixers)
+        if "max_len" in cfg:
+            raise ValueError(f"model.max_len={cfg['max_len']}: the sequence length comes from the task; "
+                             "remove it from the model config and set task.max_len")
+        mixers = get_backbone(cfg["backbone"])(cfg, max_len=seq_len)
+        self.sublayers = nn.ModuleList(ResidualSublayer(m, d_model, prenorm, cfg.get("dropout", 0.0), norm)
+                                       for m in mixers)
         self.final_norm = make_norm(norm, d_model) if prenorm else nn.Identity()
 
     def state_mask(self, mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -180,7 +190,8 @@ class Encoder(nn.Module):
 class SequenceClassifier(nn.Module):
     """Encoder + shared head; two towers (one shared encoder) for inputs [B, 2, L]."""
 
-    def __init__(self, cfg: dict, vocab_size: int, max_len: int, num_classes: int, pad_id: int | None, two_tower: bool, combine: str = "concat_prod_diff"):
+    def __init__(self, cfg: dict, vocab_size: int, max_len: int, num_classes: int, pad_id: int | None, two_tower: bool,
+                 combine: str = "concat_prod_diff"):
         super().__init__()
         if cfg.get("token_encoding", "embedding") == "intensity" and pad_id is not None:
             raise ValueError(
@@ -200,7 +211,8 @@ class SequenceClassifier(nn.Module):
             # LRA's common_layers.classifier_head: Dense(mlp_dim) -> ReLU -> logits; the dual
             # (two-tower) head adds Dense(mlp_dim // 2) -> ReLU. mlp_dim is the FFN width d_ff.
             hidden = [cfg["d_ff"], cfg["d_ff"] // 2] if two_tower else [cfg["d_ff"]]
-        head_args = dict(d_model=cfg["d_model"], num_classes=num_classes, pooling=cfg.get("pooling", "mean"), hidden=hidden)
+        head_args = dict(d_model=cfg["d_model"], num_classes=num_classes, pooling=cfg.get("pooling", "mean"),
+                         hidden=hidden)
         self.head = TwoTowerHead(**head_args, combine=combine) if two_tower else OneTowerHead(**head_args)
 
     def padding_mask(self, ids: torch.Tensor) -> torch.Tensor | None:
@@ -237,3 +249,16 @@ def build_model(cfg: dict, task) -> SequenceClassifier:
         two_tower=task.two_tower,
         combine=cfg.get("two_tower_combine", "concat_prod_diff"),
     )
+
+
+def collect_record_info(model: nn.Module) -> dict[str, list | None]:
+    """What the model's mixers report for the run record: every module with a ``record_info()``
+    (a dict of name -> collection of values) contributes; a name's values are merged over the
+    modules and sorted, None when none ran (the bounded convolution's ``conv_impls``)."""
+    merged: dict[str, set] = {}
+    for module in model.modules():
+        report = getattr(module, "record_info", None)
+        if callable(report):
+            for name, values in report().items():
+                merged.setdefault(name, set()).update(values)
+    return {name: sorted(values) or None for name, values in merged.items()}

@@ -25,9 +25,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from . import distributed, records
 from .checkpoints import previous_path
-from .followup.conv import resolved_impls
 from .followup.techniques import build_train_augment
-from .model import build_model
+from .model import build_model, collect_record_info
 from .tasks import DataMissing, Split, TaskData, get_task_builder
 from .training import NonFiniteLoss, RunInterrupted, TrainSettings, seed_everything, train
 
@@ -329,7 +328,7 @@ def _write_run_record(run: dict, run_dir: Path, result: dict, model, task: TaskD
         "parameters": n_params,
         "techniques": {**run["techniques"], "built": augment.describe() if augment else None},
         **result["metrics"],
-        "conv_impls": resolved_impls(model),
+        **collect_record_info(model),  # e.g. conv_impls: the convolution implementations that ran
         "versions": records.versions(),
         "git_commit": records.git_commit(),
         "data": task.info,

@@ -37,8 +37,14 @@ def correctness(n: int, accuracy: float, rng: np.random.Generator) -> np.ndarray
 def make_record(runs_root: Path, arm: str, task: str, seed: int, *, profile: str = "budget",
                 labels: np.ndarray, accuracy: float, num_classes: int = 2, device: str = "NVIDIA H200",
                 task_cfg: dict | None = None, examples_per_s: float = 1000.0, peak_mem: int | None = 2**30,
-                status: str = "complete", write_metrics: bool = True, techniques: str | None = None) -> Path:
-    """One record folder ``runs_root/arm/task/profile/seed<k>``; returns it."""
+                status: str = "complete", write_metrics: bool = True, techniques: str | None = None,
+                steps: int = 20, batch_size: int | None = None, n_train: int | None = None,
+                train_counts: dict | None = None) -> Path:
+    """One record folder ``runs_root/arm/task/profile/seed<k>``; returns it.
+
+    ``batch_size`` and ``n_train``: written as ``train_settings.batch_size`` and ``data.sizes.train``
+    (what the protocol share reads) when given; records without them have an unknown share. ``train_counts``:
+    ``data.class_counts.train`` (label -> count), what the majority-class baseline reads."""
     rng = np.random.default_rng([seed, sum(map(ord, arm)), sum(map(ord, task))])
     labels = np.asarray(labels, dtype=int)
     right = correctness(labels.size, accuracy, rng)
@@ -55,13 +61,19 @@ def make_record(runs_root: Path, arm: str, task: str, seed: int, *, profile: str
                {"step": 20, "epoch": 1.0, "val_loss": 0.9, "val_acc": test_acc, "elapsed_s": 3.0}]
     metrics = {
         "status": status, "arm": arm, "task": task, "seed": seed, "profile": profile,
-        "best_val_acc": test_acc, "best_val_step": 20, "test_acc": test_acc, "steps": 20, "epochs": 1.0,
+        "best_val_acc": test_acc, "best_val_step": steps, "test_acc": test_acc, "steps": steps, "epochs": 1.0,
         "wall_time_s": 4.0, "train_time_s": 3.0, "train_examples_per_s": examples_per_s,
         "peak_gpu_mem_bytes": peak_mem, "device": device,
         "versions": {"python": "3.11.7", "torch": "2.11.0+cu130", "cuda": "13.0", "numpy": "2.4.6", "repro": "0.1.0"},
         "git_commit": "0123456789abcdef0123456789abcdef01234567", "data": {"source": "fake"},
         "budget_minutes": 3.0 if profile == "budget" else None,
     }
+    if batch_size is not None:
+        metrics["train_settings"] = {"batch_size": batch_size}
+    if n_train is not None:
+        metrics["data"]["sizes"] = {"train": n_train}
+    if train_counts is not None:
+        metrics["data"]["class_counts"] = {"train": {str(k): int(v) for k, v in train_counts.items()}}
     assert set(records.METRIC_FIELDS) <= set(metrics)
     rows = [{"index": i, "prediction": int(p), "label": int(l)} for i, (p, l) in enumerate(zip(predictions, labels))]
     if write_metrics:

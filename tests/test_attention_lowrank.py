@@ -166,6 +166,68 @@ def test_synthesizer_random_with_given_matrix(fixed):
     torch.testing.assert_close(module(x), finish(module, ref), rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("variant", [dict(variant="random"), dict(variant="factorized_random", k=8),
+                                     dict(variant="dense")])
+@pytest.mark.parametrize("length", [70, 80])
+def test_synthesizer_sdpa_backend_equals_the_materialized_one(variant, length):
+    plain = build("synthesizer", max_len=80, backend="materialized", **variant).train()  # dropout 0
+    fused = build("synthesizer", max_len=80, backend="sdpa", **variant).train()
+    fused.load_state_dict(plain.state_dict())
+    x = rand_x(3, length)
+    mask = torch.arange(length)[None, :] < torch.tensor([length, 33, 0])[:, None]  # full, padded, fully padded
+    results = []
+    for module in (plain, fused):
+        xg = x.clone().requires_grad_(True)
+        y = module(xg, mask)
+        (y.square().sum() + y.sum()).backward()
+        results.append([y.detach(), xg.grad] + [p.grad for p in module.parameters() if p.requires_grad])
+    for a, b in zip(*results, strict=True):
+        assert torch.isfinite(b).all()
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-10)
+
+
+def test_synthesizer_sdpa_dropout_is_unbiased_dropout_of_the_probabilities():
+    module = build("synthesizer", max_len=24, backend="sdpa", variant="random", dropout=0.5)
+    x = rand_x(1, 20)
+    with torch.no_grad():
+        expected = module(x)
+        module.train()
+        torch.manual_seed(0)
+        draws = module(x.expand(2000, -1, -1))  # each sample of the batch draws its own mask
+    assert not torch.allclose(draws[0], draws[1])
+    expected = expected[0]
+    # unrenormalised dropout scaled by 1/(1-p): the mean over draws is the output without it
+    spread = draws.std(dim=0) / math.sqrt(len(draws))
+    assert ((draws.mean(dim=0) - expected).abs() <= 5 * spread + 1e-12).all()
+
+
+def test_synthesizer_backend_is_checked():
+    with pytest.raises(ValueError, match="unknown synthesizer backend 'fast'; choose from"):
+        build("synthesizer", backend="fast")
+    assert build("synthesizer").backend == "auto"
+
+
+@pytest.mark.parametrize("params", [dict(block_size=4), dict(block_size=5, combine="sum", sort_activation="softmax"),
+                                    dict(block_size=7, n_iters=5)])
+def test_sinkhorn_sdpa_backend_equals_the_materialized_one(params):
+    plain = build("sinkhorn", max_len=64, backend="materialized", **params).train()  # dropout 0
+    fused = build("sinkhorn", max_len=64, backend="sdpa", **params).train()
+    fused.load_state_dict(plain.state_dict())
+    x = rand_x(3, 43)
+    mask = torch.arange(43)[None, :] < torch.tensor([43, 17, 0])[:, None]  # a partial last block, padding
+    results = []
+    for module in (plain, fused):
+        xg = x.clone().requires_grad_(True)
+        y = module(xg, mask)
+        (y.square().sum() + y.sum()).backward()
+        results.append([y.detach(), xg.grad] + [p.grad for p in module.parameters()])
+    for a, b in zip(*results, strict=True):
+        assert torch.isfinite(b).all()
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-10)
+    with pytest.raises(ValueError, match="unknown sinkhorn backend 'fast'; choose from"):
+        build("sinkhorn", backend="fast")
+
+
 # --------------------------------------------------------------------------- approximation
 
 
@@ -227,6 +289,8 @@ PADDING_CASES = [
     ("linformer", {"share_kv": False, "k": 8}),
     ("reformer", {"n_buckets": 4, "n_hashes": 1, "chunk_len": 3}),
     ("reformer", {"n_buckets": 4, "n_hashes": 3, "chunk_len": 4}),
+    ("reformer", {"n_buckets": 4, "n_hashes": 1, "chunk_len": 3, "backend": "sdpa"}),
+    ("reformer", {"n_buckets": 4, "n_hashes": 3, "chunk_len": 4, "backend": "sdpa"}),
     ("sinkhorn", {"block_size": 4}),
     ("sinkhorn", {"block_size": 4, "combine": "sum", "sort_activation": "softmax"}),
     ("synthesizer", {"variant": "dense"}),

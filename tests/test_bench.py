@@ -299,3 +299,90 @@ def test_rerender_plots_accuracy_once_records_exist(bundle, tmp_path):
     assert (copy / "table.md").read_text() == (bundle / "table.md").read_text()  # same rows, same table
     assert record["rows"] == json.loads((bundle / "bench.json").read_text())["rows"]
     assert not [p.name for p in copy.iterdir() if p.name.startswith(".")]
+
+
+def test_reference_section_sets_each_arm_against_lra_transformer_and_its_own_reference():
+    rows = []
+    for model, kind, speed, mem in [("lra_transformer", "arm", 10.0, 2.0), ("lra_bigbird", "arm", 12.0, 2.5),
+                                    ("lra_synthesizer", "arm", 3.0, 30.0), ("learned_pe", "arm", 8.0, 4.0),
+                                    ("rotary_transformer", "arm", 7.6, 4.4), ("lra_sparse", "arm", None, None),
+                                    ("lra_transformer_materialized", "variant", 2.0, 20.0),
+                                    ("peer_reformer", "peer", 5.0, 9.0)]:
+        for length, scale in [(1024, 4.0), (4096, 1.0)]:
+            status = "OOM" if speed is None and length == 4096 else "ok"
+            rows.append({"model": model, "arm": model, "kind": kind, "length": length, "mode": "train",
+                         "status": status, "steps_per_s": speed * scale if speed else (1.0 if status == "ok" else None),
+                         "peak_mem_gb": mem / scale if mem else (1.0 if status == "ok" else None), "parameters": 1})
+    meta = {"date": "2026-01-01", "device": "test", "batch": 32, "dtype": "bf16", "autocast": "bfloat16", "torch": "x",
+            "cuda": "y", "warmup": 1, "reps": 2, "matmul_peak_tflops": None, "matmul_n": 8192, "attention_dropout": 0.0}
+    text = report.table_markdown(meta, report.complete_rows(rows), {}, [])
+    heading = "Each arm against lra_transformer at 4K (training, attention dropout 0 for every arm)"
+    body = table_rows(text, heading)
+    assert set(body) == {"lra_transformer", "lra_bigbird", "lra_synthesizer", "learned_pe", "rotary_transformer",
+                         "lra_sparse"}  # arms only: no variant, no peer
+    # steps/s, GB, speed and memory over lra_transformer, the reference, speed and memory over it
+    assert body["lra_bigbird"] == ["12.00", "2.500", "1.20", "1.25", "lra_transformer", "1.20", "1.25"]
+    assert body["lra_synthesizer"] == ["3.00", "30.000", "0.30", "15.00", "lra_transformer_materialized", "1.50",
+                                       "1.50"]
+    assert body["rotary_transformer"] == ["7.60", "4.400", "0.76", "2.20", "learned_pe", "0.95", "1.10"]
+    assert body["lra_sparse"] == ["OOM", "OOM", "n/a", "n/a", "lra_transformer", "n/a", "n/a"]
+    section = text.split(f"## {heading}", 1)[1].split("\n## ", 1)[0]
+    assert "`lra_synthesizer` is quadratic by design" in section and "`learned_pe`" in section
+    assert "Attention dropout: attention dropout 0 for every arm." in text
+    lra = report.table_markdown({**meta, "attention_dropout": "lra"}, report.complete_rows(rows), {}, [])
+    assert "(training, each arm's own attention dropout (LRA's 0.1 on text))" in lra
+
+
+def test_attention_dropout_option_sets_every_arm_and_names_the_folder(tmp_path):
+    from repro.bench.models import attention_dropout_setting
+
+    assert attention_dropout_setting("lra") is None and attention_dropout_setting(0) == 0.0
+    with pytest.raises(ValueError, match=r"attention_dropout='none' \(experiments/conf/bench.yaml\): give lra"):
+        attention_dropout_setting("none")
+    specs, _ = plan(["lra_transformer", "lra_bigbird", "learned_pe"], {}, attention_dropout=0.0)
+    by_name = {s.name: s.model for s in specs}
+    assert by_name["lra_transformer"]["attention_dropout"] == by_name["lra_bigbird"]["attention_dropout"] == 0.0
+    assert "attention_dropout" not in by_name["learned_pe"]  # no attention dropout to set: no key added
+    own, _ = plan(["lra_bigbird"], {})
+    assert own[0].model["attention_dropout"] == 0.1
+    meta = {"date": "2026-01-01", "device_slug": "test", "mode": "train", "device": "test", "batch": 2,
+            "dtype": "bf16", "autocast": "none", "torch": "x", "cuda": None, "warmup": 1, "reps": 2,
+            "matmul_peak_tflops": None,
+            "matmul_n": 1, "attention_dropout": report.dropout_label(0.0)}
+    folder = report.write_bundle(tmp_path, meta, report.complete_rows(synthetic_rows()), {}, [], {})
+    assert folder.name == "2026-01-01_test_train_attention-dropout-0"
+
+
+def test_a_peer_whose_import_fails_is_skipped_with_the_reason(monkeypatch):
+    import importlib
+
+    real = importlib.import_module
+
+    def broken(name, *args):
+        if name == "linformer":
+            raise ImportError("No module named 'axial_positional_embedding'")
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
+    monkeypatch.setattr(importlib, "import_module", broken)
+    variants = {"peer_linformer": {"arm": "lra_transformer", "requires": "linformer",
+                                   "model": {"attention": "peer_linformer"}}}
+    specs, skipped = plan(["peer_linformer"], variants)
+    assert specs == []
+    assert skipped == ["peer_linformer: peer package 'linformer' does not import (ImportError: No module named "
+                       "'axial_positional_embedding'); skipped"]
+
+
+def test_fast_paths_are_counted_on_their_plain_path():
+    """flex_attention does not run under FlopCounterMode: the count takes the blockwise path, the
+    same products as before the fast path existed, and leaves the model's backend as it was."""
+    from repro.bench.flops import counted_forward_flops
+
+    run = resolve_arm("lra_bigbird")
+    counts = []
+    for backend in ("flex", "blockwise"):
+        model_cfg = tiny(apply_model_changes(run["model"], {"attention_params": {"backend": backend}}))
+        model = build(BenchModel("x", "lra_bigbird", "arm", model_cfg, run["train"]), 40, torch.device("cpu"))
+        counts.append(counted_forward_flops(model, torch.randint(1, 257, (2, 40))))
+        assert {m.backend for m in model.modules() if hasattr(m, "use_flex")} == {backend}
+    assert counts[0] == counts[1] > 0

@@ -311,6 +311,8 @@ def mega_reference(mixer: MegaMixer, x: torch.Tensor) -> torch.Tensor:
 def test_mega_mixer_equals_the_written_out_layer_and_chunks_attend_within_themselves():
     torch.manual_seed(0)
     mixer = MegaMixer(d_model=6, d_hidden=10, qkv_dim=4, max_len=32, ema_dim=3).double().eval()
+    with torch.no_grad():  # query/key scales of order 1 (Mega starts them at N(0, 0.02)): non-uniform attention
+        mixer.qk_scale.normal_()
     x = torch.randn(2, 24, 6, dtype=torch.float64)
     torch.testing.assert_close(mixer(x, None), mega_reference(mixer, x), rtol=1e-9, atol=1e-9)
     # post-norm block: norm(x + mixer(x)) = norm(phi * H + (1 - phi) * x), Mega's output
@@ -326,7 +328,7 @@ def test_mega_mixer_equals_the_written_out_layer_and_chunks_attend_within_themse
         want = torch.softmax(q[:, sl] @ k[:, sl].transpose(1, 2) / 2.0 + bias, -1) @ v[:, sl]
         torch.testing.assert_close(got[:, sl], want)
     with pytest.raises(ValueError, match="restricts MEGA to softmax"):
-        build_mega_layers({"attention": "laplace", "depth": 1})
+        build_mega_layers({"attention": "laplace", "depth": 1}, max_len=8)
 
 
 # ------------------------------------------------------------------ shapes and padding, every layer
@@ -337,9 +339,13 @@ LAYERS = {
     "s4": lambda: S4DMixer(d_model=8, d_state=8, bidirectional=True),
     "s4_causal": lambda: S4DMixer(d_model=8, d_state=8, bidirectional=False, init="inv"),
     "s5": lambda: S5Mixer(d_model=8, d_state=8, blocks=2, activation="full_glu"),
+    "s5_fft": lambda: S5Mixer(d_model=8, d_state=8, blocks=2, activation="full_glu", impl="fft"),
     "mega": lambda: MegaMixer(d_model=8, d_hidden=12, qkv_dim=4, max_len=64, ema_dim=3),
     "mega_chunked_truncated": lambda: MegaMixer(d_model=8, d_hidden=12, qkv_dim=4, max_len=64, ema_dim=3,
                                                 chunk_size=16, ema_truncation=12),
+    "mega_sdpa": lambda: MegaMixer(d_model=8, d_hidden=12, qkv_dim=4, max_len=64, ema_dim=3, attention_impl="sdpa"),
+    "mega_chunked_sdpa": lambda: MegaMixer(d_model=8, d_hidden=12, qkv_dim=4, max_len=64, ema_dim=3, chunk_size=16,
+                                           attention_impl="sdpa"),
     "mega_ffn": lambda: MegaFeedForward(8, 16),
 }
 

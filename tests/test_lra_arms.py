@@ -107,7 +107,7 @@ def test_every_mechanism_with_qkv_dim_below_d_model_is_padding_invariant(name):
 def test_longformer_global_and_synthesizer_dense_projections_are_refitted():
     torch.manual_seed(0)
     for name, params in (("longformer", {"window": 6, "n_global": 1}), ("synthesizer", {"variant": "dense"})):
-        layers = build_lra_layers({**small_cfg(name, attention_params=params, qkv_dim=8), "max_len": 41})
+        layers = build_lra_layers(small_cfg(name, attention_params=params, qkv_dim=8), max_len=41)
         mixer = layers[0]
         extra = mixer.global_proj.qkv if name == "longformer" else mixer.dense_hidden
         assert extra.in_features == 16 and extra.out_features in (8, 24)
@@ -115,11 +115,11 @@ def test_longformer_global_and_synthesizer_dense_projections_are_refitted():
 
 
 def test_bigbird_layers_get_the_layer_index_as_seed():
-    layers = build_lra_layers({**small_cfg("bigbird", attention_params={"block_size": 8, "n_random": 2}, depth=3), "max_len": 96})
+    layers = build_lra_layers(small_cfg("bigbird", attention_params={"block_size": 8, "n_random": 2}, depth=3), max_len=96)
     attention = layers[0::2]
     assert [m.seed for m in attention] == [0, 1, 2]
     assert not torch.equal(attention[0].rand_blocks, attention[1].rand_blocks)
-    shifted = build_lra_layers({**small_cfg("bigbird", attention_params={"block_size": 8, "n_random": 2, "seed": 5}), "max_len": 96})
+    shifted = build_lra_layers(small_cfg("bigbird", attention_params={"block_size": 8, "n_random": 2, "seed": 5}), max_len=96)
     assert [m.seed for m in shifted[0::2]] == [5, 6]
     assert all(isinstance(m, FeedForward) for m in layers[1::2])
 

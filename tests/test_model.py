@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from repro.followup.conv import IMPL_CHOICES, BoundedConvMixer, conv1d_same, conv1d_same_toeplitz
+from repro.followup.conv import BoundedConvMixer
+from repro.ops.conv import IMPL_CHOICES, conv1d_same
+from repro.ops.toeplitz import conv1d_same_toeplitz
 from repro.model import SequenceClassifier, sinusoidal_table
 from repro.schedule import LRController
 from repro.tasks.base import Split, TaskData
@@ -244,7 +246,7 @@ def test_same_seed_same_numbers_on_cpu(tmp_path):
 
 
 def test_auto_table_picks_the_fastest_measured_impl_for_the_device_and_shape():
-    from repro.followup.conv import table_choice
+    from repro.ops.conv import table_choice
 
     table = {"device": "GPU X", "rows": [
         {"impl": "fft", "kernel": 61, "length": 2000, "groups": 1, "fwd_bwd_ms": 3.9},
@@ -268,7 +270,7 @@ def test_auto_table_picks_the_fastest_measured_impl_for_the_device_and_shape():
 
 
 def test_builtin_auto_rule_follows_the_measured_shapes():
-    from repro.followup.conv import builtin_choice
+    from repro.ops.conv import builtin_choice
 
     assert [builtin_choice(61, n, 1) for n in (512, 1024, 1088, 1152, 1536, 2000, 4096)] == [
         "fft", "fft", "fft", "bf16_flip_tf32w", "bf16_flip_tf32w", "bf16_flip_tf32w", "bf16_flip_tf32w"]
@@ -277,7 +279,10 @@ def test_builtin_auto_rule_follows_the_measured_shapes():
 
 
 def test_a_model_reports_the_conv_impl_it_ran():
-    from repro.followup.conv import resolved_impls
+    from repro.model import collect_record_info
+
+    def resolved_impls(model):  # what the run record gets
+        return collect_record_info(model)["conv_impls"]
 
     model = SequenceClassifier(CONV_CFG, vocab_size=10, max_len=16, num_classes=2, pad_id=0, two_tower=False)
     assert resolved_impls(model) is None  # nothing ran yet
@@ -293,7 +298,7 @@ def test_a_model_reports_the_conv_impl_it_ran():
 def test_a_bad_auto_table_is_refused_naming_the_file(tmp_path, monkeypatch):
     import json as _json
 
-    from repro.followup import conv
+    from repro.ops import conv
 
     bad = tmp_path / "table.json"
     bad.write_text(_json.dumps({"device": "GPU X", "rows": [{"impl": "warp_drive", "kernel": 61, "length": 2000,
@@ -312,3 +317,22 @@ def test_intensity_encoding_stays_float32_under_bf16_autocast():
     model = SequenceClassifier({**CONV_CFG, "token_encoding": "intensity"}, vocab_size=256, max_len=64, num_classes=2, pad_id=None, two_tower=False)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert model.encoder.embed(torch.randint(0, 256, (2, 10))).dtype == torch.float32
+
+
+def test_a_retired_conv_impl_is_refused_naming_the_valid_ones():
+    with pytest.raises(ValueError) as info:
+        BoundedConvMixer(4, 4, kernel_size=3, impl="conv2d_bf16")
+    assert str(info.value) == ("model.conv_impl='conv2d_bf16': choose one of auto, tf32, bf16, fft, toeplitz, "
+                               "bf16_flip_tf32w, bf16_flip_mmw")
+
+
+def test_every_backbone_builder_takes_max_len_and_the_model_config_may_not():
+    import inspect
+
+    from repro.model import _BACKBONE_ENTRIES, get_backbone
+
+    for name in _BACKBONE_ENTRIES:
+        assert "max_len" in inspect.signature(get_backbone(name)).parameters, name
+    with pytest.raises(ValueError, match=r"^model.max_len=64: the sequence length comes from the task; remove it from "
+                                         r"the model config and set task.max_len$"):
+        SequenceClassifier({**CONV_CFG, "max_len": 64}, vocab_size=16, max_len=64, num_classes=2, pad_id=0, two_tower=False)

@@ -1,27 +1,36 @@
-"""paper/make.py on a bundle frozen from synthetic records (issue 8, acceptance 3)."""
+"""paper/make.py (lra-paper) on a bundle frozen from synthetic records: tables, claims, baselines, shares."""
 from __future__ import annotations
 
+import importlib
+import json
+import math
 import os
-import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from fake_records import SMOKE_LISTOPS, fixed_labels, make_record
+from omegaconf import OmegaConf
 from scipy import stats as sps
+from statsmodels.stats.proportion import proportion_confint
 
-from repro import bundle
+from repro import bundle, stats
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = ["lra_table1_accuracy", "lra_table2_efficiency", "followup_table1_locality", "followup_table2_transformer",
-          "followup_table3_ssm_gmlp", "followup_table4_positional_ablation", "statistics_pairs", "statistics_published",
-          "listops_operator_accuracy", "runs"]
-FIGURES = ["lra_figure3_tradeoff", "followup_accuracy_vs_kernel", "listops_label_distribution", "listops_operator_accuracy"]
+          "followup_table3_ssm_gmlp", "followup_table4_positional_ablation", "statistics_claims",
+          "statistics_secondary", "trivial_baselines", "protocol_share", "listops_operator_accuracy", "runs"]
+AT_PROTOCOL = {"locality_k5", "locality_k61"}  # these records ran the whole protocol (steps x batch)
+LISTOPS_N_TRAIN, TEXT_N_TRAIN, TEXT_TRAIN_COUNTS = 128, 100, {0: 60, 1: 40}
+FIGURES = ["lra_figure3_tradeoff", "followup_accuracy_vs_kernel", "listops_label_distribution",
+           "listops_operator_accuracy"]
 ACCURACY = {  # arm -> task -> per-seed accuracies
-    "lra_transformer": {t: [0.50, 0.55, 0.53] for t in ("listops", "text", "retrieval", "image", "pathfinder", "pathx")},
+    "lra_transformer": {t: [0.50, 0.55, 0.53]
+                        for t in ("listops", "text", "retrieval", "image", "pathfinder", "pathx")},
     "lra_performer": {"listops": [0.2, 0.25], "text": [0.6, 0.62]},
     "locality_k5": {"listops": [0.40, 0.42, 0.41], "text": [0.88, 0.90, 0.89]},
     "locality_k61": {"listops": [0.50, 0.53, 0.52], "text": [0.84, 0.85, 0.86]},
@@ -29,6 +38,15 @@ ACCURACY = {  # arm -> task -> per-seed accuracies
     "rotary_transformer": {"listops": [0.61, 0.62, 0.63], "text": [0.90, 0.91, 0.89]},
     "rotary_transformer_notech": {"listops": [0.44, 0.43, 0.45], "text": [0.70, 0.69, 0.71]},
 }
+
+
+def protocol_record(arm: str, task: str) -> dict:
+    """make_record's keywords for a record that trained the whole protocol: epochs x (n_train // batch) steps,
+    the epochs and batch read from experiments/conf/base/locality.yaml."""
+    train = OmegaConf.to_container(OmegaConf.load(ROOT / "experiments/conf/base/locality.yaml"))["tasks"][task]["train"]
+    n_train = LISTOPS_N_TRAIN if task == "listops" else TEXT_N_TRAIN
+    return {"steps": train["epochs"] * (n_train // train["batch_size"]), "batch_size": train["batch_size"],
+            "n_train": n_train}
 
 
 @pytest.fixture(scope="module")
@@ -42,24 +60,30 @@ def frozen(tmp_path_factory) -> Path:
     for arm, tasks in ACCURACY.items():
         for task, accuracies in tasks.items():
             for seed, acc in enumerate(accuracies):
+                full = protocol_record(arm, task) if arm in AT_PROTOCOL else {}
                 if task == "listops":
                     make_record(runs, arm, task, seed, labels=listops.test.labels, accuracy=acc, num_classes=10,
-                                task_cfg=SMOKE_LISTOPS, examples_per_s=900.0 + seed)
+                                task_cfg=SMOKE_LISTOPS, examples_per_s=900.0 + seed, **full)
                 else:
                     make_record(runs, arm, task, seed, labels=fixed_labels(task, 100), accuracy=acc,
-                                examples_per_s=1000.0 + 10 * seed)
+                                examples_per_s=1000.0 + 10 * seed, **full,
+                                train_counts=TEXT_TRAIN_COUNTS if task == "text" else None)
     # same arm with and without the training techniques (told apart by config.yaml's techniques.name)
     for seed, techniques, acc in ((0, "none", 0.80), (1, "none", 0.82), (2, "followup", 0.90), (3, "followup", 0.91)):
         make_record(runs, "s4", "text", seed, labels=fixed_labels("text", 100), accuracy=acc, techniques=techniques)
     for seed, acc in ((0, 0.89), (1, 0.90)):
         make_record(runs, "gmlp", "text", seed, labels=fixed_labels("text", 100), accuracy=acc, techniques="followup")
-    make_record(runs, "lra_transformer", "text", 0, profile="smoke", labels=fixed_labels("text", 100), accuracy=0.5, device="cpu")
+    make_record(runs, "lra_transformer", "text", 0, profile="smoke", labels=fixed_labels("text", 100), accuracy=0.5,
+                device="cpu")
     bench = tmp / "bench"
     bench.mkdir()
-    rows = [("lra_transformer", L, "train", s, int(m * 2**30), "ok", 4) for L, s, m in ((1024, 100.0, 1.0), (4096, 20.0, 5.0), (4096, 22.0, 5.0))]
-    rows += [("lra_transformer", 1024, "train", 500.0, 2**28, "ok", 1)]  # a one-layer memory row: not LRA Table 2's model
-    rows += [("lra_performer", 4096, "train", float("nan"), float("nan"), "OOM", 4), ("lra_performer", 4096, "infer", 99.0, 1, "ok", 4)]
-    pd.DataFrame(rows, columns=["model", "length", "mode", "steps_per_s", "peak_mem_bytes", "status", "layers"]).to_csv(bench / "bench.csv", index=False)
+    rows = [("lra_transformer", length, "train", s, int(m * 2**30), "ok", 4)
+            for length, s, m in ((1024, 100.0, 1.0), (4096, 20.0, 5.0), (4096, 22.0, 5.0))]
+    rows += [("lra_transformer", 1024, "train", 500.0, 2**28, "ok", 1)]  # a one-layer memory row: not LRA Table 2's
+    rows += [("lra_performer", 4096, "train", float("nan"), float("nan"), "OOM", 4),
+             ("lra_performer", 4096, "infer", 99.0, 1, "ok", 4)]
+    columns = ["model", "length", "mode", "steps_per_s", "peak_mem_bytes", "status", "layers"]
+    pd.DataFrame(rows, columns=columns).to_csv(bench / "bench.csv", index=False)
     out = bundle.freeze("v0", runs, tmp / "results", bench=[bench], data_dir=tmp / "nodata", cache_dir=cache,
                         log=lambda *a, **k: None)
     assert bundle.load_manifest(out)["analysis_missing"] == []
@@ -68,7 +92,8 @@ def frozen(tmp_path_factory) -> Path:
 
 def make(bundle_dir: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, str(ROOT / "paper" / "make.py"), "--bundle", str(bundle_dir), "--out", str(out), *extra],
+    command = [sys.executable, str(ROOT / "paper" / "make.py"), "--bundle", str(bundle_dir), "--out", str(out), *extra]
+    done = subprocess.run(command,
                           capture_output=True, text=True, env=env, timeout=300)
     return done
 
@@ -109,30 +134,63 @@ def _row(markdown: str, first_cell: str) -> list[str]:
 
 def _test_accs(frozen: Path, arm: str, task: str) -> np.ndarray:
     """Per-seed test accuracy (%) straight from the frozen records' metrics.json."""
-    import json
-
     paths = sorted((frozen / "runs" / arm / task / "budget").glob("seed*/metrics.json"))
     return np.array([100 * json.loads(p.read_text())["test_acc"] for p in paths])
 
 
-def _seeds_cell(pct: np.ndarray) -> str:
-    return f"{pct.mean():.2f} ± {pct.std(ddof=1):.2f} (n={pct.size})"
+def _roots(frozen: Path) -> tuple[pd.DataFrame, dict]:
+    [key] = [p.stem for p in (frozen / "analysis/listops_roots").glob("*.csv")]
+    return (pd.read_csv(frozen / f"analysis/listops_roots/{key}.csv"),
+            json.loads((frozen / f"analysis/listops_roots/{key}.json").read_text())["train"])
+
+
+def _baseline(frozen: Path, task: str) -> tuple[float, tuple[float, float]] | None:
+    """The strongest trivial baseline (accuracy %, 95% Wilson interval), computed here from the bundle's files."""
+    if task == "listops":
+        roots, train = _roots(frozen)
+        majority = {root: int(np.argmax(entry["label_counts"])) for root, entry in train.items()}
+        right = int((roots["root"].map(majority) == roots["label"]).sum())
+        n = len(roots)
+    elif task == "text":
+        labels = pd.read_csv(frozen / "runs/locality_k5/text/budget/seed0/predictions.csv")["label"]
+        top = max(TEXT_TRAIN_COUNTS, key=TEXT_TRAIN_COUNTS.get)
+        right, n = int((labels == top).sum()), len(labels)
+    else:
+        return None
+    low, high = proportion_confint(right, n, method="wilson")
+    return 100 * right / n, (100 * low, 100 * high)
+
+
+def _seeds_cell(pct: np.ndarray, frozen: Path | None = None, task: str | None = None) -> str:
+    """Seeds' mean ± sd (n), with † inside the task's baseline interval and ‡ below it."""
+    cell = f"{pct.mean():.2f} ± {pct.std(ddof=1):.2f} (n={pct.size})"
+    found = _baseline(frozen, task) if frozen is not None else None
+    if found is None:
+        return cell
+    low, high = found[1]
+    return cell + (" †" if low <= pct.mean() <= high else " ‡" if pct.mean() < low else "")
 
 
 def test_lra_table1_shows_ours_beside_published_and_counts_missing_cells(made, frozen):
     table = (made[0] / "tables/lra_table1_accuracy.md").read_text()
     transformer = _row(table, "Transformer")
-    assert transformer[2:4] == [_seeds_cell(_test_accs(frozen, "lra_transformer", "listops")), "36.37"]
+    listops = _seeds_cell(_test_accs(frozen, "lra_transformer", "listops"), frozen, "listops")
+    assert transformer[2:4] == [listops, "36.37"]
     assert transformer[12:14] == [_seeds_cell(_test_accs(frozen, "lra_transformer", "pathx")), "FAIL"]
-    average = np.mean([_test_accs(frozen, "lra_transformer", t).mean() for t in ("listops", "text", "retrieval", "image", "pathfinder")])
+    average = np.mean([_test_accs(frozen, "lra_transformer", t).mean()
+                       for t in ("listops", "text", "retrieval", "image", "pathfinder")])
     assert transformer[14:16] == [f"{average:.2f}", "54.39"]  # every task but Path-X ran: our average is shown
     performer = _row(table, "Performer")
-    assert performer[2:6] == [_seeds_cell(_test_accs(frozen, "lra_performer", "listops")), "18.01",
-                              _seeds_cell(_test_accs(frozen, "lra_performer", "text")), "65.40"]
+    assert performer[2:6] == [_seeds_cell(_test_accs(frozen, "lra_performer", "listops"), frozen, "listops"), "18.01",
+                              _seeds_cell(_test_accs(frozen, "lra_performer", "text"), frozen, "text"), "65.40"]
     assert performer[6] == "—" and performer[14] == "—"  # not run, never filled
-    # 11 models x (6 tasks + avg) of ours; transformer has 7, performer 2
+    # 11 models x (6 tasks + avg) of ours; transformer has 7, performer 2; the baselines row is not counted
     assert "Missing cells (not run, marked —): 68 of 77." in table
     assert "Not shown: 1 record(s) of profile smoke." in table
+    baselines = _row(table, "Trivial baselines (our test sets)")
+    root_accuracy = _baseline(frozen, "listops")[0]
+    assert baselines[2].startswith(f"root operator {root_accuracy:.2f}; majority class ")
+    assert baselines[4] == f"majority class {_baseline(frozen, 'text')[0]:.2f}" and baselines[6] == "—"
     tex = (made[0] / "tables/lra_table1_accuracy.tex").read_text()
     assert "\\begin{tabular}" in tex and "$\\pm$" in tex and "---" in tex and "68 of 77" in tex
 
@@ -140,7 +198,8 @@ def test_lra_table1_shows_ours_beside_published_and_counts_missing_cells(made, f
 def test_followup_tables_map_arms_to_rows(made, frozen):
     locality = (made[0] / "tables/followup_table1_locality.md").read_text()
     k61 = _row(locality, "61")
-    assert k61[1] == "locality_k61" and k61[6:10] == [_seeds_cell(_test_accs(frozen, "locality_k61", "text")), "85.41", "—", "89.04"]
+    text = _seeds_cell(_test_accs(frozen, "locality_k61", "text"), frozen, "text")
+    assert k61[1] == "locality_k61" and k61[6:10] == [text, "85.41", "—", "89.04"]
     assert _row(locality, "11")[2:4] == ["60.00 (n=1)", "64.47"]
     ablation = (made[0] / "tables/followup_table4_positional_ablation.md").read_text()
     assert _row(ablation, "rotary / no")[1] == "rotary_transformer_notech"
@@ -148,9 +207,14 @@ def test_followup_tables_map_arms_to_rows(made, frozen):
     assert _row(table2, "transformer_pretrained")[1] == "(not reproduced)"
     table3 = (made[0] / "tables/followup_table3_ssm_gmlp.md").read_text()
     assert "Missing cells (not run, marked —): 27 of 30." in table3
-    assert _row(table3, "s4")[1] == "s4+none" and _row(table3, "s4")[6] == "81.00 ± 1.41 (n=2)"
-    assert _row(table3, "s4_techniques")[6] == "90.50 ± 0.71 (n=2)" and _row(table3, "s5_techniques")[6] == "—"
+    assert _row(table3, "s4")[1] == "s4+none" and _row(table3, "s4")[6].startswith("81.00 ± 1.41 (n=2)")
+    assert _row(table3, "s4_techniques")[6].startswith("90.50 ± 0.71 (n=2)") and _row(table3, "s5_techniques")[6] == "—"
     assert _row(table3, "gmlp_techniques")[6:8] == ["89.50 ± 0.71 (n=2)", "89.94"]
+    root_accuracy = _baseline(frozen, "listops")[0]
+    for name in ("followup_table1_locality", "followup_table2_transformer", "followup_table3_ssm_gmlp",
+                 "followup_table4_positional_ablation"):  # every table with a ListOps column prints the baseline
+        row = _row((made[0] / f"tables/{name}.md").read_text(), "Trivial baselines (our test sets)")
+        assert row[10].startswith(f"root operator {root_accuracy:.2f}"), name
 
 
 def test_efficiency_table_reads_benchmark_records(made):
@@ -162,50 +226,134 @@ def test_efficiency_table_reads_benchmark_records(made):
     assert performer[7] == "OOM" and performer[1] == "—"  # the inference row is not a training number
 
 
-def test_statistics_tables_match_tests_computed_here(made, frozen):
-    table = (made[0] / "tables/statistics_pairs.md").read_text()
-    line = next(l for l in table.splitlines() if "| ListOps | locality_k61 | locality_k5 |" in l)
+def _claim_row(made, claim: str) -> list[str]:
+    table = (made[0] / "tables/statistics_claims.md").read_text()
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) > 1 and cells[1] == claim:
+            return cells
+    raise AssertionError(f"no claim {claim}")
+
+
+def _welch_ci(a: np.ndarray, b: np.ndarray, level: float) -> tuple[float, float]:
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    df = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
+    half = sps.t.ppf(0.5 + level / 2, df) * math.sqrt(va + vb)
+    return a.mean() - b.mean() - half, a.mean() - b.mean() + half
+
+
+@pytest.mark.parametrize("claim,a_arm,b_arm,task,published", [
+    ("followup-locality-text", "locality_k5", "locality_k61", "text", 88.96 - 85.41),
+    ("followup-locality-listops", "locality_k61", "locality_k5", "listops", 52.73 - 45.24)])
+def test_a_claim_row_shows_its_primary_test_and_the_rule_that_fired(made, frozen, claim, a_arm, b_arm, task, published):
+    a, b = _test_accs(frozen, a_arm, task), _test_accs(frozen, b_arm, task)
+    row = _claim_row(made, claim)
+    low, high = _welch_ci(a, b, 0.95)
+    assert row[4] == f"{published:.2f}" and row[5] == "±2" and row[6] == "3/3"
+    assert row[7:10] == [f"{a.mean() - b.mean():.2f}", f"[{low:.2f}, {high:.2f}]", "100.0% / 100.0%"]
+    accuracy, (b_low, b_high) = _baseline(frozen, task)
+    name = "root operator" if task == "listops" else "majority class"
+    assert row[10] == f"{name} {accuracy:.2f} [{b_low:.2f}, {b_high:.2f}]"
+    # the rules, from the numbers computed here (repro.stats.decide is tested on hand-made cases)
+    evidence = stats.Evidence(published=published, direction="greater", margin=2.0, estimate=a.mean() - b.mean(),
+                              ci=(low, high), ci_equivalence=_welch_ci(a, b, 0.90), seeds={a_arm: 3, b_arm: 3},
+                              shares={a_arm: 1.0, b_arm: 1.0}, means={a_arm: a.mean(), b_arm: b.mean()},
+                              baseline=(b_low, b_high))
+    expected = stats.decide(evidence)
+    assert row[11:13] == [expected.word, expected.rule] and expected.word != "not tested"
+    # seeds needed: statsmodels' power at the seed sd pooled over every cell of this task, computed here
+    cells: dict[tuple[str, str], list[float]] = {}
+    for metrics in sorted((frozen / "runs").glob(f"*/{task}/budget/seed*/metrics.json")):
+        techniques = (OmegaConf.load(metrics.parent / "config.yaml").get("techniques") or {}).get("name", "none")
+        cells.setdefault((metrics.parts[-5], techniques), []).append(100 * json.loads(metrics.read_text())["test_acc"])
+    kept = [np.array(c) for c in cells.values() if len(c) > 1]
+    sd = math.sqrt(sum((c.size - 1) * c.var(ddof=1) for c in kept) / sum(c.size - 1 for c in kept))
+    detect = stats.seeds_needed(published, sd, goal="detect")
+    match = stats.seeds_needed(published, sd, goal="match", margin=2.0)
+    assert row[14] == f"{detect} / {match}"
+
+
+def test_claims_that_cannot_be_tested_say_which_rule_fired(made):
+    unrun = _claim_row(made, "lra-listops-linear")
+    assert unrun[6] == "0/3" and unrun[11:13] == ["not tested", "R1: fewer than 2 seeds of lra_linear"]
+    unknown = _claim_row(made, "lra-listops-performer")  # records without train_settings: share unknown
+    assert unknown[6] == "2/3" and unknown[11] == "not tested"
+    assert unknown[12] == ("R2: below 50% of the protocol's training examples (lra_performer unknown, "
+                           "lra_transformer unknown)")
+    against = _claim_row(made, "followup-locality-text-sota")  # one arm against MEGA's published 90.43
+    assert against[3] == "locality_k5 − mega (published) (one-sample t)" and against[6] == "3"
+    assert against[4] == f"{88.96 - 90.43:.2f}"
+
+
+def test_secondary_tests_pool_every_seed_pair(made, frozen):
+    table = (made[0] / "tables/statistics_secondary.md").read_text()
+    pair = [line for line in table.splitlines() if "| followup-locality-text | primary pair |" in line]
+    line = next(line for line in pair if "CMH" in line)
     cells = [c.strip() for c in line.strip().strip("|").split("|")]
-    a, b = _test_accs(frozen, "locality_k61", "listops"), _test_accs(frozen, "locality_k5", "listops")
-    welch = sps.ttest_ind(a, b, equal_var=False).pvalue
-    assert cells[4] == "3/3" and cells[7] == f"{a.mean() - b.mean():.2f}"
-    assert cells[9] == ("<0.001" if welch < 0.001 else f"{welch:.3f}")
-    # McNemar on seed 0 from the frozen predictions, independently: exact binomial on discordant pairs
-    pa = pd.read_csv(frozen / "runs/locality_k61/listops/budget/seed0/predictions.csv")
-    pb = pd.read_csv(frozen / "runs/locality_k5/listops/budget/seed0/predictions.csv")
-    ra, rb = pa["prediction"] == pa["label"], pb["prediction"] == pb["label"]
-    p = sps.binomtest(int((ra & ~rb).sum()), int((ra ^ rb).sum()), 0.5).pvalue
-    assert cells[11] == f"{'<0.001' if p < 0.001 else f'{p:.3f}'} (seed 0)"
-    assert re.fullmatch(r"\[-?\d+\.\d\d, -?\d+\.\d\d\]", cells[8])
-    gmlp = next(l for l in table.splitlines() if "| ListOps | gmlp+followup | s4+followup |" in l)
-    assert gmlp.count("—") >= 9 and "0/0" in gmlp  # not run: shown, not dropped
-    text = next(l for l in table.splitlines() if "| Text | gmlp+followup | s4+followup |" in l)
-    assert "| 2/2 | 89.50 | 90.50 | -1.00 |" in text
-    against = (made[0] / "tables/statistics_published.md").read_text()
-    row = next(l for l in against.splitlines() if "| Text | rotary_transformer |" in l and "Training techniques" in l)
-    cells = [c.strip() for c in row.strip().strip("|").split("|")]
-    assert cells[3] == "mega (followup_table2_transformer)" and cells[4] == "90.43"
-    ours = _test_accs(frozen, "rotary_transformer", "text")
-    t = sps.ttest_1samp(ours, 90.43).pvalue
-    assert cells[10] == ("<0.001" if t < 0.001 else f"{t:.3f}")
-    assert "TOST margin ±1 point" in against
+    only_a = only_b = 0
+    for i in range(3):
+        for j in range(3):
+            pa = pd.read_csv(frozen / f"runs/locality_k5/text/budget/seed{i}/predictions.csv")
+            pb = pd.read_csv(frozen / f"runs/locality_k61/text/budget/seed{j}/predictions.csv")
+            ra, rb = pa["prediction"] == pa["label"], pb["prediction"] == pb["label"]
+            only_a, only_b = only_a + int((ra & ~rb).sum()), only_b + int((~ra & rb).sum())
+    p = sps.chi2.sf((only_a - only_b) ** 2 / (only_a + only_b), 1)
+    assert cells[10] == ("<0.001" if p < 0.001 else f"{p:.3f}")
+    assert cells[11] == f"9 seed pairs; only A right {only_a}, only B right {only_b}"
+    permutation = next(line for line in pair if "permutation" in line)
+    assert "cannot reach p < 0.05: 3 + 3 seeds give 20 splits, smallest p 0.100" in permutation
 
 
-def test_listops_operator_table_against_the_greedy_baseline(made, frozen):
-    [key] = [p.stem for p in (frozen / "analysis/listops_roots").glob("*.csv")]
-    roots = pd.read_csv(frozen / f"analysis/listops_roots/{key}.csv")
-    import json
-    train = json.loads((frozen / f"analysis/listops_roots/{key}.json").read_text())["train"]
+def test_baselines_and_shares_tables(made, frozen):
+    baselines = (made[0] / "tables/trivial_baselines.md").read_text()
+    accuracy, (low, high) = _baseline(frozen, "listops")
+    assert "| ListOps | ListOps (fake files) | root operator |" in baselines
+    assert f"| {len(_roots(frozen)[0])} | {accuracy:.2f} | [{low:.2f}, {high:.2f}] |" in baselines
+    shares = (made[0] / "tables/protocol_share.md").read_text()
+    k5 = next(line for line in shares.splitlines() if line.startswith("| locality_k5 | none | ListOps |"))
+    train = protocol_record("locality_k5", "listops")
+    assert f"| {train['steps'] * train['batch_size']:,} | 100.0% |" in k5 and "| 3 min wall clock |" in k5
+    rotary = next(line for line in shares.splitlines() if line.startswith("| rotary_transformer | none | ListOps |"))
+    assert "the record lacks data.sizes.train, steps or train_settings.batch_size" in rotary
+
+
+def test_listops_operator_table_against_the_root_operator_baseline(made, frozen):
+    roots, train = _roots(frozen)
     table = (made[0] / "tables/listops_operator_accuracy.md").read_text()
     assert "rotary_transformer, profile budget, 3 seed(s)" in table  # the best ListOps arm by default
     for root, group in roots.groupby("root"):
-        greedy = 10.0 if root == "[SM" else 100 * float((group["label"] == train[root]["most_frequent_label"]).mean())
+        baseline = 100 * float((group["label"] == int(np.argmax(train[root]["label_counts"]))).mean())
         accs = []
         for seed in range(3):
             pred = pd.read_csv(frozen / f"runs/rotary_transformer/listops/budget/seed{seed}/predictions.csv")
             right = (pred["prediction"] == pred["label"]).to_numpy()
             accs.append(100 * right[group["index"].to_numpy()].mean())
-        assert _row(table, root.lstrip("["))[1:4] == [str(len(group)), f"{greedy:.2f}", f"{np.mean(accs):.2f}"]
+        assert _row(table, root.lstrip("["))[1:4] == [str(len(group)), f"{baseline:.2f}", f"{np.mean(accs):.2f}"]
+    assert f"{_baseline(frozen, 'listops')[0]:.2f}% overall" in table
+
+
+def test_a_malformed_claims_file_is_refused_naming_the_key(frozen, tmp_path):
+    bad = tmp_path / "claims.yaml"
+    text = (ROOT / "paper/claims.yaml").read_text().replace("direction: less\n", "direction: greater\n", 1)
+    bad.write_text(text)
+    done = make(frozen, tmp_path / "out", "--claims", str(bad))
+    assert done.returncode == 1 and not (tmp_path / "out").exists()
+    said = f"error: {bad}: claims[0].primary.direction 'greater' but the published effect is {18.01 - 36.37:+.2f}"
+    assert done.stderr.strip() == said
+    bad.write_text(text.replace("    margin: 5.0\n", "", 1).replace("direction: greater\n", "direction: less\n", 1))
+    done = make(frozen, tmp_path / "out", "--claims", str(bad))
+    assert done.stderr.strip() == (f"error: {bad}: claims[0] lacks 'margin' (see the header of paper/claims.yaml)")
+
+
+def test_lra_paper_entry_point_and_its_help():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, function = scripts["lra-paper"].partition(":")
+    assert callable(getattr(importlib.import_module(module), function))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    for command in ([sys.executable, "-m", "repro.paper", "--help"],
+                    [sys.executable, str(ROOT / "paper/make.py"), "--help"]):
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0 and done.stdout.startswith("usage: lra-paper") and "--claims" in done.stdout
 
 
 def test_a_changed_bundle_is_refused(frozen, tmp_path):

@@ -171,7 +171,8 @@ def write_fixture(root: Path, difficulty: str, n: int, empty: tuple = (), size: 
 
 def official_cfg(**over) -> dict:
     cfg = {"name": "pathfinder", "source": "official", "resolution": 32, "official_subdir": "pathfinder32",
-           "difficulty": "hard", "data_seed": 0, "max_len": 1024, "generate": {"n_per_difficulty": 10}}
+           "difficulty": "hard", "data_seed": 0, "max_len": 1024,
+           "generate": {"n_per_difficulty": 10, "render": "release"}}
     return {**cfg, **over}
 
 
@@ -276,4 +277,4 @@ def test_config_checks(tmp_path):
     with pytest.raises(ValueError, match="difficulty"):
         pf.build(official_cfg(difficulty="medium"), tmp_path, tmp_path / "cache")
     with pytest.raises(ValueError, match="unknown generator setting"):
-        pf.generator_spec({"n_per_difficulty": 4, "paddle_lenght": 3}, 32, "hard")
+        pf.generator_spec({"n_per_difficulty": 4, "render": "contour_v3", "paddle_lenght": 3}, 32, "hard")

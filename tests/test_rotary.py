@@ -92,9 +92,9 @@ def test_backbone_layout_and_summed_position_variants():
                                     num_classes=3, pad_id=0, two_tower=False)
         assert summed.encoder.sublayers[0].mixer.rotary is None and summed.encoder.embed.positional == positional
     with pytest.raises(ValueError, match="choose one positional"):
-        build_rotary_transformer_layers({**small_cfg(positional="learned"), "max_len": 64})
+        build_rotary_transformer_layers(small_cfg(positional="learned"), max_len=64)
     with pytest.raises(ValueError, match="no dropout"):
-        build_rotary_transformer_layers({**small_cfg(dropout=0.1), "max_len": 64})
+        build_rotary_transformer_layers(small_cfg(dropout=0.1), max_len=64)
 
 
 def test_attention_matches_an_explicit_softmax_reference():
@@ -121,6 +121,51 @@ def test_outputs_unchanged_by_appended_padding(variant):
     ids[1, 25:] = 0
     padded = torch.cat([ids, torch.zeros(3, 30, dtype=torch.long)], dim=1)
     torch.testing.assert_close(model(padded), model(ids), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("disable_half", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fused_rotation_equals_the_library_path_forward_and_gradients(disable_half, dtype):
+    torch.manual_seed(0)
+    library = RotarySelfAttention(64, 4, 300, disable_half=disable_half, impl="library").to(dtype)
+    fused = RotarySelfAttention(64, 4, 300, disable_half=disable_half, impl="fused").to(dtype)
+    fused.load_state_dict(library.state_dict())
+    x = torch.randn(3, 257, 64, dtype=dtype)
+    mask = torch.arange(257)[None, :] < torch.tensor([257, 100, 0])[:, None]
+    for a, b in zip(library.project(x), fused.project(x), strict=True):  # q, k, v
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-12)
+    results = []
+    for mixer in (library, fused):
+        xg = x.clone().requires_grad_(True)
+        y = mixer(xg, mask)
+        (y.square().sum() + y.sum()).backward()
+        results.append([y.detach(), xg.grad] + [p.grad for p in mixer.proj.parameters()])
+        mixer.zero_grad(set_to_none=True)
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-12 if dtype == torch.float64 else 1e-6)
+
+
+def test_fused_rotation_tables_follow_the_frequencies():
+    mixer = RotarySelfAttention(32, 2, 64, impl="fused").double()
+    x = torch.randn(2, 40, 32, dtype=torch.float64)
+    before = mixer.project(x)[0]
+    with torch.no_grad():
+        mixer.rotary.freqs[4:] = 0.0  # a change in place: the cached cos/sin must not be reused
+        mixer.rotary.cached_freqs_seq_len = 0  # (the library's own cache of angles)
+    after = mixer.project(x)[0]
+    library = RotarySelfAttention(32, 2, 64, impl="library").double()
+    library.load_state_dict(mixer.state_dict())
+    torch.testing.assert_close(after, library.project(x)[0], rtol=0, atol=1e-12)
+    assert (after - before).abs().max() > 1e-3
+
+
+def test_rotary_impl_is_checked_and_passed_by_the_builder():
+    with pytest.raises(ValueError, match="model.rotary_impl='fast': choose one of auto, fused, library"):
+        RotarySelfAttention(32, 2, 64, impl="fast")
+    layers = build_rotary_transformer_layers({**small_cfg(rotary_impl="library"), "max_len": 64})
+    assert layers[0].impl == "library"
+    auto = build_rotary_transformer_layers({**small_cfg(), "max_len": 64})[0]
+    assert auto.impl == "auto" and not auto.fused(torch.zeros(1))  # auto: fused on CUDA only
 
 
 def test_head_width_must_allow_a_rotary_table():

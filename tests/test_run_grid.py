@@ -1,13 +1,26 @@
-"""experiments/run_grid.py: cells back to back, complete ones skipped on rerun, a deadline respected."""
+"""experiments/run_grid.py with the real runner: cells run, complete ones skipped, a deadline respected, a slot's
+archives resumed elsewhere to the same record as an uninterrupted run. (Scheduling with a stand-in runner:
+test_grid_schedule.py.)"""
 from __future__ import annotations
 
+import json
+import shutil
+import signal
 import subprocess
 import sys
+import time
 
+import pytest
 from conftest import ROOT, SHORT_LISTOPS_OVERRIDES, read_json
+
+from repro.grid.gridlog import GPU_TOTAL, read_rows
 
 GRID = ROOT / "experiments" / "run_grid.py"
 SHORT = ["profile=smoke", *SHORT_LISTOPS_OVERRIDES, "+train.max_steps=2"]
+
+
+def _record(out, seed: int, name: str = "metrics.json"):
+    return out / "runs" / "locality_k5" / "listops" / "smoke" / f"seed{seed}" / name
 
 
 def _grid(tmp_path, minutes_per_run=0.0):
@@ -30,13 +43,15 @@ def test_grid_runs_its_cells_then_skips_them_on_rerun(tmp_path, shared_cache):
     first = _run(tmp_path, shared_cache, 0.0)
     assert first.returncode == 0, first.stderr[-2000:]
     for seed in (0, 1):
-        metrics = read_json(tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / f"seed{seed}" / "metrics.json")
+        metrics = read_json(_record(tmp_path / "out", seed))
         assert metrics["status"] == "complete" and metrics["seed"] == seed
     assert not (tmp_path / "out" / "runs" / "locality_k61").exists()  # optional cells need --include-optional
     second = _run(tmp_path, shared_cache, 0.0)
-    assert second.returncode == 0 and second.stdout.count("record complete") == 2
-    log = (tmp_path / "out" / "grid_log.csv").read_text().splitlines()
-    assert len(log) == 4 and all(line.split(",")[3] == "0" for line in log)
+    assert second.returncode == 0 and second.stdout.count("record complete, skipped") == 2
+    assert "0 of 2 cells attempted" in second.stdout and "2 already complete" in second.stdout
+    rows = read_rows(tmp_path / "out" / "grid_log.csv")  # the first command's two cells and its one GPU row
+    assert [row["arm"] for row in rows] == ["locality_k5", "locality_k5", GPU_TOTAL]
+    assert all(row["exit"] == "0" for row in rows[:2])
 
 
 def test_a_cell_that_would_overrun_the_deadline_is_not_started(tmp_path, shared_cache):
@@ -59,12 +74,12 @@ def test_cells_spread_over_gpu_slots_each_with_its_own_log(tmp_path, shared_cach
     done = _run(tmp_path, shared_cache, 0.0, "--gpus", "0,1")
     assert done.returncode == 0, done.stdout[-2000:]
     assert "on GPU 0" in done.stdout and "on GPU 1" in done.stdout
-    rows = [line.split(",") for line in (tmp_path / "out" / "grid_log.csv").read_text().splitlines()]
-    assert sorted((row[2], row[3], row[6]) for row in rows) == [("0", "0", "0"), ("1", "0", "1")]
+    rows = [row for row in read_rows(tmp_path / "out" / "grid_log.csv") if row["arm"] != GPU_TOTAL]
+    assert sorted((row["seed"], row["exit"], row["gpu"]) for row in rows) == [("0", "0", "0"), ("1", "0", "1")]
     for seed in (0, 1):
         log = (tmp_path / "out" / "grid_logs" / f"locality_k5__listops__seed{seed}.log").read_text()
         assert "best val" in log
-        metrics = read_json(tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / f"seed{seed}" / "metrics.json")
+        metrics = read_json(_record(tmp_path / "out", seed))
         assert metrics["status"] == "complete"
 
 
@@ -76,24 +91,22 @@ def test_a_cell_claimed_by_another_grid_process_is_left_to_it(tmp_path, shared_c
     assert done.returncode == 0, done.stdout[-2000:]
     assert "claimed by another grid process: locality_k5 listops seed 0" in done.stdout
     assert not (tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / "seed0").exists()
-    assert read_json(tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / "seed1" / "metrics.json")["status"] == "complete"
+    assert read_json(_record(tmp_path / "out", 1))["status"] == "complete"
     assert "1 of 2 cells attempted, 1 claimed by another grid process" in done.stdout
     assert not (claims / "locality_k5__listops__seed1").exists()  # released when its run ended
 
 
 def test_sigterm_to_the_grid_reaches_its_running_cell_and_releases_the_claim(tmp_path, shared_cache):
     """A grid stopped by SIGTERM passes it on (the run checkpoints and exits 143), logs it, frees the claim."""
-    import signal
-    import time
-
     grid = tmp_path / "grid.yaml"
     grid.write_text("common: [" + ", ".join(["profile=smoke", *SHORT_LISTOPS_OVERRIDES, "+train.max_steps=6",
                                             "debug.pause_at_step=2"]) + "]\n"
-                    "minutes_per_run: 0\noverhead_minutes: 0\ncells:\n  - {arms: [locality_k5], tasks: [listops], seeds: [0]}\n")
+                    "minutes_per_run: 0\noverhead_minutes: 0\n"
+                    "cells:\n  - {arms: [locality_k5], tasks: [listops], seeds: [0]}\n")
     claims, out = tmp_path / "claims", tmp_path / "out"
     extra = ["--", f"output_dir={out}", f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'none'}"]
-    grid_process = subprocess.Popen([sys.executable, str(GRID), str(grid), "--gpus", "0", "--claim-dir", str(claims), *extra],
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    grid_process = subprocess.Popen([sys.executable, str(GRID), str(grid), "--gpus", "0", "--claim-dir", str(claims),
+                                     *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     run_dir = out / "runs" / "locality_k5" / "listops" / "smoke" / "seed0"
     cell_log = out / "grid_logs" / "locality_k5__listops__seed0.log"
 
@@ -108,8 +121,67 @@ def test_sigterm_to_the_grid_reaches_its_running_cell_and_releases_the_claim(tmp
     grid_process.send_signal(signal.SIGTERM)
     output, _ = grid_process.communicate(timeout=300)
     assert grid_process.returncode == 128 + signal.SIGTERM, output[-2000:]
-    row = (out / "grid_log.csv").read_text().strip().split(",")
-    assert row[:4] == ["locality_k5", "listops", "0", str(128 + signal.SIGTERM)]
+    row = read_rows(out / "grid_log.csv")[0]
+    assert [row[k] for k in ("arm", "task", "seed", "exit")] == ["locality_k5", "listops", "0", "143"]
     assert not (claims / "locality_k5__listops__seed0").exists()
     assert (run_dir / "checkpoints" / "last.pt").exists()
     assert not (run_dir / "metrics.json").exists()
+
+
+def test_a_slot_stopped_mid_run_resumes_from_its_archives_to_the_uninterrupted_record(tmp_path, shared_cache):
+    """Slot 1 is stopped at step 2 and archives; slot 2 starts from an empty output folder with --resume-from
+    and ends with the record an uninterrupted run writes (same predictions, accuracies and steps)."""
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("common: [" + ", ".join(["profile=smoke", *SHORT_LISTOPS_OVERRIDES, "+train.max_steps=6"]) + "]\n"
+                    "cells:\n  - {arms: [locality_k5], tasks: [listops], seeds: [0]}\n")
+    shared = [f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'none'}"]
+
+    def grid_command(*args, output):
+        return [sys.executable, str(GRID), str(grid), "--gpus", "0", *args, "--", f"output_dir={output}", *shared]
+
+    reference = subprocess.run(grid_command(output=tmp_path / "ref"), capture_output=True, text=True, timeout=600,
+                               cwd=ROOT)
+    assert reference.returncode == 0, reference.stdout[-2000:]
+    first = subprocess.Popen(grid_command("--archive-to", str(tmp_path / "slot1"), output=tmp_path / "out1") +
+                             ["debug.pause_at_step=2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             cwd=ROOT)
+    cell_log = tmp_path / "out1" / "grid_logs" / "locality_k5__listops__seed0.log"
+    until = time.monotonic() + 300
+    while not (cell_log.exists() and "paused after step 2" in cell_log.read_text()) and time.monotonic() < until:
+        time.sleep(0.5)
+    first.send_signal(signal.SIGTERM)
+    output, _ = first.communicate(timeout=300)
+    assert first.returncode == 128 + signal.SIGTERM, output[-2000:]
+    manifest = json.loads((tmp_path / "slot1" / "grid-manifest.json").read_text())
+    carried = {entry["path"].rsplit("/", 1)[-1] for unit in manifest["units"] for entry in unit["files"]}
+    assert {"config.yaml", "last.pt", "last.pt.sha256", "grid_log.csv"} <= carried and "metrics.json" not in carried
+    second = subprocess.run(grid_command("--resume-from", str(tmp_path / "slot1"), output=tmp_path / "out2"),
+                            capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert second.returncode == 0, second.stdout[-2000:]
+    assert "unpacked checkpoint runs/locality_k5/listops/smoke/seed0" in second.stdout
+    cell_log = (tmp_path / "out2" / "grid_logs" / "locality_k5__listops__seed0.log").read_text()
+    assert "resuming" in cell_log and "from step 2" in cell_log
+    record = ("runs", "locality_k5", "listops", "smoke", "seed0")
+    resumed, uninterrupted = tmp_path.joinpath("out2", *record), tmp_path.joinpath("ref", *record)
+    assert (resumed / "predictions.csv").read_text() == (uninterrupted / "predictions.csv").read_text()
+    ours, theirs = read_json(resumed / "metrics.json"), read_json(uninterrupted / "metrics.json")
+    for key in ("steps", "best_val_acc", "best_val_step", "test_acc", "test_loss"):
+        assert ours[key] == theirs[key], key
+    assert [row["exit"] for row in read_rows(tmp_path / "out2" / "grid_log.csv") if row["arm"] != GPU_TOTAL] == \
+        ["143", "0"]  # slot 1's row came along in the archive
+
+
+def test_the_lra_grid_console_script_is_declared_and_shows_its_help():
+    """pyproject's [project.scripts] names lra-grid's function; called as the script would be, it prints the usage."""
+    tomllib = pytest.importorskip("tomllib")
+    target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["lra-grid"]
+    module, _, function = target.partition(":")
+    for argv, usage in ((["--help"], "usage: lra-grid"), (["ledger", "--help"], "usage: lra-grid ledger"),
+                        (["unpack", "--help"], "usage: lra-grid unpack")):
+        code = f"import sys; sys.argv = ['lra-grid', *{argv!r}]; from {module} import {function}; {function}()"
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert done.returncode == 0 and done.stdout.startswith(usage), done.stderr[-2000:]
+    assert "--per-gpu" in subprocess.run([sys.executable, "-m", "repro.grid", "--help"], capture_output=True,
+                                         text=True, cwd=ROOT, timeout=120).stdout
+    if shutil.which("lra-grid"):  # installed (pip install -e .)
+        assert subprocess.run(["lra-grid", "--help"], capture_output=True, text=True).returncode == 0

@@ -1,4 +1,4 @@
-"""repro.stats against answers computed independently here (issue 8, acceptance 2)."""
+"""repro.stats against answers computed independently here (the basic tests of repro.stats.core)."""
 from __future__ import annotations
 
 import math

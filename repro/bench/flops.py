@@ -23,11 +23,14 @@ Every other mechanism is counted with ``torch.utils.flop_counter.FlopCounterMode
 on one forward pass of the real model (``flops_source: counted``). FlopCounterMode
 counts ``mm``/``bmm``/``addmm``/convolution and the fused attention kernels it has
 formulas for; on CPU it counts nothing for ``scaled_dot_product_attention`` (no
-formula for the CPU kernel), one reason the vanilla count is analytic.
+formula for the CPU kernel), one reason the vanilla count is analytic. Mixers with a fused
+fast path (``PLAIN_PATH``: flex_attention, fused SDPA, a compiled rotation) are counted on
+their plain path, the same function written as explicit products (flex_attention does not run
+under the counter).
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -49,7 +52,7 @@ def head_widths(model_cfg: dict, num_classes: int) -> list[int]:
 
 def head_flops(model_cfg: dict, batch: int, num_classes: int) -> int:
     widths = head_widths(model_cfg, num_classes)
-    return 2 * batch * sum(a * b for a, b in zip(widths[:-1], widths[1:]))
+    return 2 * batch * sum(a * b for a, b in zip(widths[:-1], widths[1:], strict=True))
 
 
 def transformer_forward_flops(model_cfg: dict, batch: int, seq_len: int, num_classes: int) -> int:
@@ -85,13 +88,29 @@ def analytic_forward_flops(model_cfg: dict, batch: int, seq_len: int, num_classe
     return None
 
 
+@contextmanager
+def plain_paths(model: torch.nn.Module):
+    """Every mixer that declares ``PLAIN_PATH = (attribute, value)`` set to its plain path meanwhile."""
+    saved = []
+    for module in model.modules():
+        plain = getattr(type(module), "PLAIN_PATH", None)
+        if plain is not None:
+            saved.append((module, plain[0], getattr(module, plain[0])))
+            setattr(module, plain[0], plain[1])
+    try:
+        yield
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
+
+
 def counted_forward_flops(model: torch.nn.Module, ids: torch.Tensor, autocast_dtype: torch.dtype | None = None) -> int:
-    """FLOPs FlopCounterMode sees in one forward pass of ``model`` on ``ids`` (evaluation mode)."""
+    """FLOPs FlopCounterMode sees in one forward pass of ``model`` on ``ids`` (evaluation mode, plain paths)."""
     was_training = model.training
     model.eval()
     autocast = (torch.autocast(ids.device.type, dtype=autocast_dtype) if autocast_dtype is not None else nullcontext())
     try:
-        with FlopCounterMode(display=False) as counter, torch.no_grad(), autocast:
+        with plain_paths(model), FlopCounterMode(display=False) as counter, torch.no_grad(), autocast:
             model(ids)
     finally:
         model.train(was_training)

@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from ..followup.conv import BoundedConvMixer, conv1d_same
+from ..followup.conv import BoundedConvMixer
+from ..ops.conv import conv1d_same
 from ..training import TrainSettings, make_optimizer
 from .flops import analytic_forward_flops, conv_layer_flops, counted_forward_flops, step_flops
 from .models import BenchModel, TextShape, build, sequence_length

@@ -17,6 +17,7 @@ the arm has one).
 from __future__ import annotations
 
 import copy
+import importlib
 import importlib.util
 import re
 from contextlib import contextmanager
@@ -119,12 +120,41 @@ def _sort_key(spec: BenchModel) -> tuple:
     return (group, int(kernel.group(1)) if kernel else 0, spec.arm, spec.kind != "arm", spec.name)
 
 
-def plan(names: list[str] | None, variants: dict, task: str = "text", depth: int | None = None) -> tuple[list[BenchModel], list[str]]:
-    """The rows to measure and one line per row skipped (no settings for ``task``, package missing).
+def attention_dropout_setting(value) -> float | None:
+    """``attention_dropout`` of bench.yaml: ``lra`` (None: each arm's own, LRA's 0.1 on text) or a
+    probability every arm's attention dropout is set to (``0``: none)."""
+    if isinstance(value, str) and value.strip().lower() == "lra":
+        return None
+    try:
+        p = float(value)
+    except (TypeError, ValueError):
+        p = -1.0
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"attention_dropout={value!r} (experiments/conf/bench.yaml): give lra (each arm's own) "
+                         "or a probability in [0, 1), e.g. attention_dropout=0")
+    return p
+
+
+def peer_problem(module: str) -> str | None:
+    """Why peer package ``module`` cannot be used (not installed, or its import fails), or None."""
+    if importlib.util.find_spec(module) is None:
+        return f"peer package {module!r} is not installed (pip install -e \".[peers]\")"
+    try:
+        importlib.import_module(module)
+    except Exception as err:  # noqa: BLE001 - any failure to import skips the row, with its reason
+        return f"peer package {module!r} does not import ({type(err).__name__}: {err})"
+    return None
+
+
+def plan(names: list[str] | None, variants: dict, task: str = "text", depth: int | None = None,
+         attention_dropout: float | None = None) -> tuple[list[BenchModel], list[str]]:
+    """The rows to measure and one line per row skipped (no settings for ``task``, package missing
+    or not importing).
 
     ``names`` None: every arm plus every variant. A name may be an arm or a variant;
     anything else is an error that lists the names there are. ``depth`` overrides
-    every model's number of layers (the one-layer memory table).
+    every model's number of layers (the one-layer memory table); ``attention_dropout``
+    (not None) every model's attention dropout, where the model has one.
     """
     arms = arm_names()
     variants = dict(variants or {})
@@ -139,7 +169,8 @@ def plan(names: list[str] | None, variants: dict, task: str = "text", depth: int
         arm = variant["arm"] if variant else name
         if arm not in resolved:
             if arm not in arms:
-                raise KeyError(f"variant {name!r} (experiments/conf/bench.yaml) names arm {arm!r}, which does not exist; "
+                raise KeyError(f"variant {name!r} (experiments/conf/bench.yaml) names arm {arm!r}, which does not "
+                               "exist; "
                                f"arms: {', '.join(arms)}")
             resolved[arm] = resolve_arm(arm, task)
         run = resolved[arm]
@@ -147,12 +178,15 @@ def plan(names: list[str] | None, variants: dict, task: str = "text", depth: int
             skipped.append(f"{name}: arm {arm} defines no settings for task {task}; skipped")
             continue
         requires = variant.get("requires") if variant else None
-        if requires and importlib.util.find_spec(requires) is None:
-            skipped.append(f"{name}: peer package {requires!r} is not installed (pip install -e \".[peers]\"); skipped")
+        problem = peer_problem(requires) if requires else None
+        if problem:
+            skipped.append(f"{name}: {problem}; skipped")
             continue
         model = apply_model_changes(run["model"], variant.get("model", {}) if variant else {})
         if depth is not None:
             model["depth"] = int(depth)
+        if attention_dropout is not None and "attention_dropout" in model:
+            model["attention_dropout"] = float(attention_dropout)
         kind = "arm" if not variant else ("peer" if requires else "variant")
         specs.append(BenchModel(name=name, arm=arm, kind=kind, model=model, train=dict(run["train"]),
                                 requires=requires, note=(variant or {}).get("note"),

@@ -26,8 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..original.attention import ATTENTION
-from ..original.attention._common import QKVOut, full_mask
+from ..original.attention import ATTENTION, QKVOut, full_mask
 
 PEER_PACKAGES = {  # row's attention name -> (import name, PyPI name)
     "peer_performer": ("performer_pytorch", "performer-pytorch"),

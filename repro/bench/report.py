@@ -32,12 +32,31 @@ ROW_FIELDS = [
 ]
 # Our row name -> the model's name in the LRA tables (repro.reference.LRA_MODEL_ARMS); Sparse Transformer and
 # Longformer have no Table 2 row (not timed in the paper: implemented with masks), so no TPU cells.
-PUBLISHED_NAMES = {**{arm: model for model, arm in LRA_MODEL_ARMS.items()}, "lra_transformer_materialized": "transformer"}
+PUBLISHED_NAMES = {**{arm: model for model, arm in LRA_MODEL_ARMS.items()},
+                   "lra_transformer_materialized": "transformer"}
 MODE_TITLES = {
     "train": "Training steps per second (forward, backward, AdamW step)",
     "infer": "Inference steps per second (forward pass, no gradients)",
 }
 ACCURACY_PROFILES = ("paper", "budget")  # preferred first; smoke runs are not accuracies
+# Arms whose fair reference is not the SDPA Transformer: (reference row, why), for the per-arm section.
+OWN_REFERENCES = {
+    "lra_synthesizer": ("lra_transformer_materialized", "quadratic by design (a learned [H, L, L] logit matrix per "
+                        "layer), so it is set against the Transformer that holds its [L, L] attention matrix too"),
+    "rotary_transformer": ("learned_pe", "the follow-up Transformer rotating q and k, set against the same backbone "
+                           "with learned positions summed into the embeddings"),
+}
+
+
+def dropout_label(setting: float | None):
+    """The record's ``attention_dropout``: ``"lra"`` (each arm's own) or the probability every arm was set to."""
+    return "lra" if setting is None else float(setting)
+
+
+def dropout_words(label) -> str:
+    if label in (None, "lra"):
+        return "each arm's own attention dropout (LRA's 0.1 on text)"
+    return f"attention dropout {label:g} for every arm"
 
 
 def complete_rows(rows: list[dict]) -> list[dict]:
@@ -138,7 +157,8 @@ def efficiency_table(rows: list[dict], mode: str, key: str, digits: int) -> list
     for model in _models_in_order([r for r in rows if r["mode"] == mode]):
         cells = [model]
         for length in lengths:
-            cells.append(_ours_cell(index.get((model, length, mode)), key, index.get((REFERENCE_MODEL, length, mode)), digits))
+            ref = index.get((REFERENCE_MODEL, length, mode))
+            cells.append(_ours_cell(index.get((model, length, mode)), key, ref, digits))
         entry = pub.get(PUBLISHED_NAMES.get(model, ""))
         cells += [_published_cell(entry, pub.get("transformer"), kind, label) for label in pub_labels]
         body.append(cells)
@@ -162,8 +182,10 @@ def roofline_table(rows: list[dict], peak: float | None) -> list[str]:
             ok = row is not None and row["status"] == "ok"
             flops = row.get("flops_per_step") if row else None
             cells.append(f"{flops / 1e9:.4g}" if flops else "")
-            cells.append(f"{row['tflops']:.3g}" if ok and row.get("tflops") is not None else (row["status"] if row and not ok else ""))
-            cells.append(f"{100 * row['roofline_fraction']:.1f}" if ok and row.get("roofline_fraction") is not None else "")
+            failed = row["status"] if row and not ok else ""
+            cells.append(f"{row['tflops']:.3g}" if ok and row.get("tflops") is not None else failed)
+            fraction = row.get("roofline_fraction") if ok else None
+            cells.append(f"{100 * fraction:.1f}" if fraction is not None else "")
             cells.append(f"{row['conv_layer_tflops']:.3g}" if ok and row.get("conv_layer_tflops") is not None else "")
         body.append(cells)
     return _markdown(header, body)
@@ -221,11 +243,51 @@ def peer_table(rows: list[dict], pairs: dict) -> list[str]:
                     verdict = "yes (peer OOM)"
                 else:
                     verdict = "n/a"
-                body.append([peer, ours_name, mode, _value_cell(ours, "steps_per_s", 2), _value_cell(theirs, "steps_per_s", 2),
+                body.append([peer, ours_name, mode, _value_cell(ours, "steps_per_s", 2),
+                             _value_cell(theirs, "steps_per_s", 2),
                              f"{speed:.2f}" if speed is not None else "n/a", _value_cell(ours, "peak_mem_gb", 3),
                              _value_cell(theirs, "peak_mem_gb", 3), f"{memory:.2f}" if memory is not None else "n/a",
                              verdict])
     return _markdown(header, body)
+
+
+def _ratio(row: dict | None, ref: dict | None, key: str) -> str:
+    ok = row is not None and ref is not None and row["status"] == "ok" and ref["status"] == "ok"
+    if not ok or row.get(key) is None or not ref.get(key):
+        return "n/a"
+    return f"{row[key] / ref[key]:.2f}"
+
+
+def reference_table(rows: list[dict], mode: str) -> list[str]:
+    """Each arm at the largest length against ``lra_transformer`` and against its own reference
+    (``OWN_REFERENCES``; ``lra_transformer`` elsewhere): steps/s, peak GB and their ratios."""
+    longest = max(r["length"] for r in rows)
+    index = _index(rows)
+    header = ["model", "steps/s", "peak GB", f"speed / {REFERENCE_MODEL}", f"memory / {REFERENCE_MODEL}",
+              "reference", "speed / reference", "memory / reference"]
+    base = index.get((REFERENCE_MODEL, longest, mode))
+    body = []
+    for model in _models_in_order([r for r in rows if r["mode"] == mode and r.get("kind", "arm") == "arm"]):
+        row = index.get((model, longest, mode))
+        reference = OWN_REFERENCES.get(model, (REFERENCE_MODEL, ""))[0]
+        ref = index.get((reference, longest, mode))
+        if row is None:
+            continue
+        body.append([model, _value_cell(row, "steps_per_s", 2), _value_cell(row, "peak_mem_gb", 3),
+                     _ratio(row, base, "steps_per_s"), _ratio(row, base, "peak_mem_gb"), reference,
+                     _ratio(row, ref, "steps_per_s"), _ratio(row, ref, "peak_mem_gb")])
+    return _markdown(header, body)
+
+
+def reference_section(meta: dict, rows: list[dict]) -> list[str]:
+    mode = "train" if any(r["mode"] == "train" for r in rows) else "infer"
+    label = length_label(max(r["length"] for r in rows))
+    lines = [f"## Each arm against {REFERENCE_MODEL} at {label} ({'training' if mode == 'train' else 'inference'}, "
+             f"{dropout_words(meta.get('attention_dropout'))})", "",
+             f"Every row of this run has the same attention dropout, {REFERENCE_MODEL} included. Ratios are speed "
+             "(steps/s) and peak memory over the reference's."]
+    lines += [""] + [f"- `{model}` is {why}: its reference is `{ref}`." for model, (ref, why) in OWN_REFERENCES.items()]
+    return lines + [""] + reference_table(rows, mode) + [""]
 
 
 def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str], pairs: dict | None = None) -> str:
@@ -237,7 +299,8 @@ def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str]
         f"CUDA {meta['cuda']}; warm-up {meta['warmup']} steps, median of up to {meta['reps']} timed steps. "
         f"Ratios in parentheses: to `{REFERENCE_MODEL}` (SDPA) at the same length; for the LRA TPU columns "
         "(seed 001 Table 2, 4x4 TPU v3), to the published Transformer. Peak memory in GB (10^9 bytes): "
-        "torch.cuda.max_memory_allocated over the measured steps, weights and optimiser state included.",
+        "torch.cuda.max_memory_allocated over the measured steps, weights and optimiser state included. "
+        f"Attention dropout: {dropout_words(meta.get('attention_dropout'))}.",
         "",
         f"{meta.get('matmul_dtype', 'bf16')} matmul peak measured in this run: {peak:.3g} TFLOP/s "
         f"({meta['matmul_n']}^3 product)." if peak else "matmul peak: not measured.",
@@ -249,6 +312,7 @@ def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str]
         lines += [f"## {MODE_TITLES[mode]}", ""] + efficiency_table(rows, mode, "steps_per_s", 2) + [""]
         lines += [f"## Peak memory (GB), {'training' if mode == 'train' else 'inference'}", ""]
         lines += efficiency_table(rows, mode, "peak_mem_gb", 3) + [""]
+    lines += reference_section(meta, rows)
     lines += [f"## Roofline at {length_label(max(r['length'] for r in rows))}", "",
               "Model FLOPs per step (matrix products; training = 3x forward; see repro/bench/flops.py) over the "
               "median step time, and that rate over the matmul peak above. Conv-layer TFLOP/s: one convolution "
@@ -262,10 +326,12 @@ def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str]
     pairs = {peer: [o for o in ours if o in present] for peer, ours in (pairs or {}).items() if peer in present}
     if any(pairs.values()):
         lines += [f"## Ours against the peers at {length_label(max(r['length'] for r in rows))}", "",
-                  "Each peer (a public implementation inside our encoder) against our mechanism, measured in this run.", ""]
+                  "Each peer (a public implementation inside our encoder) against our mechanism, measured in this "
+                  "run.", ""]
         lines += peer_table(rows, pairs) + [""]
     if notes:
-        lines += ["## Rows that are variants or peers", ""] + [f"- `{name}`: {text}" for name, text in notes.items()] + [""]
+        lines += ["## Rows that are variants or peers", ""]
+        lines += [f"- `{name}`: {text}" for name, text in notes.items()] + [""]
     if skipped:
         lines += ["## Skipped", ""] + [f"- {line}" for line in skipped] + [""]
     return "\n".join(lines)
@@ -322,8 +388,9 @@ def figure(rows: list[dict], accuracies: dict, path: Path, meta: dict) -> str:
         chosen = [i for i, r in enumerate(points) if r["kind"] == kind]
         if chosen:
             ax.scatter([x[i] for i in chosen], [y[i] for i in chosen], s=[sizes[i] for i in chosen], c=colour,
-                       alpha=0.45, edgecolors="black", label={"arm": "arms", "variant": "variants", "peer": "peers"}[kind])
-    for xi, yi, r in zip(x, y, points):
+                       alpha=0.45, edgecolors="black",
+                       label={"arm": "arms", "variant": "variants", "peer": "peers"}[kind])
+    for xi, yi, r in zip(x, y, points, strict=True):
         ax.annotate(r["model"], (xi, yi), fontsize=7, ha="center", va="center")
     ax.set_xlabel(f"{mode} steps per second at {length_label(longest)} (batch {meta['batch']})")
     ax.set_ylabel(ylabel)
@@ -355,6 +422,8 @@ def write_bundle(out_root: Path, meta: dict, rows: list[dict], notes: dict, skip
     out_root = Path(out_root)
     out_root.mkdir(parents=True, exist_ok=True)
     name = f"{meta['date']}_{meta['device_slug']}_{meta['mode']}"
+    if meta.get("attention_dropout", "lra") != "lra":
+        name += f"_attention-dropout-{meta['attention_dropout']:g}"
     final, n = out_root / name, 2
     while final.exists():
         final, n = out_root / f"{name}-{n}", n + 1
@@ -408,7 +477,8 @@ def rerender(bundle: Path, accuracy_dir: Path | None = None) -> Path:
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
-    parser = argparse.ArgumentParser(description="Rewrite a benchmark bundle's table.md and figure.png from its bench.json.")
+    parser = argparse.ArgumentParser(
+        description="Rewrite a benchmark bundle's table.md and figure.png from its bench.json.")
     parser.add_argument("bundle", type=Path, help="a folder written by experiments/bench.py")
     parser.add_argument("--accuracy-dir", type=Path, default=Path("outputs/runs"),
                         help="run records whose text test accuracy the figure plots (default outputs/runs)")

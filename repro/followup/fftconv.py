@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .conv import _fft_size
+from ..ops.fft import fft_size
 
 
 def compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -44,7 +44,7 @@ def fft_conv(u: torch.Tensor, kernel: torch.Tensor, left: int = 0) -> torch.Tens
     hi = min(k, left + length)
     kernel, left = kernel[..., lo:hi], left - lo
     k = kernel.shape[-1]
-    n = _fft_size(length + max(left, k - 1 - left))
+    n = fft_size(length + max(left, k - 1 - left))
     dtype = compute_dtype(u)
     with torch.autocast(device_type=u.device.type, enabled=False):
         circular = torch.roll(F.pad(kernel.to(dtype), (0, n - k)), -left, dims=-1)
@@ -52,7 +52,8 @@ def fft_conv(u: torch.Tensor, kernel: torch.Tensor, left: int = 0) -> torch.Tens
     return y[..., :length]
 
 
-def two_sided(forward: torch.Tensor, backward: torch.Tensor, backward_includes_current: bool) -> tuple[torch.Tensor, int]:
+def two_sided(forward: torch.Tensor, backward: torch.Tensor,
+              backward_includes_current: bool) -> tuple[torch.Tensor, int]:
     """One kernel for a bidirectional pass: ``forward`` [..., K] at offsets 0..K-1 (input at or
     before the output) and ``backward`` [..., K] reading inputs after it.
 

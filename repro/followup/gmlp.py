@@ -83,14 +83,14 @@ class GMLPMixer(nn.Module):
         return self.proj_out(self.drop(self.sgu(z, mask)))
 
 
-def build_gmlp_layers(cfg: dict) -> list[nn.Module]:
+def build_gmlp_layers(cfg: dict, max_len: int) -> list[nn.Module]:
     """``depth`` gMLP mixers (seed 003 Table 6); the shared block adds the residual and the norm."""
     # techniques: see the techniques config group
     return [
         GMLPMixer(
             d_model=cfg["d_model"],
             d_hidden=cfg["d_hidden"],
-            max_len=cfg["max_len"],
+            max_len=max_len,
             channels=cfg.get("channels", 1),
             activation=cfg.get("activation", "gelu"),
             sgu_norm=cfg.get("sgu_norm", True),

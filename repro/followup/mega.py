@@ -31,6 +31,23 @@ Chunking (Mega-chunk, section 3.5): ``chunk_size`` splits the sequence into chun
 attend only within themselves; null is full attention (Mega's ListOps, text, retrieval;
 image and Pathfinder set chunk 1024 = the whole sequence).
 
+The attention function is softmax everywhere (the follow-up's restriction; Mega's own LRA
+settings use laplace on image, Pathfinder and Path-X, not modelled), so it runs fused
+(``attention_impl``, the same function):
+
+- ``materialized``: softmax(Q K^T / sqrt(z) + rel_bias) V written out, the [L, L] scores in memory.
+- ``sdpa``: ``scaled_dot_product_attention`` with the [c, c] relative bias as a float
+  ``attn_mask`` broadcast over the batch (never one matrix per sample) and the key padding
+  folded into one extra query/key feature (``repro/original/attention/_folded_mask.py``).
+- ``auto`` (default): ``sdpa`` on CUDA, ``materialized`` elsewhere.
+
+Padded keys get no weight; a chunk made only of padding (its queries are padding too) attends
+over itself unmasked, as Mega's release does (``padding_mask_all`` in ``softmax_attention``).
+
+Initialisation as the Mega release (``moving_average_gated_attention.py``, ``reset_parameters``):
+the projections N(0, 0.02) with zero biases, the query/key scales (its ``gamma``) N(0, 0.02),
+the offsets (``beta``) 0, the relative bias N(0, 0.02); the EMA's as ``MultiDimEMA`` says.
+
 A Mega block is this sublayer followed by a normalised feed-forward sublayer (SiLU), each in
 the shared residual block: ``build_mega_layers`` returns them alternately.
 
@@ -46,7 +63,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..original.attention._folded_mask import fold_key_mask
 from .fftconv import fft_conv, two_sided
+
+ATTENTION_IMPLS = ("auto", "materialized", "sdpa")
 
 
 class MultiDimEMA(nn.Module):
@@ -98,10 +118,11 @@ class RelativePositionBias(nn.Module):
         self.bias = nn.Parameter(torch.randn(2 * max_len - 1) * 0.02)
 
     def forward(self, length: int) -> torch.Tensor:
+        """[L, L]: entry (i, j) is the bias of offset j - i."""
         if length > self.max_len:
             raise ValueError(f"MEGA: attention span {length} exceeds max_len {self.max_len}")
-        i = torch.arange(length, device=self.bias.device)
-        return self.bias[(i[None, :] - i[:, None]) + self.max_len - 1]  # [L, L]
+        offsets = self.bias[self.max_len - length: self.max_len + length - 1]  # offsets -(L-1) .. L-1
+        return offsets.unfold(0, length, 1).flip(0)  # row i = offsets[L-1-i : 2L-1-i]
 
 
 class MegaMixer(nn.Module):
@@ -109,16 +130,20 @@ class MegaMixer(nn.Module):
 
     def __init__(self, d_model: int, d_hidden: int, qkv_dim: int, max_len: int, ema_dim: int = 16,
                  bidirectional: bool = True, ema_truncation: int | None = None, chunk_size: int | None = None,
-                 dropout: float = 0.0, attention_dropout: float = 0.0, hidden_dropout: float = 0.0):
+                 dropout: float = 0.0, attention_dropout: float = 0.0, hidden_dropout: float = 0.0,
+                 attention_impl: str = "auto"):
         super().__init__()
+        if attention_impl not in ATTENTION_IMPLS:
+            raise ValueError(f"model.attention_impl={attention_impl!r}: choose one of {', '.join(ATTENTION_IMPLS)}")
         self.d_model, self.d_hidden, self.qkv_dim = d_model, d_hidden, qkv_dim
         self.chunk_size = chunk_size
+        self.attention_impl = attention_impl
         self.ema = MultiDimEMA(d_model, ema_dim, bidirectional, ema_truncation)
         self.omega = nn.Parameter(torch.randn(d_model))
         self.v_proj = nn.Linear(d_model, d_hidden)
         self.mx_proj = nn.Linear(d_model, d_model + qkv_dim + d_hidden + d_model)  # phi, Z, gamma, H's X' term
         self.h_proj = nn.Linear(d_hidden, d_model)
-        self.qk_scale = nn.Parameter(torch.randn(2, qkv_dim) * 0.02 + 1.0)
+        self.qk_scale = nn.Parameter(torch.randn(2, qkv_dim) * 0.02)  # Mega's gamma: N(0, 0.02)
         self.qk_offset = nn.Parameter(torch.zeros(2, qkv_dim))
         self.rel_bias = RelativePositionBias(min(max_len, chunk_size) if chunk_size else max_len)
         self.drop = nn.Dropout(dropout)
@@ -127,6 +152,12 @@ class MegaMixer(nn.Module):
         for linear in (self.v_proj, self.mx_proj, self.h_proj):  # Mega: N(0, 0.02) weights, zero biases
             nn.init.normal_(linear.weight, std=0.02)
             nn.init.zeros_(linear.bias)
+
+    def resolved_attention_impl(self, device: torch.device) -> str:
+        """``materialized`` or ``sdpa``: ``auto`` is ``sdpa`` on CUDA."""
+        if self.attention_impl != "auto":
+            return self.attention_impl
+        return "sdpa" if device.type == "cuda" else "materialized"
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """Single-head softmax attention with the relative bias, within chunks when ``chunk_size`` is set."""
@@ -142,12 +173,16 @@ class MegaMixer(nn.Module):
         device = q.device.type
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else q.dtype
         q, k, v = (t.to(dtype).reshape(batch * chunks, 1, chunk, t.shape[-1]) for t in (q, k, v))
-        bias = self.rel_bias(chunk).to(dtype)[None, None]  # [1, 1, c, c]
-        if mask is not None:
-            keys = mask.reshape(batch * chunks, 1, 1, chunk)
-            # finite fill: a chunk made only of padding attends uniformly to itself instead of NaN
-            bias = bias.masked_fill(~keys, torch.finfo(q.dtype).min)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=self.attention_dropout if self.training else 0.0)
+        keys = None if mask is None else mask.reshape(batch * chunks, 1, chunk)
+        bias = self.rel_bias(chunk).to(dtype)  # [c, c], shared by every chunk and sample
+        dropout = self.attention_dropout if self.training else 0.0
+        scale = 1.0 / math.sqrt(self.qkv_dim)
+        if self.resolved_attention_impl(q.device) == "sdpa":
+            if keys is not None:
+                q, k = fold_key_mask(q, k, keys, scale)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout, scale=scale)
+        else:
+            out = materialized_attention(q, k, v, bias, keys, scale, dropout)
         return out.reshape(batch, chunks * chunk, -1)[:, :length]
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -160,9 +195,20 @@ class MegaMixer(nn.Module):
         z, gamma = torch.split(F.silu(zr), [self.qkv_dim, self.d_hidden], dim=-1)
         q = z * self.qk_scale[0] + self.qk_offset[0]
         k = z * self.qk_scale[1] + self.qk_offset[1]
-        o = self.attention(q, k, v, mask)  # SDPA scales by 1/sqrt(qkv_dim)
+        o = self.attention(q, k, v, mask)  # scores scaled by 1/sqrt(qkv_dim)
         h = self.hidden_drop(F.silu(hx + self.h_proj(gamma * o)))
         return phi * (h - x.to(h.dtype))
+
+
+def materialized_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
+                           keys: torch.Tensor | None, scale: float, dropout: float) -> torch.Tensor:
+    """softmax(q k^T * scale + bias) v with the scores in memory; padded keys (``keys`` [N, 1, c] False) get
+    no weight unless a row has no real key at all (Mega's release then leaves the row unmasked)."""
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale + bias
+    if keys is not None:
+        keys = keys | ~keys.any(dim=-1, keepdim=True)
+        scores = scores.masked_fill(~keys.unsqueeze(-2), torch.finfo(scores.dtype).min)
+    return torch.matmul(F.dropout(torch.softmax(scores, dim=-1), dropout), v)
 
 
 class MegaFeedForward(nn.Module):
@@ -178,18 +224,19 @@ class MegaFeedForward(nn.Module):
         return self.fc2(self.drop(F.silu(self.fc1(x))))
 
 
-def build_mega_layers(cfg: dict) -> list[nn.Module]:
+def build_mega_layers(cfg: dict, max_len: int) -> list[nn.Module]:
     """``depth`` Mega blocks: gated-attention sublayer then FFN sublayer, each in the shared residual block."""
     # techniques: see the techniques config group
     if cfg.get("attention", "softmax") != "softmax":
-        raise ValueError(f"model.attention={cfg.get('attention')!r}: the follow-up restricts MEGA to softmax (seed 003 A.2)")
+        raise ValueError(f"model.attention={cfg.get('attention')!r}: the follow-up restricts MEGA to softmax "
+                         "(seed 003 A.2)")
     layers: list[nn.Module] = []
     for _ in range(cfg["depth"]):
         layers.append(MegaMixer(
             d_model=cfg["d_model"],
             d_hidden=cfg["d_hidden"],
             qkv_dim=cfg["qkv_dim"],
-            max_len=cfg["max_len"],
+            max_len=max_len,
             ema_dim=cfg.get("ema_dim", 16),
             bidirectional=cfg.get("bidirectional", True),
             ema_truncation=cfg.get("ema_truncation"),
@@ -197,6 +244,7 @@ def build_mega_layers(cfg: dict) -> list[nn.Module]:
             dropout=cfg.get("dropout", 0.0),
             attention_dropout=cfg.get("attention_dropout", 0.0),
             hidden_dropout=cfg.get("hidden_dropout", 0.0),
+            attention_impl=cfg.get("attention_impl", "auto"),
         ))
         layers.append(MegaFeedForward(cfg["d_model"], cfg["d_ff"], cfg.get("hidden_dropout", 0.0)))
     return layers

@@ -21,6 +21,15 @@ Rotary settings (model config keys):
 Rotation runs in float32 even under bf16 autocast: the library computes positions in the
 dtype of the tensor it rotates, and bf16 cannot count past 256 exactly.
 
+Two implementations of the same rotation (``model.rotary_impl``): ``"library"`` calls
+``rotate_queries_or_keys`` on q and on k (per call: the cos/sin tables, a float32 copy,
+``rotate_half``'s stack, two products, a sum, a concatenation and the cast back, each a
+pass over [B, H, L, Dh], and as many again backward); ``"fused"`` takes the library's
+angles once per (length, device), caches cos/sin, and turns each channel pair of q and k
+together, straight from the q/k/v projection's output, in one ``torch.compile``d kernel on
+CUDA (float32 arithmetic, the input dtype out). ``"auto"`` (default): fused on CUDA,
+library elsewhere.
+
 Attention is ``torch.nn.functional.scaled_dot_product_attention`` with the key padding mask
 as a boolean ``attn_mask`` (fused kernels on GPU); padded queries output exactly 0
 (``AttentionMixer``'s convention). Projections: q/k/v and output ``Linear`` with biases
@@ -33,12 +42,16 @@ import torch.nn.functional as F
 from rotary_embedding_torch import RotaryEmbedding
 from torch import Tensor, nn
 
-from ..original.attention._common import AttentionMixer, QKVOut, sdpa_key_mask
+from ..original.attention._common import AttentionMixer, QKVOut, sdpa_key_mask, split_heads
 from ..original.encoder import FeedForward
+
+ROTARY_IMPLS = ("auto", "fused", "library")
+_COMPILED_ROTATION = None
 
 
 def rotary_embedding(head_dim: int, base: float = 10000.0, disable_half: bool = False) -> RotaryEmbedding:
-    """The library's rotary table for ``head_dim`` channels; ``disable_half`` zeroes the lower half of the frequencies."""
+    """The library's rotary table for ``head_dim`` channels; ``disable_half`` zeroes the lower half of the
+    frequencies."""
     if head_dim % 4:
         raise ValueError(f"rotary attention needs a head width divisible by 4 (d_model / n_heads), got {head_dim}")
     rotary = RotaryEmbedding(dim=head_dim, theta=base)
@@ -49,8 +62,30 @@ def rotary_embedding(head_dim: int, base: float = 10000.0, disable_half: bool = 
     return rotary
 
 
+def rotate_pairs(t: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Turn each channel pair (2i, 2i+1) of ``t`` [..., L, n, Dh] by the angles whose cos/sin
+    are ``[L, 1, Dh / 2]``: ``(x1 c - x2 s, x2 c + x1 s)``, the library's ``t cos +
+    rotate_half(t) sin``. Arithmetic in the tables' dtype, result in ``t``'s."""
+    pairs = t.to(cos.dtype).unflatten(-1, (-1, 2))
+    x1, x2 = pairs[..., 0], pairs[..., 1]
+    out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    return out.flatten(-2).to(t.dtype)
+
+
+def rotation_fn(device: torch.device):
+    """``rotate_pairs``, compiled on CUDA (one fused pass forward and one backward), eager elsewhere."""
+    global _COMPILED_ROTATION
+    if device.type != "cuda":
+        return rotate_pairs
+    if _COMPILED_ROTATION is None:
+        _COMPILED_ROTATION = torch.compile(rotate_pairs)
+    return _COMPILED_ROTATION
+
+
 class RotarySelfAttention(AttentionMixer):
     """Multi-head softmax self-attention whose queries and keys are rotated by position (``rotary=True``)."""
+
+    PLAIN_PATH = ("impl", "library")  # what FLOP counting runs (repro/bench/flops.py)
 
     def __init__(
         self,
@@ -60,32 +95,62 @@ class RotarySelfAttention(AttentionMixer):
         rotary: bool = True,
         base: float = 10000.0,
         disable_half: bool = False,
+        impl: str = "auto",
     ):
         super().__init__(d_model, n_heads, max_len, dropout=0.0)
+        if impl not in ROTARY_IMPLS:
+            raise ValueError(f"model.rotary_impl={impl!r}: choose one of {', '.join(ROTARY_IMPLS)}")
         self.proj = QKVOut(d_model, n_heads, bias=True)
         self.rotary = rotary_embedding(self.head_dim, base, disable_half) if rotary else None
         self.disable_half = disable_half if rotary else None
+        self.impl = impl
+        self._tables: dict = {}
 
     def rotate(self, t: Tensor, offset: int = 0) -> Tensor:
-        """Rotate queries or keys ``[B, H, L, Dh]`` by their positions ``offset, offset + 1, ...`` (float32; float64 stays)."""
+        """Rotate queries or keys ``[B, H, L, Dh]`` by their positions ``offset, offset + 1, ...`` through the
+        library (float32; float64 stays)."""
         if self.rotary is None:
             return t
         wide = t if t.dtype == torch.float64 else t.float()
         return self.rotary.rotate_queries_or_keys(wide, offset=offset).to(t.dtype)
 
+    def rotation_tables(self, length: int, device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """cos and sin ``[L, 1, Dh / 2]`` of the library's angles (positions 0..L-1), in ``dtype``;
+        cached per (length, device, dtype) and rebuilt when the frequencies change."""
+        freqs = self.rotary.freqs
+        key = (length, str(device), dtype, freqs.dtype, freqs._version, freqs.data_ptr())
+        if key not in self._tables:
+            with torch.no_grad():
+                positions = self.rotary.get_seq_pos(length, device=device, dtype=freqs.dtype)
+                angles = self.rotary(positions, seq_len=length)[:, 0::2]  # one angle per channel pair
+                self._tables = {key: (angles.cos().to(dtype)[:, None], angles.sin().to(dtype)[:, None])}
+        return self._tables[key]
+
+    def fused(self, t: Tensor) -> bool:
+        return self.impl == "fused" or (self.impl == "auto" and t.device.type == "cuda")
+
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        q, k, v = self.proj.project(x)
-        return self.rotate(q), self.rotate(k), v
+        if self.rotary is None or not self.fused(x):
+            q, k, v = self.proj.project(x)
+            return self.rotate(q), self.rotate(k), v
+        H, D = self.n_heads, self.d_model
+        qk, v = self.proj.qkv(x).split((2 * D, D), dim=-1)  # q and k heads side by side (split: one cat backward)
+        wide = torch.float64 if qk.dtype == torch.float64 else torch.float32
+        cos, sin = self.rotation_tables(qk.shape[1], qk.device, wide)
+        qk = rotation_fn(qk.device)(qk.unflatten(-1, (2 * H, self.head_dim)), cos, sin)
+        q, k = qk.transpose(1, 2).split(H, dim=1)  # [B, H, L, Dh] each
+        return q, k, split_heads(v, H)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
         # None when the batch has no padding (flash kernel); else fully padded samples opened
         return F.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_key_mask(mask))
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + f", rotary={self.rotary is not None}, disable_half={self.disable_half}"
+        return (super().extra_repr() + f", rotary={self.rotary is not None}, disable_half={self.disable_half}, "
+                f"impl={self.impl!r}")
 
 
-def build_rotary_transformer_layers(cfg: dict) -> list[nn.Module]:
+def build_rotary_transformer_layers(cfg: dict, max_len: int) -> list[nn.Module]:
     """[attention, feed-forward] per layer, ``cfg['depth']`` layers (seed 003 Table 5)."""
     if cfg.get("dropout", 0.0):
         raise ValueError(f"model.dropout={cfg['dropout']}: the follow-up Transformer has no dropout (Table 5); set it to 0")
@@ -98,8 +163,9 @@ def build_rotary_transformer_layers(cfg: dict) -> list[nn.Module]:
                          "scheme (rotary, or rotary=false with summed learned/sinusoidal positions)")
     layers: list[nn.Module] = []
     for _ in range(int(cfg["depth"])):
-        layers.append(RotarySelfAttention(d_model, n_heads, int(cfg["max_len"]), rotary=rotary,
+        layers.append(RotarySelfAttention(d_model, n_heads, max_len, rotary=rotary,
                                           base=float(cfg.get("rotary_base", 10000.0)),
-                                          disable_half=bool(cfg.get("rotary_disable_half", False))))
+                                          disable_half=bool(cfg.get("rotary_disable_half", False)),
+                                          impl=str(cfg.get("rotary_impl", "auto"))))
         layers.append(FeedForward(d_model, int(cfg["d_ff"]), cfg.get("activation", "relu")))
     return layers

@@ -127,7 +127,7 @@ class S4DMixer(nn.Module):
         return F.glu(self.out(y), dim=-1)
 
 
-def build_s4_layers(cfg: dict) -> list[nn.Module]:
+def build_s4_layers(cfg: dict, max_len: int) -> list[nn.Module]:
     """``depth`` S4D layers (S4D paper's LRA models); the shared block adds residual and norm."""
     # techniques: see the techniques config group
     return [

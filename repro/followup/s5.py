@@ -3,7 +3,8 @@ modeling" (seed 003 Table 3). One multi-input, multi-output diagonal SSM per lay
 
     x_t = Lambda_bar * x_{t-1} + B_bar u_t,   y_t = 2 Re(C_tilde x_t) + D * u_t
 
-with u_t in R^H, x_t in C^{P/2}, applied with a parallel scan over time (S5 section 3.2).
+with u_t in R^H, x_t in C^{P/2}, applied with a parallel scan over time (S5 section 3.2) or, the
+same function, an FFT convolution (``ssm_impl``, below).
 
 - HiPPO-N initialisation (S5 section 4.1, appendix B.1.1): the normal part of HiPPO-LegS,
   A_N = A_LegS + p p^T with p_n = sqrt(n + 1/2), has diagonal -1/2 and a skew-symmetric
@@ -11,9 +12,14 @@ with u_t in R^H, x_t in C^{P/2}, applied with a parallel scan over time (S5 sect
   block-diagonal with J copies of a (P/J)-sized HiPPO-N (appendix B.1.1).
 - Conjugate symmetry: each real block's eigenvalues come in conjugate pairs; the half with
   positive imaginary part is kept (P/2 states) and the output takes 2 Re(.).
-- B_tilde = V^{-1} B with B LeCun-normal [P, H]; C_tilde = C V with C drawn per ``c_init``
-  (trunc_standard_normal, lecun_normal: std 1/sqrt(P), our reading of a fan-in of P; or
-  complex_normal, drawn directly); D standard normal; log step ~ U[log dt_min, log dt_max]
+- Initial B and C as the S5 release draws them (lindermanlab/S5 ``s5/ssm.py``, ``ssm_init.py``):
+  JAX's ``lecun_normal``, a normal truncated at two standard deviations and rescaled to
+  variance 1/fan_in, with the fan-in of JAX's rule (the second-to-last axis times all axes
+  but the last two). B [P, H]: variance 1/P; B_tilde = V^{-1} B. C [H, P] complex, drawn as
+  real and imaginary parts [H, P, 2]: ``trunc_standard_normal`` draws it row by row (each
+  row [1, P, 2], fan-in P: variance 1/P per part), ``lecun_normal`` whole (fan-in H P:
+  variance 1/(H P) per part); C_tilde = C V. ``complex_normal`` draws C_tilde [H, P/2]
+  directly, N(0, 1/2) per part. D standard normal; log step ~ U[log dt_min, log dt_max]
   per state. ``clip_eigs`` keeps Re(Lambda) <= -1e-4.
 - Zero-order hold: Lambda_bar = exp(Lambda dt), B_bar = (Lambda_bar - 1) / Lambda * B_tilde.
 - Bidirectional: a second scan runs backwards over time (it reads the current token too)
@@ -22,10 +28,21 @@ with u_t in R^H, x_t in C^{P/2}, applied with a parallel scan over time (S5 sect
   half_glu2 (y * sigmoid(W g)) or full_glu (W1 g * sigmoid(W2 g)); residual and norm are the
   shared block's.
 
-The scan: the recurrence is time-invariant, so log2(L) doubling steps (Hillis-Steele)
-x_t += Lambda_bar^s x_{t-s}, s = 1, 2, 4, ..., leave x_t = sum_{j<=t} Lambda_bar^j B_bar u_{t-j}
--- no Python loop over time steps. It runs in complex64 with autocast off (complex128 for
-float64 reference tests).
+Two ways to run the states (``ssm_impl``), the same function. The layer is time-invariant
+(Lambda_bar and B_bar do not change along the sequence: no per-step discretisation), so
+x_t = sum_{j<=t} Lambda_bar^j B_bar u_{t-j} (the backward pass: sum_{j>=0} Lambda_bar^j B_bar u_{t+j}).
+
+- ``scan``: log2(L) doubling steps (Hillis-Steele) x_t += Lambda_bar^s x_{t-s}, s = 1, 2, 4,
+  ... -- no Python loop over time steps, but log2(L) copies of the [B, L, P/2] states are
+  kept for the backward pass.
+- ``fft``: each state is a convolution of (B_bar u) with its own kernel Lambda_bar^l,
+  l = 0..L-1 (anti-causal for the backward pass), one FFT of the [B, L, P/2] projected
+  inputs, one product per direction, one inverse FFT; C contracts the states afterwards,
+  both directions in one matrix product. The [H, H, L] input-output kernel C Lambda_bar^l B
+  is never built: the convolution runs per state, over P/2 complex channels.
+- ``auto`` (default): ``fft`` on CUDA, ``scan`` elsewhere.
+
+Both run in complex64 with autocast off (complex128 for float64 reference tests).
 
 Padding: padded inputs are zeroed first; the system is linear, so the backward scan reads
 zeros there and real outputs do not depend on appended padding.
@@ -41,8 +58,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..ops.fft import fft_size
+
 C_INITS = ("trunc_standard_normal", "lecun_normal", "complex_normal")
 ACTIVATIONS = ("gelu", "half_glu1", "half_glu2", "full_glu")
+SSM_IMPLS = ("auto", "scan", "fft")
+
+# Standard deviation of a standard normal truncated to [-2, 2]: 1 - 4 phi(2) / (Phi(2) - Phi(-2)).
+TRUNCATED_STD = math.sqrt(1.0 - 4.0 * math.exp(-2.0) / math.sqrt(2.0 * math.pi) / math.erf(math.sqrt(2.0)))
+
+
+def lecun_normal(shape: tuple[int, ...], fan_in: int) -> torch.Tensor:
+    """JAX's ``lecun_normal`` (float64): a normal truncated at +-2 standard deviations, rescaled so
+    that the draws have variance exactly 1 / ``fan_in``."""
+    std = math.sqrt(1.0 / fan_in) / TRUNCATED_STD
+    return nn.init.trunc_normal_(torch.empty(shape, dtype=torch.float64), std=std, a=-2 * std, b=2 * std)
 
 
 def hippo_legs(size: int) -> torch.Tensor:
@@ -91,6 +121,26 @@ def scan_time_invariant(a_bar: torch.Tensor, bu: torch.Tensor, reverse: bool = F
     return x.flip(1) if reverse else x
 
 
+def fft_states(log_lam_bar: torch.Tensor, bu: torch.Tensor, bidirectional: bool) -> torch.Tensor:
+    """The states of both directions by FFT: ``bu`` [B, L, P] (complex), ``log_lam_bar`` [P] = Lambda dt.
+
+    Returns [B, L, dirs, P]: direction 0 is ``scan_time_invariant(exp(log_lam_bar), bu)``, direction 1
+    (``bidirectional``) its ``reverse=True``. Kernel Lambda_bar^l = exp(l Lambda dt) at offsets l (causal)
+    or -l (anti-causal); a circular size n >= 2L - 1 wraps nothing onto outputs 0..L-1.
+    """
+    length = bu.shape[1]
+    n = fft_size(2 * length - 1)
+    steps = torch.arange(length, device=bu.device, dtype=log_lam_bar.real.dtype)
+    causal = torch.zeros(n, log_lam_bar.shape[0], dtype=bu.dtype, device=bu.device)
+    causal[:length] = torch.exp(steps[:, None] * log_lam_bar)  # [n, P]: Lambda_bar^l at index l
+    kernels = [causal]
+    if bidirectional:
+        kernels.append(torch.roll(causal.flip(0), 1, dims=0))  # Lambda_bar^l at index (n - l) % n: offset -l
+    spectra = torch.fft.fft(torch.stack(kernels, dim=1), dim=0)  # [n, dirs, P]
+    states = torch.fft.ifft(torch.fft.fft(bu, n=n, dim=1).unsqueeze(2) * spectra, dim=1)
+    return states[:, :length]
+
+
 def _real_pair(t: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(t).clone()
 
@@ -100,17 +150,20 @@ class S5SSM(nn.Module):
 
     def __init__(self, d_model: int, d_state: int, blocks: int = 1, c_init: str = "trunc_standard_normal",
                  bidirectional: bool = True, dt_min: float = 0.001, dt_max: float = 0.1, clip_eigs: bool = False,
-                 ssm_lr: float | None = 0.001):
+                 ssm_lr: float | None = 0.001, impl: str = "auto"):
         super().__init__()
         if c_init not in C_INITS:
             raise ValueError(f"model.c_init={c_init!r}: choose one of {', '.join(C_INITS)}")
+        if impl not in SSM_IMPLS:
+            raise ValueError(f"model.ssm_impl={impl!r}: choose one of {', '.join(SSM_IMPLS)}")
         lam, v = block_hippo_n(d_state, blocks)  # [P/2], [P, P/2]
         half = lam.shape[0]
         self.bidirectional = bidirectional
         self.clip_eigs = clip_eigs
+        self.impl = impl
         self.Lambda_re = nn.Parameter(lam.real.float().clone())
         self.Lambda_im = nn.Parameter(lam.imag.float().clone())
-        b = torch.randn(d_state, d_model, dtype=torch.float64) / math.sqrt(d_model)  # LeCun normal, fan-in H
+        b = lecun_normal((d_state, d_model), fan_in=d_state)  # the release's B [P, H]: variance 1/P
         self.B = nn.Parameter(_real_pair(v.conj().T @ b.to(torch.complex128)).float())  # [P/2, H, 2]
         self.C = nn.ParameterList(
             nn.Parameter(_real_pair(self._draw_c(c_init, d_model, d_state, v)).float())
@@ -125,20 +178,34 @@ class S5SSM(nn.Module):
 
     @staticmethod
     def _draw_c(c_init: str, d_model: int, d_state: int, v: torch.Tensor) -> torch.Tensor:
-        """C_tilde [H, P/2] (complex128)."""
+        """C_tilde [H, P/2] (complex128), as the release draws it (see the module docstring)."""
         if c_init == "complex_normal":
             return torch.randn(d_model, v.shape[1], dtype=torch.complex128)  # variance 1/2 per part
-        std = 1.0 if c_init == "trunc_standard_normal" else 1.0 / math.sqrt(d_state)
-        parts = [nn.init.trunc_normal_(torch.empty(d_model, d_state, dtype=torch.float64), std=std, a=-2 * std, b=2 * std)
-                 for _ in range(2)]
-        return torch.complex(*parts) @ v
+        # trunc_standard_normal: rows [1, P, 2] drawn one by one, fan-in P; lecun_normal: [H, P, 2], fan-in H P
+        fan_in = d_state if c_init == "trunc_standard_normal" else d_model * d_state
+        parts = lecun_normal((d_model, d_state, 2), fan_in=fan_in)
+        return torch.complex(parts[..., 0], parts[..., 1]) @ v
+
+    def continuous_lambda(self) -> torch.Tensor:
+        """Lambda [P/2], complex (real part clipped with ``clip_eigs``)."""
+        re = self.Lambda_re.clamp(max=-1e-4) if self.clip_eigs else self.Lambda_re
+        return torch.complex(re, self.Lambda_im)
+
+    def log_lambda_bar(self) -> torch.Tensor:
+        """log Lambda_bar = Lambda dt [P/2], complex (zero-order hold)."""
+        return self.continuous_lambda() * torch.exp(self.log_step)
 
     def discrete(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(Lambda_bar [P/2], B_bar [P/2, H]), complex: zero-order hold."""
-        re = self.Lambda_re.clamp(max=-1e-4) if self.clip_eigs else self.Lambda_re
-        lam = torch.complex(re, self.Lambda_im)
+        lam = self.continuous_lambda()
         lam_bar = torch.exp(lam * torch.exp(self.log_step))
         return lam_bar, ((lam_bar - 1) / lam).unsqueeze(-1) * torch.view_as_complex(self.B)
+
+    def resolved_impl(self, device: torch.device) -> str:
+        """``scan`` or ``fft``: ``auto`` is ``fft`` on CUDA."""
+        if self.impl != "auto":
+            return self.impl
+        return "fft" if device.type == "cuda" else "scan"
 
     def forward(self, u: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         if mask is not None:
@@ -149,6 +216,11 @@ class S5SSM(nn.Module):
             lam_bar, b_bar = self.discrete()
             bu = torch.complex(u @ b_bar.real.T, u @ b_bar.imag.T)  # [B, L, P/2]
             y = self.D * u
+            if self.resolved_impl(u.device) == "fft":
+                states = torch.view_as_real(fft_states(self.log_lambda_bar(), bu, self.bidirectional))
+                # 2 Re(C x) = 2 (C_re x_re - C_im x_im), every direction and state in one product
+                weight = torch.stack([c * c.new_tensor([2.0, -2.0]) for c in self.C], dim=1)  # [H, dirs, P/2, 2]
+                return y + states.flatten(2) @ weight.flatten(1).T
             for direction, c in enumerate(self.C):
                 x = scan_time_invariant(lam_bar, bu, reverse=direction == 1)
                 c = torch.view_as_complex(c)  # [H, P/2]
@@ -182,7 +254,7 @@ class S5Mixer(nn.Module):
         return (g if self.activation == "half_glu1" else y.to(gate.dtype)) * gate
 
 
-def build_s5_layers(cfg: dict) -> list[nn.Module]:
+def build_s5_layers(cfg: dict, max_len: int) -> list[nn.Module]:
     """``depth`` S5 layers (S5 paper Table 11 settings, seed 003 A.2 exceptions in the arm)."""
     # techniques: see the techniques config group
     return [
@@ -198,6 +270,7 @@ def build_s5_layers(cfg: dict) -> list[nn.Module]:
             dt_max=cfg.get("dt_max", 0.1),
             clip_eigs=cfg.get("clip_eigs", False),
             ssm_lr=cfg.get("ssm_lr", 0.001),
+            impl=cfg.get("ssm_impl", "auto"),
         )
         for _ in range(cfg["depth"])
     ]

@@ -13,12 +13,12 @@ gelu -> dropout -> Dense; the dropout after the second Dense is the residual
 sublayer's). ``nn.gelu`` in Flax is ``jax.nn.gelu`` with ``approximate=True``, hence
 ``activation: gelu_tanh`` in the LRA arms.
 
-``build_lra_layers(cfg)`` reads from the model config: ``attention`` (a name in
+``build_lra_layers(cfg, max_len)`` reads from the model config: ``attention`` (a name in
 ``repro.original.attention.ATTENTION``), ``attention_params`` (keyword arguments of
 that mixer), ``d_model`` (LRA ``emb_dim``), ``qkv_dim`` (LRA ``qkv_dim``, default
 ``d_model``), ``n_heads``, ``depth`` (LRA ``num_layers``), ``d_ff`` (LRA ``mlp_dim``),
-``activation``, ``dropout`` and ``attention_dropout``, and ``max_len`` (filled in by
-``repro.model.Encoder``: the length of the states, CLS included).
+``activation``, ``dropout`` and ``attention_dropout``; ``max_len`` (from
+``repro.model.Encoder``) is the length of the states, CLS included.
 
 Per-layer seeds: a mixer whose constructor takes ``seed`` (BigBird's random blocks)
 gets ``attention_params.seed + layer index`` (default offset 0), as LRA draws
@@ -40,9 +40,7 @@ import inspect
 import torch
 from torch import nn
 
-from .attention import load_all
-from .attention._common import QKVOut
-from .attention._lowrank_common import HeadedMixer
+from .attention import HeadedMixer, QKVOut, load_all
 
 ACTIVATIONS = {
     "gelu_tanh": lambda: nn.GELU(approximate="tanh"),  # jax.nn.gelu's default, LRA's MlpBlock
@@ -113,7 +111,7 @@ def widen_projections(mixer: nn.Module, d_model: int, qkv_dim: int) -> nn.Module
     return mixer
 
 
-def build_lra_layers(cfg: dict) -> list[nn.Module]:
+def build_lra_layers(cfg: dict, max_len: int) -> list[nn.Module]:
     """[attention, feed-forward] per layer, ``cfg['depth']`` layers (see the module docstring)."""
     registry = load_all()
     cls = registry.get(cfg["attention"])
@@ -127,7 +125,7 @@ def build_lra_layers(cfg: dict) -> list[nn.Module]:
     layers: list[nn.Module] = []
     for index in range(int(cfg["depth"])):
         extra = {"seed": seed_offset + index} if takes_seed else {}
-        mixer = cls(d_model=qkv_dim, n_heads=n_heads, max_len=int(cfg["max_len"]),
+        mixer = cls(d_model=qkv_dim, n_heads=n_heads, max_len=max_len,
                     dropout=float(cfg.get("attention_dropout", 0.0)), **params, **extra)
         if qkv_dim != d_model:
             widen_projections(mixer, d_model, qkv_dim)

@@ -8,9 +8,11 @@ token, and 0 is black, not padding):
   with ``imgs/<k>/sample_<i>.png`` and ``metadata/<k>.npy`` (a text file of
   lines ``imgs/<k> sample_<i>.png <i> <label> ...``; generators.md). All-black
   images (LRA filtered them) are dropped and counted.
-* our seeded generator (``pathfinder_render``), in fixed-size chunks seeded by
-  (seed, difficulty, resolution, chunk), so the images do not depend on how many
-  processes make them.
+* our seeded generator, in fixed-size chunks seeded by (seed, difficulty,
+  resolution, chunk), so the images do not depend on how many processes make
+  them. ``generate.render`` picks how it draws: ``release`` (``pathfinder_release``:
+  as the LRA release drew its images) or ``contour_v3`` (``pathfinder_render``,
+  render version 3: the earlier renderer, real-valued geometry and exact clearances).
 
 Each difficulty is split 80/10/10 into train/val/test in a seeded shuffled
 order (LRA splits each difficulty 80/10/10; generators.md). ``difficulty=hard``
@@ -31,6 +33,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 from tqdm import tqdm
 
+from . import pathfinder_release as release
 from . import pathfinder_render as render
 from .base import DataError, DataMissing, Split, TaskData
 from .cache import cached_arrays
@@ -43,6 +46,9 @@ DIFFICULTIES = render.DIFFICULTIES
 OFFICIAL_FOLDERS = {"easy": "curv_baseline", "intermediate": "curv_contour_length_9", "hard": "curv_contour_length_14"}
 CHUNK = 1000  # images per generation chunk (even: exactly half positive); part of the cache key
 READER_VERSION = 1
+# generate.render -> the module that draws: each has RENDER_VERSION, generate_chunk, chunk_samples.
+RENDERS = {"release": release, "contour_v3": render}
+DEFAULT_RENDER = "release"
 
 # ---------------------------------------------------------------- official files
 
@@ -231,12 +237,21 @@ def load_official(data_dir: Path, subdir: str, difficulty: str, size: int, seed:
 # ---------------------------------------------------------------- generator
 
 
+def render_name(spec) -> str:
+    """The ``generate.render`` name of a spec (``release.ReleaseSpec`` or ``render.PathSpec``)."""
+    return "release" if isinstance(spec, release.ReleaseSpec) else "contour_v3"
+
+
+def render_module(spec):
+    return RENDERS[render_name(spec)]
+
+
 def _generate_chunk(args) -> tuple[np.ndarray, np.ndarray]:
     seed, difficulty, chunk, n, spec = args
-    return render.generate_chunk(seed, difficulty, chunk, n, spec)
+    return render_module(spec).generate_chunk(seed, difficulty, chunk, n, spec)
 
 
-def generate(n: int, seed: int, difficulty: str, spec: render.PathSpec, workers: int = 1) -> tuple[np.ndarray, np.ndarray]:
+def generate(n: int, seed: int, difficulty: str, spec, workers: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """``n`` images of one difficulty in chunk order, the same whatever ``workers`` is."""
     jobs = [(seed, difficulty, c, min(CHUNK, n - c * CHUNK), spec) for c in range(-(-n // CHUNK))]
     x = np.empty((n, spec.size * spec.size), dtype=np.uint8)
@@ -254,15 +269,30 @@ def generate(n: int, seed: int, difficulty: str, spec: render.PathSpec, workers:
     return x, y
 
 
-def generator_spec(cfg_generate: dict, resolution: int, difficulty: str) -> render.PathSpec:
-    """The LRA settings for the resolution, with the config's ``generate`` settings applied."""
-    overrides = {k: v for k, v in dict(cfg_generate).items() if k != "n_per_difficulty"}
+def generator_spec(cfg_generate: dict, resolution: int, difficulty: str):
+    """The LRA settings for the resolution, with the config's ``generate`` settings applied,
+    for the render ``generate.render`` names (a ``release.ReleaseSpec`` or ``render.PathSpec``)."""
+    # A null setting means the render's own default (pathx.yaml: release and contour_v3 differ there).
+    overrides = {k: v for k, v in dict(cfg_generate).items()
+                 if k not in ("n_per_difficulty", "render") and v is not None}
+    name = dict(cfg_generate).get("render")
+    if name not in RENDERS:
+        raise ValueError(f"task.generate.render={name!r}: use release (drawn as the LRA release) or contour_v3 "
+                         "(the earlier renderer, render version 3)")
+    if name == "release":
+        only_v3 = sorted(set(overrides) & {"lattice", "uniform_contrast", "turn_trials", "seed_trials",
+                                           "distractor_retries"})
+        if only_v3:
+            raise ValueError(f"task.generate.{only_v3[0]} is a setting of render contour_v3, not release: "
+                             "drop it or set task.generate.render=contour_v3")
+        return release.release_spec(resolution, difficulty, **overrides)
     return render.lra_spec(resolution, difficulty, **overrides)
 
 
-def load_generated(n: int, seed: int, difficulty: str, spec: render.PathSpec, workers: int) -> tuple[dict, dict]:
+def load_generated(n: int, seed: int, difficulty: str, spec, workers: int) -> tuple[dict, dict]:
     x, y = generate(n, seed, difficulty, spec, workers)
-    meta = {"source": "generated", "images": n, "empty_dropped": 0, "positives": int(y.sum())}
+    meta = {"source": "generated", "render": render_name(spec), "images": n, "empty_dropped": 0,
+            "positives": int(y.sum())}
     return split_arrays(x, y, seed, difficulty), meta
 
 
@@ -294,7 +324,7 @@ def load_difficulty(cfg, source: str, difficulty: str, data_dir: Path, cache_dir
         spec = generator_spec(gen, resolution, difficulty)
         n = int(gen["n_per_difficulty"])
         params = {"source": "generated", "n": n, "seed": seed, "difficulty": difficulty, "chunk": CHUNK,
-                  "render": render.RENDER_VERSION, **asdict(spec)}
+                  "render": render_name(spec), "render_version": render_module(spec).RENDER_VERSION, **asdict(spec)}
         make = lambda: load_generated(n, seed, difficulty, spec, workers)  # noqa: E731
     return cached_arrays(cache_dir, f"pathfinder{resolution}", params, make)
 

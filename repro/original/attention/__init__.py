@@ -6,7 +6,9 @@ Every mechanism is a token mixer with one interface::
     y = mixer(x, mask)   # x [B, L, D]; mask [B, L] bool, True = real token; y [B, L, D]
 
 Modules in this package register themselves in ``ATTENTION``; ``load_all``
-imports them, so the table is filled only when asked for.
+imports them, so the table is filled only when asked for. The building blocks other
+packages reuse (the rotary Transformer, the LRA encoder, the benchmark's peers) are
+exported here; ``_common`` and ``_lowrank_common`` stay this package's own modules.
 """
 from __future__ import annotations
 
@@ -14,6 +16,10 @@ import importlib
 import pkgutil
 
 from ...registry import Registry
+from ._common import AttentionMixer, QKVOut, full_mask, sdpa_key_mask
+from ._lowrank_common import HeadedMixer
+
+__all__ = ["ATTENTION", "AttentionMixer", "HeadedMixer", "QKVOut", "full_mask", "load_all", "sdpa_key_mask"]
 
 ATTENTION: Registry = Registry("attention")
 

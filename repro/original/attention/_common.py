@@ -15,28 +15,37 @@ sequence into query blocks and, for each block, gather the key/value blocks its 
 needs (``gather_blocks``), then run ``segment_attention``: one softmax over the
 concatenation of a few key "segments" (gathered neighbour blocks, a set of keys shared by
 every query block, ...), each with its own boolean mask. Memory is linear in ``L`` times
-the number of keys a query block sees.
+the number of keys a query block sees. On CUDA, BigBird, Longformer and Sparse run through
+``flex_attention`` instead (``backend="auto"``; ``FlexPatternMixin`` and ``_flex.py``: a
+cached block mask, LRA's attention dropout exact); ``backend="blockwise"`` keeps this path.
 """
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from ._flex import flex_pattern_attention
+
 # One segment of keys: (k, v, masks). ``k``/``v`` are [B|1, H|1, NQ|1, K, Dh] (a size-1
 # query-block axis means the same keys for every query block); every mask is a bool
 # tensor broadcastable to the score shape [B, H, NQ, BQ, K], True = may attend.
 Segment = tuple[Tensor, Tensor, Sequence[Tensor]]
 
+# A masked key's additive logit where a fused kernel takes a float bias: exp underflows to
+# exactly 0 in float32 and float64 while every value stays finite in bfloat16 (finfo.min would
+# overflow to -inf once a kernel scales it by log2(e), and a row of -inf gives NaN).
+MASKED_LOGIT = -1.0e5
+
 
 # --------------------------------------------------------------------------- helpers
 
 
-def full_mask(x: Tensor, mask: Optional[Tensor]) -> Tensor:
+def full_mask(x: Tensor, mask: Tensor | None) -> Tensor:
     """``mask`` as a bool [B, L] on ``x``'s device (all True when None)."""
     if mask is None:
         return torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
@@ -105,7 +114,7 @@ def dense_attention(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    allowed: Optional[Tensor] = None,
+    allowed: Tensor | None = None,
     dropout_p: float = 0.0,
     training: bool = False,
 ) -> Tensor:
@@ -140,7 +149,7 @@ def segment_attention(
     q = q * (1.0 / math.sqrt(q.shape[-1]))
     neg = _neg(q.dtype)
     scores, sizes = [], []
-    for k, v, masks in segments:
+    for k, _v, masks in segments:
         if k.shape[2] == 1 and nq > 1:  # shared keys: one matmul over all queries
             s = torch.matmul(q.flatten(2, 3), k[:, :, 0].transpose(-1, -2)).unflatten(2, (nq, bq))
         else:
@@ -157,7 +166,7 @@ def segment_attention(
     if dropout_p > 0.0 and training:
         p = F.dropout(p, dropout_p, training=True)
     out = None
-    for (k, v, _), pp in zip(segments, torch.split(p, sizes, dim=-1)):
+    for (_k, v, _), pp in zip(segments, torch.split(p, sizes, dim=-1), strict=True):
         if v.shape[2] == 1 and nq > 1:
             o = torch.matmul(pp.flatten(2, 3), v[:, :, 0]).unflatten(2, (nq, bq))
         else:
@@ -173,7 +182,7 @@ def open_fully_masked(key_mask: Tensor) -> Tensor:
     return key_mask | ~key_mask.any(dim=-1, keepdim=True)
 
 
-def sdpa_key_mask(mask: Tensor) -> Optional[Tensor]:
+def sdpa_key_mask(mask: Tensor) -> Tensor | None:
     """The key mask for ``scaled_dot_product_attention``: ``None`` when every key is real.
 
     A boolean ``attn_mask`` rules out the flash kernel, so a batch without padding (the
@@ -243,7 +252,7 @@ class AttentionMixer(nn.Module):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
         raise NotImplementedError
 
-    def forward(self, x: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         mask = full_mask(x, mask)
         q, k, v = self.project(x)
         ctx = self.attend(q, k, v, mask, x)
@@ -257,69 +266,55 @@ class AttentionMixer(nn.Module):
 
 # --------------------------------------------------------------------------- flex backend
 
-BLOCKSPARSE_BACKENDS = ("blockwise", "flex")
-_FLEX_COMPILED = None
-
-
-def _flex_fn(device: torch.device):
-    """``flex_attention``, compiled on CUDA (its fast path); eager elsewhere (a dense
-    reference implementation, only useful for tests)."""
-    global _FLEX_COMPILED
-    from torch.nn.attention.flex_attention import flex_attention
-
-    if device.type != "cuda":
-        return flex_attention
-    if _FLEX_COMPILED is None:
-        _FLEX_COMPILED = torch.compile(flex_attention, dynamic=False)
-    return _FLEX_COMPILED
+# "auto": flex on CUDA (its fused kernel), "blockwise" elsewhere (eager flex_attention on CPU
+# materialises the whole score matrix); "flex" / "blockwise" force one (a GPU problem can be
+# diagnosed by switching: attention_params.backend=blockwise).
+BLOCKSPARSE_BACKENDS = ("auto", "blockwise", "flex")
 
 
 class FlexPatternMixin:
-    """Optional ``backend="flex"`` for the position-pattern mixers (torch >= 2.5).
+    """The ``flex_attention`` backend of the position-pattern mixers (torch >= 2.5).
 
     The structural pattern is a ``BlockMask`` built once per (length, device) from the
     subclass's ``flex_mask_mod(device)`` (``(b, h, q, kv) -> bool``, broadcast over the
-    batch; ``flex_heads()`` heads or ``None``); padding goes through a ``score_mod`` adding
-    0 / -inf per key (it also applies inside fully-unmasked blocks, where a ``mask_mod``
-    would be skipped). Rows left with no key (padded queries of a fully padded sample)
-    come out finite from flex_attention, forward and backward, and are zeroed by the
-    mixer anyway. No attention dropout.
+    batch; ``flex_heads()`` heads or ``None``), or from ``flex_layout(L, device)`` when the
+    keys are gathered into another axis. Padding, the key layout and LRA's attention
+    dropout (exact, through two passes and their log-sum-exps) are ``_flex``'s.
 
-    Speed (H200, torch 2.11, B=8, L=4096, D=256, H=4, fwd+bwd, peak memory): under bf16
-    autocast flex beats the blockwise path (bigbird 2.3 vs 5.8 ms, sparse 2.5 vs 10.3 ms,
-    longformer 2.5 vs 6.2 ms; ~280 MiB vs 1.3-2.6 GiB); in float32 it is 2-4x slower than
-    blockwise (no tensor cores), so ``"blockwise"`` stays the default.
+    Speed (H200, torch 2.11, B=8, L=4096, D=256, H=4, fwd+bwd, no dropout, peak memory):
+    under bf16 autocast flex beats the blockwise path (bigbird 2.3 vs 5.8 ms, sparse 2.5 vs
+    10.3 ms, longformer 2.5 vs 6.2 ms; ~280 MiB vs 1.3-2.6 GiB); in float32 it is 2-4x
+    slower than blockwise (no tensor cores).
     """
+
+    PLAIN_PATH = ("backend", "blockwise")  # what FLOP counting runs (repro/bench/flops.py)
 
     def flex_mask_mod(self, device):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def flex_heads(self) -> Optional[int]:
+    def flex_heads(self) -> int | None:
         return None
 
-    def flex_block_mask(self, L: int, device):
+    def flex_layout(self, L: int, device) -> tuple:
+        """(mask_mod, key-axis length, key_index or None) of the block mask at length ``L``."""
+        return self.flex_mask_mod(device), L, None
+
+    def use_flex(self, t: Tensor) -> bool:
+        return self.backend == "flex" or (self.backend == "auto" and t.device.type == "cuda")
+
+    def flex_pattern(self, L: int, device) -> tuple:
+        """(BlockMask, key_index), built once per (length, device) and cached on the module."""
         from torch.nn.attention.flex_attention import create_block_mask
 
         cache = self.__dict__.setdefault("_flex_cache", {})
         key = (L, str(device))
         if key not in cache:
-            cache[key] = create_block_mask(self.flex_mask_mod(device), None, self.flex_heads(),
-                                           L, L, device=device)
+            mask_mod, kv_len, key_index = self.flex_layout(L, device)
+            block_mask = create_block_mask(mask_mod, None, self.flex_heads(), L, kv_len, device=device)
+            cache[key] = (block_mask, key_index)
         return cache[key]
 
     def flex_attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
-        if self.training and self.dropout > 0.0:
-            raise ValueError("backend='flex' has no attention dropout; use dropout=0 or "
-                             "backend='blockwise'")
-        L = q.shape[2]
-        block_mask = self.flex_block_mask(L, q.device)
-
-        # additive key bias (0 / -inf): measured on an H200 (torch 2.11, bf16, L=4096) as
-        # fast as no score_mod at all, while a boolean torch.where costs 2-10x more
-        bias = torch.zeros(mask.shape, dtype=torch.float32, device=q.device)
-        bias = bias.masked_fill(~mask, float("-inf"))
-
-        def score_mod(score, b, h, qi, kv):
-            return score + bias[b, kv]
-
-        return _flex_fn(q.device)(q, k, v, score_mod=score_mod, block_mask=block_mask)
+        block_mask, key_index = self.flex_pattern(q.shape[2], q.device)
+        p = self.dropout if self.training else 0.0
+        return flex_pattern_attention(q, k, v, mask, block_mask, key_index, dropout_p=p)

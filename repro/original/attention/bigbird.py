@@ -148,7 +148,7 @@ class BigBirdAttention(FlexPatternMixin, AttentionMixer):
         global_last: bool = True,
         random_max_len: Optional[int] = 1024,
         seed: int = 0,
-        backend: str = "blockwise",
+        backend: str = "auto",
     ):
         super().__init__(d_model, n_heads, max_len, dropout)
         if block_size < 1 or n_random < 0 or n_global < 0:
@@ -195,7 +195,7 @@ class BigBirdAttention(FlexPatternMixin, AttentionMixer):
         if L > self.max_len:
             raise ValueError(f"bigbird: sequence length {L} exceeds max_len {self.max_len}; "
                              "the random and global blocks are laid out over max_len")
-        if self.backend == "flex":
+        if self.use_flex(q):
             return self.flex_attend(q, k, v, mask)
         dev = q.device
         S = self.block_size

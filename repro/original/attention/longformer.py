@@ -70,7 +70,7 @@ class LongformerAttention(FlexPatternMixin, AttentionMixer):
         n_global: int = 0,
         separate_global_proj: bool = True,
         chunk_size: int | None = None,
-        backend: str = "blockwise",
+        backend: str = "auto",
     ):
         super().__init__(d_model, n_heads, max_len, dropout)
         if window < 1 or n_global < 0:
@@ -102,7 +102,7 @@ class LongformerAttention(FlexPatternMixin, AttentionMixer):
         B, H, L, Dh = q.shape
         g = min(self.n_global, L)
         p = self.dropout if self.training else 0.0
-        if self.backend == "flex":
+        if self.use_flex(q):
             out = self.flex_attend(q, k, v, mask)
         else:
             out = self._blockwise(q, k, v, mask)

@@ -47,17 +47,50 @@ real outputs exactly unchanged. Outputs at padded queries are set to 0.
 
 Cost note: ``dedup_rounds`` with ``n_hashes > 1`` adds a loop over rounds of
 tensor size equal to the chunked logits; with ``n_hashes=1`` it is skipped.
+
+Backends (``backend``), the same function on the same sorted chunks:
+
+* ``materialized``: the chunked logits ``[B, H, r, nc, c, 2c]`` written out, softmax, dropout.
+* ``sdpa``: ``scaled_dot_product_attention`` per chunk (queries of a chunk against the keys of
+  it and its predecessor), the fused kernels on CUDA. The self-mask is one float mask
+  ``[c, 2c]`` broadcast over every chunk, padding folded into the queries and keys (see
+  ``_chunk_attention_sdpa``); with ``n_hashes=1`` (the LRA setting) no per-sample mask and no
+  logits are ever materialised. With ``n_hashes > 1`` the duplicate correction is a mask per
+  chunk and each round's log-normaliser is computed from the logits once more (SDPA does not
+  return it), so that case saves only the probabilities.
+* ``auto`` (default): ``sdpa`` on CUDA, ``materialized`` elsewhere.
+
+Attention dropout (LRA's 0.1): both backends drop entries of the normalised probabilities
+and scale the kept ones by 1/(1-p), without renormalising (the materialised path through
+``nn.Dropout`` after the softmax, SDPA through ``dropout_p``); same distribution, different
+random draws.
 """
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
 from . import ATTENTION
+from ._folded_mask import fold_key_mask
 from ._lowrank_common import SELF_MASK_VALUE, HeadedMixer, neg_fill, pad_to_multiple
+
+BACKENDS = ("auto", "materialized", "sdpa")
+
+
+class SortedChunks(NamedTuple):
+    """One layer's tokens hashed, sorted and chunked: ``q, k, v`` [B, H, r, nc, c, dh] (``k`` the
+    normalised shared keys), ``mask`` and ``pos`` (original position) [B, H, r, nc, c], ``inv``
+    (position -> sorted slot) [B, H, r, nc * c]."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    mask: torch.Tensor
+    pos: torch.Tensor
+    inv: torch.Tensor
 
 
 def _gather_positions(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -65,6 +98,18 @@ def _gather_positions(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     b, h, r, n = index.shape
     flat = index.reshape(b, h, r * n, 1).expand(-1, -1, -1, x.shape[-1])
     return torch.gather(x, 2, flat).view(b, h, r, n, x.shape[-1])
+
+
+def _with_previous(t: torch.Tensor) -> torch.Tensor:
+    """Window = own chunk + previous chunk: ``t`` [B, H, r, nc, c, ...] -> [B, H, r, nc, 2c, ...]."""
+    return torch.cat([t, torch.roll(t, 1, dims=3)], dim=4)
+
+
+def _window_mask(chunk_mask: torch.Tensor) -> torch.Tensor:
+    """Real keys of each window [B, H, r, nc, 2c]; chunk 0 has no previous chunk (no wrap-around)."""
+    previous = torch.roll(chunk_mask, 1, dims=3).clone()
+    previous[:, :, :, 0] = False
+    return torch.cat([chunk_mask, previous], dim=4)
 
 
 @ATTENTION.register("reformer")
@@ -77,15 +122,19 @@ class ReformerAttention(HeadedMixer):
         dropout: float = 0.0,
         n_hashes: int = 1,
         n_buckets: int = 10,
-        chunk_len: Optional[int] = None,
+        chunk_len: int | None = None,
         normalize_keys: bool = True,
         dedup_rounds: bool = True,
         redraw: bool = True,
         bias: bool = False,
+        backend: str = "auto",
     ):
         super().__init__(d_model, n_heads, max_len, dropout, ("q", "v"), bias)
         if n_buckets < 1 or (n_buckets > 1 and n_buckets % 2):
             raise ValueError(f"n_buckets must be 1 or even, not {n_buckets}")
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown reformer backend {backend!r}; choose from {BACKENDS}")
+        self.backend = backend
         self.n_hashes = n_hashes
         self.n_buckets = n_buckets
         self.chunk_len = chunk_len or max(1, math.ceil(max_len / n_buckets))
@@ -95,20 +144,20 @@ class ReformerAttention(HeadedMixer):
         self.register_buffer("rotations", self.draw_rotations())
 
     def draw_rotations(
-        self, generator: Optional[torch.Generator] = None, dtype=torch.float32, device=None
+        self, generator: torch.Generator | None = None, dtype=torch.float32, device=None
     ) -> torch.Tensor:
         """Gaussian rotations ``[H, n_hashes, dh, max(n_buckets // 2, 1)]``."""
         shape = (self.n_heads, self.n_hashes, self.head_dim, max(self.n_buckets // 2, 1))
         return torch.randn(shape, generator=generator, dtype=dtype, device=device)
 
     @torch.no_grad()
-    def redraw_rotations(self, generator: Optional[torch.Generator] = None) -> None:
+    def redraw_rotations(self, generator: torch.Generator | None = None) -> None:
         self.rotations.copy_(self.draw_rotations(generator, self.rotations.dtype).to(self.rotations.device))
 
     # -- hashing and sorting (public for tests) -------------------------------------------
 
     def hash_buckets(
-        self, q: torch.Tensor, mask: torch.Tensor, rotations: Optional[torch.Tensor] = None
+        self, q: torch.Tensor, mask: torch.Tensor, rotations: torch.Tensor | None = None
     ) -> torch.Tensor:
         """Bucket ids ``[B, H, n_hashes, L]``; padded positions get ``n_buckets``."""
         b, h, length, _ = q.shape
@@ -131,9 +180,31 @@ class ReformerAttention(HeadedMixer):
 
     # -- attention --------------------------------------------------------------------------
 
+    def resolved_backend(self, device: torch.device) -> str:
+        """``materialized`` or ``sdpa``: ``auto`` is ``sdpa`` on CUDA."""
+        if self.backend != "auto":
+            return self.backend
+        return "sdpa" if device.type == "cuda" else "materialized"
+
     def attend(self, q, k, v, mask):
         del k  # shared QK
-        b, h, length, dh = q.shape
+        length = q.shape[-2]
+        s = self._sorted_chunks(q, v, mask)
+        if self.resolved_backend(q.device) == "sdpa":
+            out, lse = self._chunk_attention_sdpa(s)
+        else:
+            out, lse = self._chunk_attention_materialized(s)
+        b, h, r, lp = s.inv.shape
+        # Unsort each round back to positions, then combine rounds by their log-normalisers.
+        out = torch.gather(out.reshape(b, h, r, lp, -1), 3, s.inv.unsqueeze(-1).expand(-1, -1, -1, -1, out.shape[-1]))
+        if r == 1:
+            return out[:, :, 0, :length]
+        weights = torch.softmax(torch.gather(lse.reshape(b, h, r, lp), 3, s.inv), dim=2).unsqueeze(-1)
+        return (out * weights).sum(dim=2)[:, :, :length]
+
+    def _sorted_chunks(self, q, v, mask) -> SortedChunks:
+        """Hash, sort by (bucket, position) and cut into chunks of ``chunk_len`` (padding sorts last)."""
+        b, h, _, dh = q.shape
         c = self.chunk_len
         q, _ = pad_to_multiple(q, mask, c)
         v, mask = pad_to_multiple(v, mask, c)
@@ -143,44 +214,64 @@ class ReformerAttention(HeadedMixer):
         rotations = None
         if self.training and self.redraw and self.n_buckets > 1:
             rotations = self.draw_rotations(dtype=q.dtype, device=q.device)
-        buckets = self.hash_buckets(q, mask, rotations)
-        perm, inv = self.sort_order(buckets)
-
+        perm, inv = self.sort_order(self.hash_buckets(q, mask, rotations))
         keys = F.normalize(q, dim=-1, eps=1e-6) if self.normalize_keys else q
-        scale = 1.0 if self.normalize_keys else 1.0 / math.sqrt(dh)
+        return SortedChunks(
+            q=_gather_positions(q, perm).view(b, h, r, nc, c, dh),
+            k=_gather_positions(keys, perm).view(b, h, r, nc, c, dh),
+            v=_gather_positions(v, perm).view(b, h, r, nc, c, dh),
+            mask=torch.gather(mask[:, None, None, :].expand(b, h, r, lp), 3, perm).view(b, h, r, nc, c),
+            pos=perm.view(b, h, r, nc, c),
+            inv=inv,
+        )
 
-        # Sorted and chunked: [B, H, r, nc, c, ...].
-        sq = _gather_positions(q, perm).view(b, h, r, nc, c, dh)
-        sk = _gather_positions(keys, perm).view(b, h, r, nc, c, dh)
-        sv = _gather_positions(v, perm).view(b, h, r, nc, c, dh)
-        smask = torch.gather(mask[:, None, None, :].expand(b, h, r, lp), 3, perm).view(b, h, r, nc, c)
-        spos = perm.view(b, h, r, nc, c)
+    def _scale(self, head_dim: int) -> float:
+        return 1.0 if self.normalize_keys else 1.0 / math.sqrt(head_dim)
 
-        # Window = own chunk + previous chunk (chunk 0 has no previous one: masked).
-        def with_previous(t: torch.Tensor) -> torch.Tensor:
-            return torch.cat([t, torch.roll(t, 1, dims=3)], dim=4)
+    def _dedup_log_counts(self, s: SortedChunks) -> torch.Tensor:
+        """log N_ij [B, H, r, nc, c, 2c]: the duplicate correction subtracted from the logits."""
+        return torch.log(self._window_counts(s.inv // self.chunk_len, s.pos, _with_previous(s.pos)).to(s.q.dtype))
 
-        wk, wv, wpos = with_previous(sk), with_previous(sv), with_previous(spos)
-        prev_mask = torch.roll(smask, 1, dims=3).clone()
-        prev_mask[:, :, :, 0] = False
-        wmask = torch.cat([smask, prev_mask], dim=4)  # [B, H, r, nc, 2c]
-
-        logits = torch.matmul(sq, wk.transpose(-1, -2)) * scale  # [B, H, r, nc, c, 2c]
-        logits = logits.masked_fill(spos.unsqueeze(-1) == wpos.unsqueeze(-2), SELF_MASK_VALUE)
-        if self.dedup_rounds and r > 1:
-            logits = logits - torch.log(self._window_counts(inv // c, spos, wpos).to(logits.dtype))
+    def _chunk_attention_materialized(self, s: SortedChunks):
+        """Logits [B, H, r, nc, c, 2c] in memory; returns (out [B, H, r, nc, c, dh], lse [B, H, r, nc, c])."""
+        wk, wv, wpos, wmask = _with_previous(s.k), _with_previous(s.v), _with_previous(s.pos), _window_mask(s.mask)
+        logits = torch.matmul(s.q, wk.transpose(-1, -2)) * self._scale(s.q.shape[-1])
+        logits = logits.masked_fill(s.pos.unsqueeze(-1) == wpos.unsqueeze(-2), SELF_MASK_VALUE)
+        if self.dedup_rounds and self.n_hashes > 1:
+            logits = logits - self._dedup_log_counts(s).to(logits.dtype)
         logits = logits.masked_fill(~wmask.unsqueeze(-2), neg_fill(logits.dtype))
-
         lse = torch.logsumexp(logits, dim=-1, keepdim=True)
         probs = self.attn_dropout(torch.exp(logits - lse))
-        out = torch.matmul(probs, wv).view(b, h, r, lp, dh)
-        lse = lse.view(b, h, r, lp)
+        return torch.matmul(probs, wv), lse.squeeze(-1)
 
-        # Unsort each round back to positions, then combine rounds.
-        out = torch.gather(out, 3, inv.unsqueeze(-1).expand(-1, -1, -1, -1, dh))
-        lse = torch.gather(lse, 3, inv)
-        weights = torch.softmax(lse, dim=2).unsqueeze(-1)
-        return (out * weights).sum(dim=2)[:, :, :length]
+    def _chunk_attention_sdpa(self, s: SortedChunks):
+        """The same attention through ``scaled_dot_product_attention`` on the sorted chunks.
+
+        The self-mask is a float ``attn_mask`` [c, 2c] shared by every chunk (-5e4 on the own-chunk
+        diagonal: slot i of a chunk is the query's own position), added to the logit where the
+        materialised path replaces it (either way the token gets weight 0 unless it has nothing else,
+        then weight 1); padded keys and chunk 0's missing predecessor are folded into the queries and
+        keys (``fold_key_mask``). With ``n_hashes > 1`` the duplicate correction makes the mask one
+        [c, 2c] matrix per chunk, and the rounds' log-normalisers, which SDPA does not return, come
+        from the logits computed once more (no dropout there, as in the materialised path).
+        """
+        b, h, r, nc, c, dh = s.q.shape
+        dtype = s.v.dtype
+        scale = self._scale(dh)
+        wv = _with_previous(s.v)
+        q, k = fold_key_mask(s.q.to(dtype), _with_previous(s.k).to(dtype), _window_mask(s.mask), scale)
+        bias = torch.zeros(c, 2 * c, dtype=dtype, device=q.device)
+        bias[:, :c].fill_diagonal_(SELF_MASK_VALUE)
+        if self.dedup_rounds and r > 1:
+            bias = bias - self._dedup_log_counts(s).to(dtype)
+        flat_bias = bias.flatten(0, 2) if bias.dim() > 2 else bias
+        dropout = self.attn_dropout.p if self.training else 0.0
+        out = F.scaled_dot_product_attention(q.flatten(0, 2), k.flatten(0, 2), wv.flatten(0, 2),
+                                             attn_mask=flat_bias, dropout_p=dropout, scale=scale)
+        lse = None
+        if r > 1:
+            lse = torch.logsumexp(torch.matmul(q, k.transpose(-1, -2)) * scale + bias, dim=-1)
+        return out, lse
 
     def _window_counts(self, chunk_of: torch.Tensor, spos: torch.Tensor, wpos: torch.Tensor):
         """N_ij: in how many rounds key j lies in query i's window (own or previous chunk).

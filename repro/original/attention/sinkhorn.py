@@ -44,15 +44,25 @@ is masked when no real block contributes to it. Hence appending padding
 leaves real outputs unchanged (the last, partial block is handled the same
 way with and without padding, since the sequence is always padded internally
 to a multiple of ``block_size``).
+
+Backends (``backend=``), the same function: ``"materialized"`` writes the block scores,
+masks, softmax and dropout out; ``"sdpa"`` runs each query block against its own and its
+sorted key block through ``scaled_dot_product_attention`` (the blocks folded into the heads
+axis, masks as a float bias, SDPA's dropout on the probabilities), fusing them. ``"auto"``
+(default): sdpa on CUDA, materialized elsewhere.
 """
 from __future__ import annotations
 
 import math
 
 import torch
+import torch.nn.functional as F
 
 from . import ATTENTION
+from ._common import MASKED_LOGIT
 from ._lowrank_common import HeadedMixer, neg_fill, pad_to_multiple, xavier_linear
+
+BACKENDS = ("auto", "sdpa", "materialized")
 
 
 def sinkhorn_log(log_alpha: torch.Tensor, n_iters: int) -> torch.Tensor:
@@ -65,6 +75,8 @@ def sinkhorn_log(log_alpha: torch.Tensor, n_iters: int) -> torch.Tensor:
 
 @ATTENTION.register("sinkhorn")
 class SinkhornAttention(HeadedMixer):
+    PLAIN_PATH = ("backend", "materialized")  # what FLOP counting runs (repro/bench/flops.py)
+
     def __init__(
         self,
         d_model: int,
@@ -77,8 +89,12 @@ class SinkhornAttention(HeadedMixer):
         sort_activation: str = "sinkhorn",
         combine: str = "joint",
         bias: bool = False,
+        backend: str = "auto",
     ):
         super().__init__(d_model, n_heads, max_len, dropout, ("q", "k", "v"), bias)
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown sinkhorn backend {backend!r}; choose from {BACKENDS}")
+        self.backend = backend
         if sort_activation not in ("sinkhorn", "softmax"):
             raise ValueError(f"sort_activation must be 'sinkhorn' or 'softmax', not {sort_activation!r}")
         if combine not in ("joint", "sum"):
@@ -131,6 +147,9 @@ class SinkhornAttention(HeadedMixer):
         sv = torch.einsum("bhij,bhjsd->bhisd", perm, vb)
         smask = torch.einsum("bhij,bjs->bhis", perm, mb.to(perm.dtype)) > 0  # [B, H, n_b, bs]
 
+        if self.backend == "sdpa" or (self.backend == "auto" and q.device.type == "cuda"):
+            out = self._blocks_sdpa(qb, (kb, vb, mb[:, None]), (sk, sv, smask))
+            return out.reshape(b, h, -1, dh)[:, :, :length]
         scale = 1.0 / math.sqrt(dh)
         neg = neg_fill(q.dtype)
         own = torch.matmul(qb, kb.transpose(-1, -2)) * scale  # [B, H, n_b, bs, bs]
@@ -146,3 +165,27 @@ class SinkhornAttention(HeadedMixer):
             p_srt = self.attn_dropout(torch.softmax(srt, dim=-1))
         out = torch.matmul(p_own, vb) + torch.matmul(p_srt, sv)
         return out.reshape(b, h, -1, dh)[:, :, :length]
+
+    def _blocks_sdpa(self, qb, own, srt):
+        """Each query block against its own and its sorted key block through
+        ``scaled_dot_product_attention`` (blocks folded into the heads axis); masked keys get
+        ``MASKED_LOGIT`` (a fully masked block, padding only, stays finite). Same function
+        as the explicit scores, softmax and dropout of ``attend``."""
+        p = self.attn_dropout.p if self.training else 0.0
+
+        def bias(key_ok):  # [B, H|1, n_b, keys] -> float [B, H * n_b, 1, keys]
+            zero = torch.zeros(key_ok.shape, dtype=qb.dtype, device=qb.device)
+            full = zero.masked_fill(~key_ok, MASKED_LOGIT).expand(qb.shape[0], qb.shape[1], -1, -1)
+            return full.flatten(1, 2)[:, :, None, :]
+
+        def sdpa(k, v, key_ok):
+            return F.scaled_dot_product_attention(qb.flatten(1, 2), k.flatten(1, 2), v.flatten(1, 2),
+                                                  attn_mask=bias(key_ok), dropout_p=p)
+
+        (kb, vb, own_ok), (sk, sv, srt_ok) = own, srt
+        if self.combine == "joint":
+            own_ok = own_ok.expand(-1, srt_ok.shape[1], -1, -1)
+            out = sdpa(torch.cat([kb, sk], dim=-2), torch.cat([vb, sv], dim=-2), torch.cat([own_ok, srt_ok], dim=-1))
+        else:
+            out = sdpa(kb, vb, own_ok) + sdpa(sk, sv, srt_ok)
+        return out.unflatten(1, qb.shape[1:3])

@@ -23,7 +23,8 @@ token (LRA sets ``use_cls_token`` whenever ``classifier_pool == 'CLS'``).
 Blockwise computation: queries in blocks of ``l``; segment 1 = the own block (``l``
 keys), segment 2 = all summary columns (``ceil(L/l) * n_summary`` keys, shared by every
 query block, masked to other blocks, and to earlier ones when causal), segment 3 = the
-global keys. Cost per query: ``l + (L / l) * c`` keys, not ``L``.
+global keys. Cost per query: ``l + (L / l) * c`` keys, not ``L``. The flex backend gathers
+the summary columns the same way (``flex_layout``).
 """
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ class SparseAttention(FlexPatternMixin, AttentionMixer):
         causal: bool = True,
         block_start_summary: bool = True,
         n_global: int = 0,
-        backend: str = "blockwise",
+        backend: str = "auto",
     ):
         super().__init__(d_model, n_heads, max_len, dropout)
         if stride < 1 or not 0 <= c <= stride or n_global < 0:
@@ -100,24 +101,37 @@ class SparseAttention(FlexPatternMixin, AttentionMixer):
         return dense_mask(L, self.stride, self.c, self.causal, self.block_start_summary,
                           self.n_global, device)
 
-    def flex_mask_mod(self, device):
-        S, c, g = self.stride, self.c, self.n_global
-        causal, bss = self.causal, self.block_start_summary
+    def flex_layout(self, L: int, device) -> tuple:
+        """Keys in two regions: positions ``0..L-1`` (own block, causal, and the global rows
+        and columns), then the summary columns gathered once (``key_index``), allowed for the
+        query blocks after theirs (causal) or other than theirs. Every allowed pair lies in
+        one slot, and the summary columns become a few dense key blocks instead of a column
+        in every block of the sequence (which would leave no block of the mask empty)."""
+        S, causal = self.stride, self.causal
+        g = min(self.n_global, L)
+        offs = self._summary.tolist()
+        ns = len(offs)
+        slots = [g + blk * S + off for blk in range(n_blocks(L - g, S)) for off in offs]
+        slots = [pos for pos in slots if pos < L]  # ascending: the cut ones are a suffix
+        key_index = torch.cat([torch.arange(L), torch.tensor(slots, dtype=torch.long)]).to(device)
 
         def mask_mod(b, h, qi, kv):
             qq, kk = qi - g, kv - g
-            rem = kk % S
-            m = ((qq // S) == (kk // S)) | (rem >= S - c)
-            if bss:
-                m = m | (rem == 0)
+            own = kv < L
+            near = (qq // S) == (kk // S)
             if causal:
-                m = m & (kk <= qq)
-            return m | (qi < g) | (kv < g)
+                near = near & (kk <= qq)
+            m = own & (near | (kv < g))
+            if ns:
+                kb = (kv - L) // ns  # the summary slot's block (meaningless in region 1)
+                far = (kb < qq // S) if causal else (kb != qq // S)
+                m = m | (~own & far)
+            return torch.where(qi < g, own, m)
 
-        return mask_mod
+        return mask_mod, L + len(slots), key_index
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
-        if self.backend == "flex":
+        if self.use_flex(q):
             return self.flex_attend(q, k, v, mask)
         B, H, L, Dh = q.shape
         dev = q.device

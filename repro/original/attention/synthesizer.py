@@ -33,22 +33,35 @@ the dense MLP output), the guarantees are:
 
 Test hook: ``set_random_logits(R)`` copies a given ``[H, L, L]`` matrix into
 the top-left block of the random logits.
+
+Backends (``backend=``), the same function: ``"materialized"`` builds the ``[B, H, L, L]``
+logits, masks, softmaxes and drops out explicitly (several such tensors live for the
+backward pass); ``"sdpa"`` hands the logits to ``scaled_dot_product_attention`` with
+``scale=1``: as a product ``q k^T`` where they have one (factorized: ``R1 R2``; dense:
+``relu(W1 x) W2 + b``, the bias as one more channel), else as the float ``attn_mask``
+(random: ``R``, one ``[1, H, L, L]`` tensor broadcast over the batch). Padded keys get
+``MASKED_LOGIT`` through one more q/k channel, so no per-sample mask is ever built; the
+attention dropout is SDPA's (dropout on the probabilities, unrenormalised, as
+``nn.Dropout``). ``"auto"`` (default): sdpa on CUDA, materialized elsewhere.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from . import ATTENTION
+from ._common import MASKED_LOGIT
 from ._lowrank_common import HeadedMixer, neg_fill, split_heads, xavier_bound, xavier_linear
 
 VARIANTS = ("dense", "random", "factorized_random")
+BACKENDS = ("auto", "sdpa", "materialized")
 
 
 @ATTENTION.register("synthesizer")
 class SynthesizerAttention(HeadedMixer):
+    PLAIN_PATH = ("backend", "materialized")  # what FLOP counting runs (repro/bench/flops.py)
+
     def __init__(
         self,
         d_model: int,
@@ -59,11 +72,15 @@ class SynthesizerAttention(HeadedMixer):
         k: int = 32,
         fixed: bool = False,
         bias: bool = False,
+        backend: str = "auto",
     ):
         super().__init__(d_model, n_heads, max_len, dropout, ("v",), bias)
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, not {variant!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown synthesizer backend {backend!r}; choose from {BACKENDS}")
         self.variant = variant
+        self.backend = backend
         h, n = n_heads, max_len
         if variant == "random":
             bound = xavier_bound(n, n)
@@ -89,7 +106,7 @@ class SynthesizerAttention(HeadedMixer):
         v = split_heads(self.v_proj(x), self.n_heads)
         return (x if self.variant == "dense" else None), None, v
 
-    def logits(self, x: Optional[torch.Tensor], length: int) -> torch.Tensor:
+    def logits(self, x: torch.Tensor | None, length: int) -> torch.Tensor:
         """Synthetic logits ``[H, L, L]`` (random variants) or ``[B, H, L, L]``."""
         self._check_len(length)
         if self.variant == "random":
@@ -101,12 +118,45 @@ class SynthesizerAttention(HeadedMixer):
         return out + self.dense_out_bias[:, None, :length]
 
     def attend(self, q, k, v, mask):
+        if self.backend == "sdpa" or (self.backend == "auto" and v.device.type == "cuda"):
+            return self.attend_sdpa(q, v, mask)
         length = v.shape[-2]
         logits = self.logits(q, length).to(v.dtype)
         logits = logits.expand(v.shape[0], -1, -1, -1)
         logits = logits.masked_fill(~mask[:, None, None, :], neg_fill(logits.dtype))
         probs = self.attn_dropout(torch.softmax(logits, dim=-1))
         return torch.matmul(probs, v)
+
+    def synthetic_qk(self, x, mask, dtype):
+        """q, k [B, H, L, E] in ``dtype`` with ``q k^T`` = the logits (all but ``random``'s) plus
+        ``MASKED_LOGIT`` on padded keys, and the float ``attn_mask`` (``random``) or None."""
+        batch, length = mask.shape
+        self._check_len(length)
+        one = torch.ones(batch, self.n_heads, length, 1, dtype=dtype, device=mask.device)
+        pad = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, MASKED_LOGIT)
+        pad = pad[:, None, :, None].expand(-1, self.n_heads, -1, -1)
+        expand = lambda t: t.to(dtype).expand(batch, -1, -1, -1)  # noqa: E731 - [H, L, E] over the batch
+        if self.variant == "random":
+            logits = self.random_logits[:, :length, :length].to(dtype)
+            aligned = -(-length // 16) * 16  # rows 16-aligned: SDPA's fused kernels take it as it is
+            return one, pad, F.pad(logits, (0, aligned - length))[None, :, :, :length]
+        if self.variant == "factorized_random":
+            q = expand(self.random_left[:, :length])
+            k = expand(self.random_right[:, :, :length].transpose(-1, -2))
+            return torch.cat([q, one], dim=-1), torch.cat([k, pad], dim=-1), None
+        hidden = split_heads(torch.relu(self.dense_hidden(x)), self.n_heads).to(dtype)  # [B, H, L, dh]
+        k = expand(self.dense_out[..., :length].transpose(-1, -2))
+        bias = expand(self.dense_out_bias[:, :length, None])
+        return torch.cat([hidden, one, one], dim=-1), torch.cat([k, bias, pad], dim=-1), None
+
+    def attend_sdpa(self, x, v, mask):
+        """The attention through ``scaled_dot_product_attention`` (see the module docstring)."""
+        q, k, attn_mask = self.synthetic_qk(x, mask, v.dtype)
+        width = -(-max(q.shape[-1], v.shape[-1]) // 8) * 8  # one head width for q, k and v
+        q, k, vw = (F.pad(t, (0, width - t.shape[-1])) for t in (q, k, v))
+        p = self.attn_dropout.p if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, vw, attn_mask=attn_mask, dropout_p=p, scale=1.0)
+        return out[..., : v.shape[-1]]
 
     @torch.no_grad()
     def set_random_logits(self, logits: torch.Tensor) -> None:

@@ -1,4 +1,4 @@
-"""Statistical comparisons between arms (issue 8; DESIGN.md: tables and statistics read only records).
+"""The basic tests between arms: plain arrays in, a :class:`StatResult` out (tables read only records).
 
 Every function takes plain arrays and returns a :class:`StatResult` carrying the
 test's name, the sample size(s), the estimate, a confidence interval and the
@@ -31,6 +31,10 @@ Which test answers which question:
   |mu - ref| >= margin, one-sample TOST (``DescrStatsW.ttost_mean``).
 * ``one_sample``: our seeds against a published number, two-sided one-sample t-test
   (``scipy.stats.ttest_1samp``).
+* ``permutation``: exact two-sided permutation test of mean(a) - mean(b) over every split of
+  the pooled seeds (``scipy.stats.permutation_test``, ``permutation_type="independent"``);
+  its smallest attainable p-value is 2 / C(na + nb, na) (0.1 for 3 + 3 seeds), said in ``note``
+  when it cannot reach alpha.
 
 Accuracies may be fractions or points; margins are in the same unit as the data
 (the paper tables use points, i.e. percent, and a 1-point margin).
@@ -275,3 +279,25 @@ def one_sample(a, reference: float, alpha: float = 0.05) -> StatResult:
     low, high = DescrStatsW(a).tconfint_mean(alpha=alpha)
     return StatResult("one-sample t-test", n, estimate, (float(low) - reference, float(high) - reference),
                       float(result.pvalue), details={"reference": reference})
+
+
+# ---------------------------------------------------------------- exact permutation over seeds
+
+
+def permutation(a, b, alpha: float = 0.05) -> StatResult:
+    """Exact two-sided permutation test of mean(a) - mean(b) over all splits of the pooled seeds."""
+    a, b, n, estimate, too_few = _two_arms("exact permutation", a, b)
+    if too_few:
+        return too_few
+    splits = math.comb(a.size + b.size, a.size)
+    smallest = min(1.0, 2.0 / splits)  # scipy: twice the smaller one-sided p, whose least value is 1 / splits
+
+    def difference(x, y, axis=-1):
+        return np.mean(x, axis=axis) - np.mean(y, axis=axis)
+
+    result = sps.permutation_test((a, b), difference, permutation_type="independent", vectorized=True,
+                                  n_resamples=np.inf, alternative="two-sided")
+    note = "" if smallest <= alpha else (f"cannot reach p < {alpha:g}: {a.size} + {b.size} seeds give {splits} splits, "
+                                         f"smallest p {smallest:.3f}")
+    return StatResult("exact permutation", n, estimate, (NAN, NAN), float(result.pvalue), note=note,
+                      details={"splits": splits, "smallest_p": smallest})

@@ -1,8 +1,9 @@
 """Tables as Markdown and LaTeX, deterministic: fixed number formats, no dates, "—" for cells not run.
 
-Used by paper/make.py. A :class:`Table` counts its missing cells (those of our runs
+Used by ``repro.paper``. A :class:`Table` counts its missing cells (those of our runs
 shown as "—") so the reader sees how much of it was not run, never a silently
-shorter table.
+shorter table. Reference rows (``reference_rows``: the trivial baselines) are printed
+under the rows and not counted.
 """
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ class Table:
     rows: list[list[str]]
     ours_columns: list[int]  # indices of columns whose cells come from our records
     notes: list[str] = field(default_factory=list)
+    reference_rows: list[list[str]] = field(default_factory=list)  # printed after the rows, never counted
 
     def missing(self) -> tuple[int, int]:
         """(cells of ours shown as not run, cells of ours in total)."""
@@ -69,7 +71,8 @@ class Table:
     def markdown(self) -> str:
         lines = [f"### {self.title}", "", "| " + " | ".join(self.columns) + " |",
                  "| " + " | ".join("---" for _ in self.columns) + " |"]
-        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in self.rows]
+        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |"
+                  for row in self.rows + self.reference_rows]
         lines += ["", self.footer()]
         lines += [f"{note}" for note in self.notes]
         return "\n".join(lines) + "\n"
@@ -80,6 +83,9 @@ class Table:
                  f"\\label{{tab:{self.name}}}", f"\\begin{{tabular}}{{{spec}}}", "\\toprule",
                  " & ".join(latex_escape(c) for c in self.columns) + " \\\\", "\\midrule"]
         lines += [" & ".join(latex_escape(cell) for cell in row) + " \\\\" for row in self.rows]
+        if self.reference_rows:
+            lines += ["\\midrule"]
+            lines += [" & ".join(latex_escape(cell) for cell in row) + " \\\\" for row in self.reference_rows]
         lines += ["\\bottomrule", "\\end{tabular}", "", f"{latex_escape(self.footer())}"]
         lines += [f"{latex_escape(note)}" for note in self.notes]
         lines += ["\\end{table}"]
@@ -96,7 +102,7 @@ class Table:
 _LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
           "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "±": r"$\pm$", "—": "---",
           "≈": r"$\approx$", "Δ": r"$\Delta$", "−": r"$-$", "<": r"$<$", ">": r"$>$", "≥": r"$\geq$",
-          "≤": r"$\leq$", "×": r"$\times$", "`": ""}
+          "≤": r"$\leq$", "×": r"$\times$", "`": "", "†": r"$^\dagger$", "‡": r"$^\ddagger$", "→": r"$\to$"}
 
 
 def latex_escape(text: str) -> str:

@@ -1,6 +1,6 @@
-"""The papers' figures from a bundle's numbers (used by paper/make.py); PNGs with stable bytes.
+"""The papers' figures from a bundle's numbers (used by ``repro.paper``); PNGs with stable bytes.
 
-Each function takes plain numbers (make.py extracts them from the records) and writes
+Each function takes plain numbers (``repro.paper.figures`` extracts them from the records) and writes
 one PNG. A figure whose inputs were not run still gets written, saying so on the canvas,
 so the set of figures never silently shrinks.
 """
@@ -45,7 +45,8 @@ def tradeoff(published: list[dict], ours: list[dict], ours_axis: str, path: Path
     """
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-        panels = ((axes[0], published, "Published (LRA Tables 1-2, TPU v3): avg accuracy vs steps/s at 4K", "steps/s at 4K (TPU v3)"),
+        panels = ((axes[0], published, "Published (LRA Tables 1-2, TPU v3): avg accuracy vs steps/s at 4K",
+                   "steps/s at 4K (TPU v3)"),
                   (axes[1], ours, f"Ours: test accuracy vs {ours_axis}", ours_axis))
         for ax, points, title, xlabel in panels:
             ax.set_title(title)
@@ -64,19 +65,20 @@ def tradeoff(published: list[dict], ours: list[dict], ours_axis: str, path: Path
             ax.set_xlabel(xlabel)
             ax.set_ylabel("accuracy (%)")
             if absent:
-                ax.text(0.01, 0.01, "not run: " + ", ".join(absent), transform=ax.transAxes, fontsize=6, color="0.35", wrap=True)
+                ax.text(0.01, 0.01, "not run: " + ", ".join(absent), transform=ax.transAxes, fontsize=6, color="0.35",
+                        wrap=True)
         fig.tight_layout()
         return save(fig, path)
 
 
 def accuracy_vs_kernel(tasks: list[str], kernels: list[int], published: dict, ours: dict, path: Path) -> Path:
-    """Seed 003 Table 1 as curves: accuracy per kernel size and task, ours (mean +/- sd) beside published.
+    """The follow-up study's Table 1 as curves: accuracy per kernel size and task, ours (mean +/- sd) beside published.
 
     ``published[task][k]`` is a number; ``ours[task][k]`` a list of per-seed accuracies.
     """
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(1, len(tasks), figsize=(3 * len(tasks), 3), squeeze=False)
-        for ax, task in zip(axes[0], tasks):
+        for ax, task in zip(axes[0], tasks, strict=True):
             ax.plot(kernels, [published[task][k] for k in kernels], "s--", color="0.4", label="published")
             have = [k for k in kernels if ours[task].get(k)]
             if have:
@@ -85,7 +87,8 @@ def accuracy_vs_kernel(tasks: list[str], kernels: list[int], published: dict, ou
                 ax.errorbar(have, means, yerr=sds, fmt="o-", color="C0", capsize=3, label="ours (mean ± sd)")
             missing = [k for k in kernels if k not in have]
             if missing:
-                ax.text(0.02, 0.02, "not run: K=" + ", ".join(map(str, missing)), transform=ax.transAxes, fontsize=6, color="0.35")
+                ax.text(0.02, 0.02, "not run: K=" + ", ".join(map(str, missing)), transform=ax.transAxes, fontsize=6,
+                        color="0.35")
             ax.set_xscale("log")
             ax.set_xticks(kernels)
             ax.set_xticklabels([str(k) for k in kernels])
@@ -106,13 +109,13 @@ def _sd(values: list[float]) -> float:
 
 
 def label_distribution(counts: dict | None, path: Path, note: str) -> Path:
-    """Seed 003 appendix B Figure 1: test-label distribution per root operator (``counts[root][label]``)."""
+    """The follow-up study's appendix B, Figure 1: test-label distribution per root (``counts[root][label]``)."""
     with plt.rc_context(STYLE):
         roots = sorted(counts) if counts else []
         fig, axes = plt.subplots(1, max(1, len(roots)), figsize=(2.6 * max(1, len(roots)), 2.8), squeeze=False)
         if not roots:
             _not_run(axes[0][0], f"not run: {note}")
-        for ax, root in zip(axes[0], roots):
+        for ax, root in zip(axes[0], roots, strict=False):  # one empty panel when no roots
             values = counts[root]
             total = sum(values) or 1
             ax.bar(range(10), [v / total for v in values], color="C0")
@@ -126,18 +129,21 @@ def label_distribution(counts: dict | None, path: Path, note: str) -> Path:
 
 
 def operator_accuracy(rows: list[dict], path: Path, note: str) -> Path:
-    """Seed 003 appendix B Figure 2: per-root-operator accuracy of a model and of the greedy baseline."""
+    """The follow-up study's appendix B, Figure 2: per-root-operator accuracy of a model and of the root-operator
+    baseline."""
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(5, 3))
         if not rows:
             _not_run(ax, f"not run: {note}")
         else:
             x = list(range(len(rows)))
-            ax.bar([i - 0.2 for i in x], [r["greedy"] for r in rows], width=0.4, color="0.6", label="greedy (most frequent label per root)")
+            ax.bar([i - 0.2 for i in x], [r["greedy"] for r in rows], width=0.4, color="0.6",
+                   label="baseline (most frequent training label per root)")
             ax.bar([i + 0.2 for i in x], [r["model"] for r in rows], width=0.4, yerr=[r["model_sd"] for r in rows],
                    color="C0", capsize=3, label="model (mean ± sd over seeds)")
             for i, r in enumerate(rows):
-                ax.annotate(f"{r['model'] - r['greedy']:+.1f}", (i + 0.2, r["model"]), ha="center", va="bottom", fontsize=7)
+                ax.annotate(f"{r['model'] - r['greedy']:+.1f}", (i + 0.2, r["model"]), ha="center", va="bottom",
+                            fontsize=7)
             ax.set_xticks(x)
             ax.set_xticklabels([r["root"].lstrip("[") for r in rows])
             ax.set_ylabel("test accuracy (%)")

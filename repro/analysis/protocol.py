@@ -1,0 +1,103 @@
+"""How much of the papers' protocol a record ran: training examples trained over the protocol's.
+
+The protocol of an (arm, task, techniques) is the arm's ``profile=paper`` settings (the papers'
+epochs, batch and step cap per task: Tay et al. 2021, appendix A and the release configs; the
+follow-up study, Tables 5-7), composed from ``experiments/conf`` and resolved as the runner
+resolves a run (``repro.runner.resolve``). Its training examples are ``steps x batch`` with
+``steps = min(epochs x (n_train // batch), max_steps)``, the count ``repro.training`` plans (the
+last partial batch of an epoch is dropped). ``n_train`` is the paper profile's generated
+training-set size for a generated task (``task.generate.n_train``), else the training-set size
+the record's data describes (``data.sizes.train``: the files are the same under every profile).
+
+A record's examples are ``steps x batch_size`` from its ``metrics.json`` (``train_settings``,
+the global batch under several processes). Its budget is ``budget_fraction`` of the protocol
+when the record has that field, else a wall-clock cap (``budget_minutes``), else none.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "experiments" / "conf"
+
+
+class ProtocolUnknown(Exception):
+    """The protocol of a record cannot be composed; the message says why."""
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """The papers' training length for one (arm, task, techniques): the paper profile's settings."""
+
+    epochs: int
+    max_steps: int | None
+    batch_size: int
+    generated_n_train: int | None  # the paper profile's task.generate.n_train, when the task is generated
+
+    def steps(self, n_train: int) -> int:
+        planned = self.epochs * (n_train // self.batch_size)
+        return min(planned, self.max_steps) if self.max_steps is not None else planned
+
+    def examples(self, n_train: int) -> int:
+        return self.steps(n_train) * self.batch_size
+
+
+@cache
+def paper_protocol(arm: str, task: str, techniques: str = "none", conf_dir: Path = CONF_DIR) -> Protocol:
+    """The paper profile's epochs, step cap and batch of ``arm`` on ``task`` with ``techniques``."""
+    if not (Path(conf_dir) / "config.yaml").is_file():
+        raise ProtocolUnknown(f"{conf_dir}/config.yaml not found: the protocol is read from a checkout's "
+                              "experiments/conf")
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+
+    from ..runner import resolve
+
+    overrides = [f"arm={arm}", f"task={task}", "profile=paper", f"techniques={techniques}"]
+    try:
+        with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
+            run = resolve(compose(config_name="config", overrides=overrides))
+    except (HydraException, KeyError) as err:
+        raise ProtocolUnknown(f"{' '.join(overrides)}: {str(err).splitlines()[0]}") from None
+    train, generate = run["train"], (run["task"].get("generate") or {})
+    return Protocol(int(train["epochs"]), None if train.get("max_steps") is None else int(train["max_steps"]),
+                    int(train["batch_size"]), int(generate["n_train"]) if "n_train" in generate else None)
+
+
+def trained_examples(metrics: dict) -> int | None:
+    """Training examples a record ran: steps x its global batch (None when the record lacks either)."""
+    batch = (metrics.get("train_settings") or {}).get("batch_size")
+    steps = metrics.get("steps")
+    return int(steps) * int(batch) if steps is not None and batch else None
+
+
+def protocol_n_train(metrics: dict, protocol: Protocol) -> int | None:
+    """The training-set size the protocol's epochs run over (module docstring)."""
+    data = metrics.get("data") or {}
+    if data.get("source") == "generated" and protocol.generated_n_train is not None:
+        return protocol.generated_n_train
+    size = (data.get("sizes") or {}).get("train")
+    return int(size) if size is not None else None
+
+
+def share(metrics: dict, arm: str, task: str, techniques: str = "none", conf_dir: Path = CONF_DIR) -> tuple[float, str]:
+    """(examples trained / the protocol's, "" or why it is unknown) of one record; NaN when unknown."""
+    try:
+        protocol = paper_protocol(arm, task, techniques, Path(conf_dir))
+    except ProtocolUnknown as err:
+        return math.nan, str(err)
+    n_train, trained = protocol_n_train(metrics, protocol), trained_examples(metrics)
+    if n_train is None or trained is None:
+        return math.nan, "the record lacks data.sizes.train, steps or train_settings.batch_size"
+    total = protocol.examples(n_train)
+    return (trained / total, "") if total else (math.nan, f"the protocol plans 0 steps on {n_train} examples")
+
+
+def budget_label(metrics: dict) -> str:
+    """Which budget a record ran under: a fraction of the protocol, a wall-clock cap, or none."""
+    if metrics.get("budget_fraction") is not None:
+        return f"fraction {float(metrics['budget_fraction']):g} of the protocol"
+    minutes = metrics.get("budget_minutes") or (metrics.get("train_settings") or {}).get("budget_minutes")
+    return f"{float(minutes):g} min wall clock" if minutes else "no cap"

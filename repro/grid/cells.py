@@ -1,0 +1,152 @@
+"""A grid file -> its settings and its cells in order; one ``experiments/run.py`` command per cell.
+
+A grid file (YAML)::
+
+    common: [profile=paper]          # overrides every cell gets
+    minutes_per_run: 0               # a cell's cost when neither a plan nor a record gives one
+    overhead_minutes: 0.75           # start-up and final evaluation, added to minutes_per_run
+    cells:                           # blocks, expanded arms x tasks x seeds, in this order
+      - {arms: [a, b], tasks: [text], seeds: [0, 1, 2], per_gpu: 3}
+      - {arms: [a], tasks: [pathfinder], seeds: [0], optional: true}
+
+``per_gpu`` (a block's): at most that many runs on one GPU while one of its cells runs there
+(``--per-gpu`` gives it for blocks without one). ``optional`` blocks run only with
+``--include-optional``.
+"""
+from __future__ import annotations
+
+import itertools
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+GRID_KEYS = ("common", "minutes_per_run", "overhead_minutes", "cells")
+BLOCK_KEYS = ("arms", "tasks", "seeds", "optional", "per_gpu")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_RUNNER = REPO_ROOT / "experiments" / "run.py"
+CONF_DIR = REPO_ROOT / "experiments" / "conf"
+
+
+class GridError(ValueError):
+    """A grid file, archive or plan the grid cannot use; the message names the file and the key to fix."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of the grid. ``per_gpu``: the block's packing limit (None: the command line's)."""
+
+    arm: str
+    task: str
+    seed: int
+    per_gpu: int | None = None
+    optional: bool = False
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.arm, self.task, self.seed)
+
+    @property
+    def name(self) -> str:
+        """One file name per cell (claims, logs); '__' keeps arm a_b, task c apart from arm a, task b_c."""
+        return cell_name(self.arm, self.task, self.seed)
+
+    def __str__(self) -> str:
+        return f"{self.arm} {self.task} seed {self.seed}"
+
+
+def cell_name(arm: str, task: str, seed: int) -> str:
+    return f"{arm}__{task}__seed{seed}"
+
+
+@dataclass
+class Grid:
+    path: Path
+    common: list[str]
+    minutes_per_run: float
+    overhead_minutes: float
+    cells: list[Cell]
+    optional_left_out: int = 0
+
+    @property
+    def default_minutes(self) -> float:
+        """A cell's cost when no plan and no record gives one: ``minutes_per_run + overhead_minutes``."""
+        return self.minutes_per_run + self.overhead_minutes
+
+
+def _number(grid: dict, key: str, path: Path) -> float:
+    value = grid.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise GridError(f"{path}: {key} must be a number of minutes >= 0, not {value!r}")
+    return float(value)
+
+
+def _block_cells(block, i: int, path: Path) -> list[Cell]:
+    if not isinstance(block, dict):
+        raise GridError(f"{path}: cells[{i}] must be a mapping {{arms: [...], tasks: [...], seeds: [...]}}")
+    unknown = sorted(set(block) - set(BLOCK_KEYS))
+    if unknown:
+        raise GridError(f"{path}: cells[{i}] has unknown key(s) {', '.join(unknown)}; known: {', '.join(BLOCK_KEYS)}")
+    missing = [k for k in ("arms", "tasks", "seeds") if not isinstance(block.get(k), list)]
+    if missing:
+        raise GridError(f"{path}: cells[{i}] lacks list key(s) {', '.join(missing)}")
+    per_gpu = block.get("per_gpu")
+    if per_gpu is not None and (isinstance(per_gpu, bool) or not isinstance(per_gpu, int) or per_gpu < 1):
+        raise GridError(f"{path}: cells[{i}].per_gpu must be a whole number >= 1, not {per_gpu!r}")
+    bad_seeds = [s for s in block["seeds"] if isinstance(s, bool) or not isinstance(s, int)]
+    if bad_seeds:
+        raise GridError(f"{path}: cells[{i}].seeds must be whole numbers, not {bad_seeds[0]!r}")
+    optional = bool(block.get("optional", False))
+    return [Cell(str(arm), str(task), int(seed), per_gpu, optional)
+            for arm, task, seed in itertools.product(block["arms"], block["tasks"], block["seeds"])]
+
+
+def load_grid(path: Path, include_optional: bool = False) -> Grid:
+    """The grid file's settings and its cells in order; a bad file raises GridError naming the key to fix."""
+    path = Path(path)
+    try:
+        grid = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise GridError(f"{path}: cannot read the grid: {err}") from err
+    if not isinstance(grid, dict) or not isinstance(grid.get("cells"), list):
+        raise GridError(f"{path}: needs a 'cells' list of {{arms: [...], tasks: [...], seeds: [...]}}")
+    unknown = sorted(set(grid) - set(GRID_KEYS))
+    if unknown:
+        raise GridError(f"{path}: unknown key(s) {', '.join(unknown)}; known: {', '.join(GRID_KEYS)}")
+    common = grid.get("common") or []
+    if not isinstance(common, list):
+        raise GridError(f"{path}: common must be a list of overrides, e.g. [profile=paper]")
+    cells, seen, left_out = [], set(), 0
+    for i, block in enumerate(grid["cells"]):
+        for cell in _block_cells(block, i, path):
+            if cell.optional and not include_optional:
+                left_out += 1
+            elif cell.key in seen:
+                print(f"[grid] {path}: cells[{i}] repeats {cell}; running it once")
+            else:
+                seen.add(cell.key)
+                cells.append(cell)
+    return Grid(path, [str(x) for x in common], _number(grid, "minutes_per_run", path),
+                _number(grid, "overhead_minutes", path), cells, left_out)
+
+
+def command(runner: Path, cell: Cell, common: list[str], extra: list[str]) -> list[str]:
+    """The cell's command line: ``python RUNNER arm=A task=T seed=S progress=false <common> <extra>``."""
+    return [sys.executable, str(runner), f"arm={cell.arm}", f"task={cell.task}", f"seed={cell.seed}", "progress=false",
+            *common, *extra]
+
+
+def override_value(overrides: list[str], key: str, default: str | None = None) -> str | None:
+    """The value the last ``key=value`` (or ``+key=`` / ``++key=``) of ``overrides`` gives ``key``."""
+    value = default
+    for item in overrides:
+        name, sep, rest = item.lstrip("+").partition("=")
+        if sep and name == key:
+            value = rest
+    return value
+
+
+def output_dir(overrides: list[str]) -> Path:
+    """The runs' ``output_dir`` (the runner's default ``outputs``)."""
+    return Path(override_value(overrides, "output_dir", "outputs"))

@@ -1,0 +1,166 @@
+"""``lra-grid``: run, plan and account a grid of (arm, task, seed) cells on GPU machines lent in short slots.
+
+Usage (``experiments/run_grid.py`` takes the same arguments)::
+
+    lra-grid GRID.yaml [options] [-- overrides for every cell]     # run the cells left
+    lra-grid GRID.yaml --plan [options] [-- overrides]             # GPU-minutes per cell
+    lra-grid GRID.yaml --dry-run [-- overrides]                    # print the commands
+    lra-grid ledger GRID.yaml --records DIR [--plan-file F]        # write the grid's LEDGER.md
+    lra-grid unpack FOLDER --into DIR                              # a slot's archives into an output folder
+
+Each cell is ``python experiments/run.py arm=A task=T seed=S progress=false <common> <overrides>``
+(``--runner`` names another script). A cell whose record is already complete with the same
+settings is skipped at once; an unfinished one resumes from its checkpoint (the runner's).
+
+The slot driver, one command for a GPU machine lent for 30 minutes (start it in the
+background with ``setsid``, poll its output, and copy ``$OUT`` back when it has returned)::
+
+    lra-grid experiments/grids/v0.2-lra.yaml --gpus all --per-gpu 3 --deadline-minutes 24 \\
+        --plan-file experiments/grids/v0.2-lra/plan.csv --archive-to $OUT \\
+        --resume-from <the previous slot's $OUT files> -- data_dir=.gpu/data output_dir=outputs
+
+It unpacks the previous slot's archives into ``output_dir`` (``--resume-from``), starts every
+cell left on every GPU, ``--per-gpu`` at once on each (a block's ``per_gpu`` wins for its cells),
+in the grid's order; starts a cell only if its expected time (the plan's GPU-minutes, else a
+record's of the same arm and task, else the grid file's ``minutes_per_run + overhead_minutes``;
+times the fraction its checkpoint has left; times ``--pack-slowdown``, by default the GPU's
+packing limit) ends before the deadline (``--deadline-minutes`` from the command's start,
+``--stop-at`` a UTC time; the earlier); at the deadline, or on SIGTERM/SIGINT/SIGUSR1, sends
+the running cells that signal (SIGTERM at the deadline: each checkpoints and exits 143), waits
+``--stop-grace-seconds`` (120) and kills what is left; appends a row per cell and per GPU to
+``<output_dir>/grid_log.csv`` (``gridlog``: GPU seconds, examples, aggregate examples/s) and
+prints the throughput; then writes ``--archive-to``: the complete records, the unfinished runs'
+checkpoints and the logs in at most ``--archive-files`` (8, the manifest counted) files of at
+most ``--archive-mib`` (16) MiB (``archive``). It returns 0 when no cell failed and everything
+fitted (cells left for the next slot are listed, not failures), 1 when a cell failed or
+something did not fit the archives (named on stderr), 128 + signum when stopped by a signal
+(after archiving), 2 on bad input. ``--carry-over`` also starts cells that cannot end before
+the deadline while 5 minutes are left (they continue from their checkpoint in the next slot;
+a checkpoint too big for the archives is lost: ListOps at ``profile=paper`` is about 230 MB).
+Cell output goes to ``<output_dir>/grid_logs/ARM__TASK__seedS.log``, except when the cells run
+one at a time on this process's device (no ``--gpus``), where it is this process's output.
+``--claim-dir D`` shares the queue with other grid processes on a shared file system.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from .cells import DEFAULT_RUNNER, GridError, command, load_grid, output_dir
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lra-grid", description=__doc__.split("\n\n")[0],
+                                     epilog="'lra-grid ledger --help': the ledger. After '--': overrides for each cell")
+    parser.add_argument("grid", type=Path, help="the grid file (YAML)")
+    run = parser.add_argument_group("running")
+    run.add_argument("--gpus", default=None, help="'all' or comma-separated GPU ids; none: this process's device")
+    run.add_argument("--per-gpu", type=int, default=1, help="cells at once on each GPU (a block's per_gpu wins)")
+    run.add_argument("--pack-slowdown", type=float, default=None,
+                     help="how many times longer a cell runs on a full GPU than alone (default: the packing limit)")
+    run.add_argument("--deadline-minutes", type=float, default=None,
+                     help="stop, checkpointing the running cells, this long after the start")
+    run.add_argument("--stop-at", default=None, help="stop at this UTC time (HH:MM or ISO 8601)")
+    run.add_argument("--stop-grace-seconds", type=float, default=120.0, help="time a stopped cell has to checkpoint")
+    run.add_argument("--carry-over", action="store_true", help="also start cells that cannot end before the deadline")
+    run.add_argument("--plan-file", type=Path, default=None, help="GPU-minutes per cell from --plan (for the deadline)")
+    run.add_argument("--archive-to", type=Path, default=None, help="write the archives and manifest here at the end")
+    run.add_argument("--archive-files", type=int, default=8, help="at most this many files, the manifest counted")
+    run.add_argument("--archive-mib", type=float, default=16.0, help="at most this many MiB per file")
+    run.add_argument("--resume-from", type=Path, default=None, help="unpack a slot's archives into output_dir first")
+    run.add_argument("--claim-dir", type=Path, default=None, help="share the queue with other grid processes")
+    run.add_argument("--runner", type=Path, default=DEFAULT_RUNNER, help="the script each cell runs")
+    run.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    run.add_argument("--include-optional", action="store_true", help="also the cells of blocks marked optional")
+    plan = parser.add_argument_group("planning (--plan)")
+    plan.add_argument("--plan", action="store_true", help="print GPU-minutes per cell, write the plan file")
+    plan.add_argument("--slot-minutes", type=float, default=30.0, help="flag cells longer than this")
+    plan.add_argument("--probe-steps", type=int, default=300, help="training steps of a timing probe")
+    plan.add_argument("--probe-all", action="store_true", help="probe every (arm, task), even with records")
+    plan.add_argument("--records", type=Path, action="append", default=None,
+                      help="another output folder whose records count (repeatable)")
+    plan.add_argument("--plan-out", type=Path, default=None, help="plan file (default <output_dir>/grid_plan.csv)")
+    return parser
+
+
+def _ledger_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lra-grid ledger", description="Write the grid's LEDGER.md: cells done, "
+                                     "GPU-minutes spent, cells left, GPU-minutes estimated left.")
+    parser.add_argument("grid", type=Path)
+    parser.add_argument("--records", type=Path, required=True, help="the output folder holding runs/ and grid_log.csv")
+    parser.add_argument("--plan-file", type=Path, default=None, help="the estimates of --plan")
+    parser.add_argument("--grid-log", type=Path, action="append", default=None,
+                        help="grid_log.csv files (default: <records>/grid_log.csv when present)")
+    parser.add_argument("--out", type=Path, default=None, help="default: <grid folder>/<grid name>/LEDGER.md")
+    return parser
+
+
+def _unpack_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lra-grid unpack", description="Unpack a slot's archives (--archive-to) "
+                                     "into an output folder, as --resume-from does, and run nothing.")
+    parser.add_argument("folder", type=Path, help="the folder holding grid-manifest.json and the archives")
+    parser.add_argument("--into", type=Path, required=True, help="the output folder (runs/, grid_log.csv)")
+    return parser
+
+
+def _unpack_command(args) -> int:
+    from .unpack import unpack
+
+    if not args.folder.is_dir():
+        raise GridError(f"{args.folder}: no such folder")
+    for line in unpack(args.folder, args.into):
+        print(f"[grid] {line}")
+    return 0
+
+
+def _check(args) -> None:
+    if args.per_gpu < 1:
+        raise GridError(f"--per-gpu {args.per_gpu}: give 1 or more")
+    if args.pack_slowdown is not None and args.pack_slowdown <= 0:
+        raise GridError(f"--pack-slowdown {args.pack_slowdown}: give a positive factor")
+    if args.archive_mib <= 0 or args.archive_files < 2:
+        raise GridError("--archive-mib must be positive and --archive-files at least 2 (an archive and the manifest)")
+    if args.probe_steps < 1:
+        raise GridError(f"--probe-steps {args.probe_steps}: give 1 or more")
+    if not args.dry_run and not args.runner.exists():
+        raise GridError(f"--runner {args.runner}: no such script; run from a checkout or pass --runner")
+    if args.resume_from is not None and not args.resume_from.is_dir():
+        raise GridError(f"--resume-from {args.resume_from}: no such folder")
+
+
+def _main(argv: list[str], started: float) -> int:
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    if argv[:1] == ["ledger"]:
+        from .ledger import ledger_command
+
+        return ledger_command(_ledger_parser().parse_args(argv[1:]), extra)
+    if argv[:1] == ["unpack"]:
+        return _unpack_command(_unpack_parser().parse_args(argv[1:]))
+    args = _parser().parse_args(argv)
+    _check(args)
+    grid = load_grid(args.grid, args.include_optional)
+    if args.dry_run:
+        for cell in grid.cells:
+            print(" ".join(command(args.runner, cell, grid.common, extra)[1:]))
+        return 0
+    from .driver import plan_grid, run_grid
+
+    output_dir([*grid.common, *extra]).mkdir(parents=True, exist_ok=True)
+    return (plan_grid if args.plan else run_grid)(args, grid, extra, args.runner, started)
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.monotonic()
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv), started)
+    except GridError as err:
+        print(err, file=sys.stderr)
+        return 2
+
+
+def entry() -> None:
+    """The ``lra-grid`` console script."""
+    sys.exit(main())

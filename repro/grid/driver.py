@@ -1,0 +1,249 @@
+"""The grid command's flows: run the cells (the slot driver) and plan them; ``cli`` parses the command line."""
+from __future__ import annotations
+
+import calendar
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from .archive import pack
+from .cells import Grid, GridError, command, output_dir
+from .costs import cell_seconds
+from .gridlog import append_rows, gpu_totals, summary_line
+from .plan import gather_costs, plan_rows, print_plan, read_plan, record_cost, run_probes, write_plan
+from .runs import CellRun, checkpoint_state, complete_metrics, examples_done, record_matches, resolve_cells
+from .schedule import Ended, Job, Scheduler
+from .unpack import unpack
+
+
+def visible_gpus() -> list[str]:
+    """``--gpus all``: the ids of ``CUDA_VISIBLE_DEVICES`` when set, else every device torch counts."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        ids = [item.strip() for item in listed.split(",") if item.strip() and item.strip() != "-1"]
+    else:
+        import torch
+
+        ids = [str(i) for i in range(torch.cuda.device_count())]
+    if not ids:
+        raise GridError("--gpus all: no CUDA device is visible; name the GPUs (--gpus 0,1) or leave --gpus out "
+                        "to run on this process's own device")
+    return ids
+
+
+def gpu_list(spec: str | None) -> list:
+    if spec is None:
+        return [None]
+    if spec.strip() == "all":
+        return visible_gpus()
+    ids = [item.strip() for item in spec.split(",") if item.strip()]
+    if not ids:
+        raise GridError(f"--gpus {spec!r}: give comma-separated GPU ids, e.g. --gpus 0,1, or --gpus all")
+    return ids
+
+
+def stop_at_epoch(text: str, now: float | None = None) -> float:
+    """``--stop-at``: ISO 8601 (``2026-12-01T10:30Z``; no zone: UTC) or ``HH:MM`` (UTC, today) -> epoch seconds."""
+    now = time.time() if now is None else now
+    try:
+        if len(text) <= 5 and ":" in text:
+            hour, minute = (int(part) for part in text.split(":"))
+            if not (0 <= hour < 24 and 0 <= minute < 60):
+                raise ValueError("hour 0-23, minute 0-59")
+            today = time.gmtime(now)
+            epoch = calendar.timegm((today.tm_year, today.tm_mon, today.tm_mday, hour, minute, 0))
+        else:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            epoch = moment.timestamp() if moment.tzinfo else calendar.timegm(moment.timetuple())
+    except ValueError as err:
+        raise GridError(f"--stop-at {text!r}: give a UTC time as HH:MM or ISO 8601 (2026-12-01T10:30Z): {err}") from err
+    if epoch <= now:
+        raise GridError(f"--stop-at {text!r}: that time (UTC) has passed")
+    return float(epoch)
+
+
+def deadline_of(args, started: float) -> float | None:
+    """The monotonic deadline of ``--deadline-minutes`` (from the command's start) and ``--stop-at``, the earlier."""
+    found = []
+    if args.deadline_minutes is not None:
+        found.append(started + 60.0 * args.deadline_minutes)
+    if args.stop_at is not None:
+        found.append(time.monotonic() + stop_at_epoch(args.stop_at) - time.time())
+    return min(found) if found else None
+
+
+def estimate(cell_run: CellRun, plan: dict, grid: Grid, out: Path) -> tuple[float, int | None, str]:
+    """(GPU-minutes alone, planned steps or None, source) of a cell: its plan row, else a record, else the grid's."""
+    row = plan.get(cell_run.cell.key)
+    if row is not None:
+        return row["minutes"], row["planned_steps"], "plan"
+    cost = record_cost(cell_run, out, [], 60.0 * grid.overhead_minutes)
+    if cost is not None:
+        steps, _, seconds = cell_seconds(cost, cell_run.train)
+        return seconds / 60.0, steps, "records"
+    return grid.default_minutes, None, "grid file"
+
+
+@dataclass
+class Campaign:
+    """What the run flow keeps about its cells while the scheduler runs them."""
+
+    grid: Grid
+    out: Path
+    log_path: Path
+    claim_dir: Path | None
+    by_key: dict = field(default_factory=dict)  # job key -> CellRun
+    before: dict = field(default_factory=dict)  # job key -> examples trained before this start
+    rows: list = field(default_factory=list)
+    failed: list = field(default_factory=list)
+    elsewhere: int = 0
+    started: int = 0
+    interrupted: int = 0
+
+    def on_start(self, job: Job) -> bool:
+        cell_run = self.by_key[job.key]
+        if self.claim_dir is not None and not claim(self.claim_dir, job.key):
+            print(f"[grid] claimed by another grid process: {cell_run.cell}", flush=True)
+            self.elsewhere += 1
+            return False
+        self.before[job.key] = examples_done(cell_run.run_dir)
+        self.started += 1
+        return True
+
+    def on_end(self, ended: Ended) -> None:
+        cell_run = self.by_key[ended.job.key]
+        if self.claim_dir is not None:
+            (self.claim_dir / ended.job.key).unlink(missing_ok=True)
+        metrics = complete_metrics(cell_run.run_dir) or {}
+        row = {"arm": cell_run.cell.arm, "task": cell_run.cell.task, "seed": cell_run.cell.seed,
+               "exit": ended.returncode, "wall_s": ended.wall_s, "finished_utc": ended.finished_utc,
+               "gpu": "" if ended.gpu is None else str(ended.gpu), "per_gpu": ended.job.per_gpu,
+               "started_utc": ended.started_utc, "gpu_s": ended.gpu_s,
+               "examples": max(0, examples_done(cell_run.run_dir) - self.before[ended.job.key]),
+               "examples_per_s": metrics.get("train_examples_per_s", "")}
+        append_rows(self.log_path, [row])
+        self.rows.append(row)
+        if ended.returncode not in (0, 3):
+            if ended.stopped:
+                self.interrupted += 1
+            else:
+                self.failed.append((cell_run.cell, ended.returncode))
+
+
+def claim(folder: Path, name: str) -> bool:
+    """Atomically claim a cell for this process; False if another process holds it now.
+
+    A claim is released when the cell's run ends, whatever its exit status (a complete record
+    makes any later start a skip), so a failed or interrupted cell is retried by the next command.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(folder / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    os.write(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n".encode())
+    os.close(fd)
+    return True
+
+
+def build_jobs(campaign: Campaign, cell_runs: list[CellRun], args, plan: dict, runner: Path, extra: list[str],
+               foreground: bool) -> tuple[list[Job], int]:
+    """A job per cell without a complete record of its settings; returns (jobs, cells skipped as complete)."""
+    jobs, skipped = [], 0
+    for number, cell_run in enumerate(cell_runs, 1):
+        cell = cell_run.cell
+        if record_matches(cell_run):
+            print(f"[grid] record complete, skipped: {cell}")
+            skipped += 1
+            continue
+        per_gpu = cell.per_gpu or args.per_gpu
+        minutes, steps, _source = estimate(cell_run, plan, campaign.grid, campaign.out)
+        state = checkpoint_state(cell_run.run_dir) if steps else None
+        left = max(0.0, 1.0 - state["step"] / steps) if state and steps else 1.0
+        slowdown = args.pack_slowdown if args.pack_slowdown is not None else float(per_gpu)
+        log = None if foreground else campaign.out / "grid_logs" / f"{cell.name}.log"
+        job = Job(cell.name, f"{cell} [{number}/{len(cell_runs)}]", command(runner, cell, campaign.grid.common, extra),
+                  per_gpu=per_gpu, est_s=60.0 * minutes * left * slowdown, log_path=log)
+        campaign.by_key[job.key] = cell_run
+        jobs.append(job)
+    return jobs, skipped
+
+
+def report(campaign: Campaign, outcome, skipped: int, total: int) -> None:
+    for job in outcome.not_started:
+        print(f"[grid] not started (deadline): {campaign.by_key[job.key].cell}")
+    why = "deadline reached" if outcome.deadline_hit else f"stopped by signal {outcome.signum}"
+    for job in outcome.left_queued:
+        print(f"[grid] not started ({why} first): {campaign.by_key[job.key].cell}")
+    for cell, status in campaign.failed:
+        print(f"[grid] failed with exit {status}: {cell}")
+    left = len(outcome.not_started) + len(outcome.left_queued) + campaign.interrupted
+    print(f"[grid] {campaign.started} of {total} cells attempted, {campaign.elsewhere} claimed by another grid "
+          f"process, {len(campaign.failed)} failed, {left} left, {skipped} already complete; log {campaign.log_path}",
+          flush=True)
+
+
+def archive(out: Path, folder: Path, files: int, mib: float) -> bool:
+    """Pack the output folder into ``folder``; False (and each item named on stderr) when something did not fit."""
+    manifest = pack(out, folder, files, mib)
+    kinds = [unit["kind"] for unit in manifest["units"]]
+    sizes = ", ".join(f"{a['name']} {a['bytes'] / 2**20:.1f} MiB" for a in manifest["archives"])
+    print(f"[grid] archived {kinds.count('record')} record(s), {kinds.count('checkpoint')} checkpoint(s), "
+          f"{kinds.count('log')} log(s) into {folder}: {sizes or 'no archive'}", flush=True)
+    for item in manifest["left_out"]:
+        print(f"[grid] archive: left out (no room in {files - 1} archives of {mib:g} MiB): {item['unit']} "
+              f"({item['bytes'] / 2**20:.1f} MiB)", file=sys.stderr, flush=True)
+    return not manifest["left_out"]
+
+
+def run_grid(args, grid: Grid, extra: list[str], runner: Path, started: float) -> int:
+    """The slot driver: unpack, run every cell left (N to a GPU) before the deadline, log, archive."""
+    out = output_dir([*grid.common, *extra])
+    if args.resume_from is not None:
+        for line in unpack(args.resume_from, out):
+            print(f"[grid] {line}")
+    cell_runs = resolve_cells(grid.cells, [*grid.common, *extra], str(grid.path))
+    plan = read_plan(args.plan_file) if args.plan_file else {}
+    gpus = gpu_list(args.gpus)
+    campaign = Campaign(grid, out, out / "grid_log.csv", args.claim_dir)
+    foreground = gpus == [None] and args.per_gpu == 1 and all(not c.per_gpu or c.per_gpu == 1 for c in grid.cells)
+    jobs, skipped = build_jobs(campaign, cell_runs, args, plan, runner, extra, foreground)
+    scheduler = Scheduler(gpus, deadline=deadline_of(args, started), grace_s=args.stop_grace_seconds,
+                          carry_over=args.carry_over, on_start=campaign.on_start, on_end=campaign.on_end)
+    scheduler.start = started
+    outcome = scheduler.run(jobs)
+    first = {}
+    for row in campaign.rows:
+        first.setdefault(row["gpu"], row["started_utc"])
+    totals = gpu_totals(campaign.rows, {("" if g is None else str(g)): s for g, s in outcome.busy_s.items()}, first)
+    append_rows(campaign.log_path, totals)
+    print(summary_line(totals, len(campaign.rows)))
+    report(campaign, outcome, skipped, len(grid.cells))
+    packed = archive(out, args.archive_to, args.archive_files, args.archive_mib) if args.archive_to else True
+    if outcome.signum is not None:
+        return 128 + outcome.signum
+    return 1 if campaign.failed or not packed else 0
+
+
+def plan_grid(args, grid: Grid, extra: list[str], runner: Path, started: float) -> int:
+    """``--plan``: GPU-minutes per cell from records or probes; prints the table and writes the plan file."""
+    out = output_dir([*grid.common, *extra])
+    if args.resume_from is not None:
+        for line in unpack(args.resume_from, out):
+            print(f"[grid] {line}")
+    cell_runs = resolve_cells(grid.cells, [*grid.common, *extra], str(grid.path))
+    gpus, deadline = gpu_list(args.gpus), deadline_of(args, started)
+
+    def probe(todo):
+        return run_probes(todo, gpus, deadline, runner, grid.common, extra, args.probe_steps)
+
+    costs = gather_costs(cell_runs, out, args.records or [], 60.0 * grid.overhead_minutes, args.probe_all, probe)
+    rows = plan_rows(cell_runs, costs, args.slot_minutes)
+    print_plan(rows, args.slot_minutes)
+    path = args.plan_out or out / "grid_plan.csv"
+    write_plan(path, rows)
+    print(f"[plan] written to {path}")
+    return 0 if all(row.get("minutes") not in (None, "") for row in rows) else 1

@@ -1,0 +1,98 @@
+"""Where each cell's record and checkpoints live and what they say, resolved as the runner resolves them.
+
+The cells' settings come from Hydra's compose API over ``experiments/conf`` and
+``repro.runner.resolve`` (the runner's own precedence), once per (arm, task): the seed only
+changes the record folder's last part. So the grid skips, plans and archives exactly the
+folders ``experiments/run.py`` writes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import records, runner
+from .cells import CONF_DIR, Cell, GridError
+
+
+@dataclass
+class CellRun:
+    """A cell with its resolved settings (``runner.resolve``) and its record folder."""
+
+    cell: Cell
+    run: dict
+    run_dir: Path
+
+    @property
+    def train(self) -> dict:
+        return self.run["train"]
+
+
+def _compose(arm: str, task: str, overrides: list[str], where: str) -> tuple[dict, Path]:
+    from hydra import compose
+
+    try:
+        cfg = compose(config_name="config", overrides=[f"arm={arm}", f"task={task}", "seed=0", *overrides])
+        run = runner.resolve(cfg, runner.typed_task_paths(overrides))
+    except Exception as err:  # Hydra's and resolve's errors: name the cell and the first line
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise GridError(f"{where}: cell {arm} {task}: cannot resolve its settings: {first}") from err
+    return run, runner.run_dir_for(cfg, run).parent
+
+
+def resolve_cells(cells: list[Cell], overrides: list[str], where: str, conf_dir: Path = CONF_DIR) -> list[CellRun]:
+    """Each cell's resolved settings and record folder (``overrides``: the grid's common ones, then the command's)."""
+    from hydra import initialize_config_dir
+
+    by_pair: dict[tuple[str, str], tuple[dict, Path]] = {}
+    with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
+        for cell in cells:
+            if (cell.arm, cell.task) not in by_pair:
+                by_pair[cell.arm, cell.task] = _compose(cell.arm, cell.task, overrides, where)
+    out = []
+    for cell in cells:
+        run, parent = by_pair[cell.arm, cell.task]
+        out.append(CellRun(cell, {**run, "seed": cell.seed}, parent / f"seed{cell.seed}"))
+    return out
+
+
+def complete_metrics(run_dir: Path) -> dict | None:
+    """The metrics of the complete record in ``run_dir``, or None."""
+    try:
+        return records.read_metrics(run_dir)
+    except (OSError, ValueError):
+        return None
+
+
+def record_matches(cell_run: CellRun) -> bool:
+    """Whether the folder holds a complete record of exactly these settings (the runner would skip it)."""
+    if complete_metrics(cell_run.run_dir) is None or not (cell_run.run_dir / "config.yaml").exists():
+        return False
+    try:
+        previous = records.read_config(cell_run.run_dir / "config.yaml")
+        return not runner.settings_differences(previous, cell_run.run, complete=True)
+    except Exception:  # an unreadable config: the runner, started on it, names the problem
+        return False
+
+
+def checkpoint_state(run_dir: Path) -> dict | None:
+    """Step, training examples and elapsed seconds of ``checkpoints/last.pt``, or None when absent or unreadable."""
+    import torch
+
+    path = Path(run_dir) / "checkpoints" / "last.pt"
+    if not path.exists():
+        return None
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        state = checkpoint["state"]
+        return {"step": int(state["step"]), "examples": int(state["examples"]), "elapsed_s": float(state["elapsed_s"])}
+    except Exception:  # a truncated or foreign file: the runner decides what to do with it
+        return None
+
+
+def examples_done(run_dir: Path) -> int:
+    """Training examples the run in ``run_dir`` has trained on so far (its record's, else its checkpoint's, else 0)."""
+    metrics = complete_metrics(run_dir)
+    if metrics is not None and metrics.get("train_time_s"):
+        return round(float(metrics["train_examples_per_s"]) * float(metrics["train_time_s"]))
+    state = checkpoint_state(run_dir)
+    return state["examples"] if state else 0

@@ -1,0 +1,200 @@
+"""Run commands N to a GPU, in order, before a deadline; pass stop signals on so each run checkpoints.
+
+Each job is a subprocess in its own session (so only this scheduler decides what it is sent),
+with ``CUDA_VISIBLE_DEVICES`` set to its GPU. Jobs start in the given order whenever a GPU
+can take one (``slots.GpuSlots``); a job whose packing limit keeps it off every GPU for now
+waits, and the next job that fits starts meanwhile. A job whose expected seconds
+(``Job.est_s``) would end past the deadline is not started (``carry_over``: started anyway
+while at least ``CARRY_OVER_MIN_S`` are left, to be checkpointed and continued later). At
+the deadline, or on SIGTERM / SIGINT / SIGUSR1 to this process, the running jobs get that
+signal (SIGTERM at the deadline: the runner checkpoints and exits 143), ``grace_s`` to end,
+then SIGKILL.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .slots import GpuSlots
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+CARRY_OVER_MIN_S = 300.0  # a run started to be carried over gets at least this much of the slot
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+@dataclass
+class Job:
+    """One command to run. ``est_s``: expected wall seconds on a shared GPU (None: unknown, always started)."""
+
+    key: str
+    label: str
+    command: list[str]
+    per_gpu: int = 1
+    est_s: float | None = None
+    log_path: Path | None = None  # None: this process's own output
+
+
+@dataclass
+class Ended:
+    job: Job
+    gpu: str | None
+    returncode: int
+    wall_s: float
+    gpu_s: float  # the GPU time charged to it (slots.GpuSlots)
+    started_utc: str
+    finished_utc: str
+    stopped: bool  # stopped by the scheduler (deadline or a signal to it)
+
+
+@dataclass
+class Outcome:
+    ended: list[Ended] = field(default_factory=list)
+    not_started: list[Job] = field(default_factory=list)  # would have ended past the deadline
+    left_queued: list[Job] = field(default_factory=list)  # still queued when a signal or the deadline came
+    signum: int | None = None
+    deadline_hit: bool = False
+    busy_s: dict = field(default_factory=dict)  # GPU -> seconds with at least one job on it
+
+
+@dataclass
+class _Running:
+    job: Job
+    gpu: str | None
+    process: subprocess.Popen
+    began: float
+    started_utc: str
+    handle: object
+
+
+class Scheduler:
+    """Runs jobs on ``gpus`` (ids for ``CUDA_VISIBLE_DEVICES``; ``[None]``: this process's device)."""
+
+    def __init__(self, gpus: list[str | None], deadline: float | None = None, grace_s: float = 120.0,
+                 carry_over: bool = False, on_start: Callable[[Job], bool] | None = None,
+                 on_end: Callable[[Ended], None] | None = None, poll_s: float = 0.5, clock=time.monotonic):
+        self.slots = GpuSlots(gpus)
+        self.deadline, self.grace_s, self.carry_over = deadline, grace_s, carry_over
+        self.on_start, self.on_end, self.poll_s, self.clock = on_start, on_end, poll_s, clock
+        self.start = clock()
+        self.running: dict[str, _Running] = {}
+        self.outcome = Outcome()
+
+    def _handle(self, signum, _frame) -> None:
+        if self.outcome.signum is None:
+            self.outcome.signum = signum
+
+    def run(self, jobs: list[Job]) -> Outcome:
+        """Run ``jobs``; returns when all ended, or after the deadline or a stop signal stopped the rest."""
+        previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
+        queue = list(jobs)
+        try:
+            while (queue or self.running) and self.outcome.signum is None:
+                now = self.clock()
+                if self.deadline is not None and now >= self.deadline:
+                    self.outcome.deadline_hit = True
+                    break
+                queue = self._drop_unfinishable(queue, now)
+                if queue and self._launch_next(queue, now):
+                    continue
+                self._reap()
+                if self.running:
+                    time.sleep(self.poll_s)
+        finally:
+            self._stop_all(self.outcome.signum or signal.SIGTERM)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        self.outcome.left_queued = queue
+        self.outcome.busy_s = dict(self.slots.busy_s)
+        return self.outcome
+
+    def _fits(self, job: Job, now: float) -> bool:
+        if self.deadline is None or job.est_s is None:
+            return True
+        left = self.deadline - now
+        return job.est_s <= left or (self.carry_over and left >= CARRY_OVER_MIN_S)
+
+    def _drop_unfinishable(self, queue: list[Job], now: float) -> list[Job]:
+        """Jobs that would end past the deadline leave the queue for good (time only runs out)."""
+        kept = []
+        for job in queue:
+            (kept if self._fits(job, now) else self.outcome.not_started).append(job)
+        return kept
+
+    def _launch_next(self, queue: list[Job], now: float) -> bool:
+        """Start the first queued job some GPU can take; False when none can start now."""
+        for i, job in enumerate(queue):
+            gpu = self.slots.place(job.per_gpu)
+            if gpu is False:
+                continue
+            queue.pop(i)
+            if self.on_start is None or self.on_start(job):
+                self._spawn(job, gpu, now)
+            return True
+        return False
+
+    def _spawn(self, job: Job, gpu, now: float) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        handle = None
+        if job.log_path is not None:
+            job.log_path.parent.mkdir(parents=True, exist_ok=True)
+            handle = job.log_path.open("a")
+        try:
+            process = subprocess.Popen(job.command, env=env, stdout=handle, start_new_session=True,
+                                       stderr=subprocess.STDOUT if handle else None)
+        except BaseException:
+            if handle is not None:
+                handle.close()
+            raise
+        where = f" on GPU {gpu}" if gpu is not None else ""
+        print(f"[grid] start {job.label}{where} at {(now - self.start) / 60:.1f} min", flush=True)
+        self.slots.add(gpu, job.key, job.per_gpu, now)
+        self.running[job.key] = _Running(job, gpu, process, now, utc_now(), handle)
+
+    def _reap(self) -> None:
+        for key in [k for k, r in self.running.items() if r.process.poll() is not None]:
+            self._end(key, stopped=False)
+
+    def _end(self, key: str, stopped: bool) -> None:
+        entry = self.running.pop(key)
+        if entry.handle is not None:
+            entry.handle.close()
+        now = self.clock()
+        gpu_s = self.slots.remove(entry.gpu, key, now)
+        ended = Ended(entry.job, entry.gpu, entry.process.returncode, now - entry.began, gpu_s, entry.started_utc,
+                      utc_now(), stopped)
+        self.outcome.ended.append(ended)
+        where = f" on GPU {entry.gpu}" if entry.gpu is not None else ""
+        print(f"[grid] done{where}: {entry.job.label}, exit {ended.returncode}, {ended.wall_s / 60:.1f} min",
+              flush=True)
+        if self.on_end is not None:
+            self.on_end(ended)
+
+    def _stop_all(self, signum: int) -> None:
+        """Send ``signum`` to every running job, give them ``grace_s`` to end, then kill the rest."""
+        self._reap()  # those that ended on their own first
+        if not self.running:
+            return
+        print(f"[grid] signal {signum}: stopping {len(self.running)} running job(s)", flush=True)
+        for entry in self.running.values():
+            if entry.process.poll() is None:
+                entry.process.send_signal(signum)
+        until = time.monotonic() + self.grace_s
+        while any(r.process.poll() is None for r in self.running.values()) and time.monotonic() < until:
+            time.sleep(0.2)
+        for entry in self.running.values():
+            if entry.process.poll() is None:
+                print(f"[grid] {entry.job.label} did not end within {self.grace_s:.0f} s; killing it", flush=True)
+                entry.process.kill()
+                entry.process.wait()
+        for key in list(self.running):
+            self._end(key, stopped=True)

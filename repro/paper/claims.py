@@ -1,0 +1,202 @@
+"""The claims file (paper/claims.yaml): each paper claim's pre-registered primary test, read and checked.
+
+A claim names one primary comparison: arm ``a`` against arm ``b`` (or against a published
+number when ``b`` has no ``arm``) on one ``task`` or on the LRA average (``metric: average``:
+the mean over ListOps, Text, Retrieval, Image and Pathfinder, as Tay et al. 2021, Table 1),
+the claimed ``direction`` of a - b (greater | less | none), and the ``margin`` (accuracy points)
+within which our effect "matches" the published one, with its reason. The published effect is
+read from the published tables (``repro.reference``), never typed: each side names its
+``published`` row (``table`` and a ``row`` selector such as ``{model: performer}``).
+``secondary`` comparisons are computed and printed but give no verdict.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from ..reference import TABLES, published
+from ..stats.verdict import DIRECTIONS
+
+AVERAGE_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")  # LRA's average leaves Path-X out
+TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
+PAPERS = ("Tay et al. 2021", "the follow-up study")
+
+
+class ClaimsError(ValueError):
+    """The claims file is malformed; the message names the file, the key and the fix."""
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison: our arm (``arm`` or ``arm+techniques``; None: published only) and its published row."""
+
+    arm: str | None
+    table: str | None
+    row: tuple[tuple[str, str], ...]
+
+    def published_value(self, column: str) -> float | None:
+        if self.table is None:
+            return None
+        frame = published(self.table)
+        match = frame
+        for key, value in self.row:
+            match = match[match[key].astype(str) == value]
+        return float(match.iloc[0][column])
+
+    @property
+    def label(self) -> str:
+        if self.arm:
+            return self.arm
+        return " ".join(f"{v}" for _, v in self.row) + " (published)"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    a: Side
+    b: Side
+    task: str | None  # None: the LRA average
+    direction: str = "none"
+
+    @property
+    def column(self) -> str:
+        if self.task is None:
+            return "avg"
+        return "path_x" if self.task == "pathx" else self.task
+
+    @property
+    def where(self) -> str:
+        return "LRA average" if self.task is None else self.task
+
+    def published_effect(self) -> float | None:
+        a, b = self.a.published_value(self.column), self.b.published_value(self.column)
+        return None if a is None or b is None else a - b
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    paper: str
+    source: str
+    statement: str
+    primary: Comparison
+    margin: float
+    margin_reason: str
+    secondary: tuple[Comparison, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class ClaimsFile:
+    path: Path
+    alpha: float
+    power: float
+    claims: tuple[Claim, ...]
+
+
+def _need(node: dict, key: str, where: str, path: Path, kinds=(str,)):
+    if not isinstance(node, dict) or key not in node or node[key] in (None, ""):
+        raise ClaimsError(f"{path}: {where} lacks '{key}' (see the header of paper/claims.yaml)")
+    value = node[key]
+    if not isinstance(value, kinds):
+        raise ClaimsError(f"{path}: {where}.{key} is {value!r}; expected {' or '.join(k.__name__ for k in kinds)}")
+    return value
+
+
+def _side(node, where: str, path: Path, column: str, need_published: bool) -> Side:
+    if not isinstance(node, dict):
+        raise ClaimsError(f"{path}: {where} is {node!r}; expected a mapping with 'arm' and/or 'published'")
+    unknown = sorted(set(node) - {"arm", "published"})
+    if unknown:
+        raise ClaimsError(f"{path}: {where} has unknown key(s) {', '.join(unknown)}; use arm and published")
+    arm = node.get("arm")
+    pub = node.get("published")
+    if pub is None:
+        if need_published:
+            raise ClaimsError(f"{path}: {where} lacks 'published' (the published row the effect is read from)")
+        return Side(arm, None, ())
+    table = _need(pub, "table", f"{where}.published", path)
+    if table not in TABLES:
+        raise ClaimsError(f"{path}: {where}.published.table {table!r} is not a published table; "
+                          f"use one of {', '.join(TABLES)}")
+    row = _need(pub, "row", f"{where}.published", path, (dict,))
+    side = Side(arm, table, tuple(sorted((str(k), str(v)) for k, v in row.items())))
+    frame = published(table)
+    match = frame
+    for key, value in side.row:
+        if key not in frame.columns:
+            raise ClaimsError(f"{path}: {where}.published.row key {key!r} is not a column of {table}")
+        match = match[match[key].astype(str) == value]
+    if len(match) != 1:
+        raise ClaimsError(f"{path}: {where}.published.row {dict(side.row)} selects {len(match)} rows of {table}; "
+                          "it must select one")
+    try:
+        side.published_value(column)
+    except (KeyError, ValueError):
+        raise ClaimsError(f"{path}: {where}.published: {table} has no number in column {column!r} "
+                          f"for {dict(side.row)} (got {match.iloc[0].get(column)!r})") from None
+    return side
+
+
+def _comparison(node, where: str, path: Path, primary: bool) -> Comparison:
+    if not isinstance(node, dict):
+        raise ClaimsError(f"{path}: {where} is {node!r}; expected a mapping with a, b and task (or metric: average)")
+    metric = node.get("metric", "accuracy")
+    if metric not in ("accuracy", "average"):
+        raise ClaimsError(f"{path}: {where}.metric {metric!r}: use accuracy (with a task) or average (five tasks)")
+    task = None if metric == "average" else _need(node, "task", where, path)
+    if task is not None and task not in TASKS:
+        raise ClaimsError(f"{path}: {where}.task {task!r}: use one of {', '.join(TASKS)}")
+    column = "avg" if task is None else ("path_x" if task == "pathx" else task)
+    a = _side(node.get("a"), f"{where}.a", path, column, primary)
+    b = _side(node.get("b"), f"{where}.b", path, column, primary)
+    if a.arm is None:
+        raise ClaimsError(f"{path}: {where}.a lacks 'arm': side a is always one of our arms")
+    direction = node.get("direction", "none")
+    if direction not in DIRECTIONS:
+        raise ClaimsError(f"{path}: {where}.direction {direction!r}: use one of {', '.join(DIRECTIONS)}")
+    comparison = Comparison(a, b, task, direction)
+    effect = comparison.published_effect()
+    if effect is not None and direction != "none" and (effect > 0) != (direction == "greater"):
+        raise ClaimsError(f"{path}: {where}.direction {direction!r} but the published effect is {effect:+.2f}")
+    return comparison
+
+
+def _claim(node, i: int, path: Path) -> Claim:
+    where = f"claims[{i}]"
+    ident = _need(node, "id", where, path)
+    paper = _need(node, "paper", where, path)
+    if paper not in PAPERS:
+        raise ClaimsError(f"{path}: {where}.paper {paper!r}: use one of {', '.join(repr(p) for p in PAPERS)}")
+    margin = _need(node, "margin", where, path, (int, float))
+    if not margin > 0:
+        raise ClaimsError(f"{path}: {where}.margin {margin!r}: a positive number of accuracy points")
+    secondary = node.get("secondary") or []
+    if not isinstance(secondary, list):
+        raise ClaimsError(f"{path}: {where}.secondary is {secondary!r}; expected a list of comparisons")
+    return Claim(ident, paper, _need(node, "source", where, path), _need(node, "statement", where, path),
+                 _comparison(node.get("primary"), f"{where}.primary", path, primary=True), float(margin),
+                 _need(node, "margin_reason", where, path),
+                 tuple(_comparison(s, f"{where}.secondary[{j}]", path, primary=False) for j, s in enumerate(secondary)))
+
+
+def load(path: Path) -> ClaimsFile:
+    """Read and check a claims file; ClaimsError names the first problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise ClaimsError(f"{path}: no claims file (paper/claims.yaml is the format)")
+    spec = OmegaConf.to_container(OmegaConf.load(path), resolve=True) or {}
+    alpha, power = spec.get("alpha", 0.05), spec.get("power", 0.8)
+    if not (isinstance(alpha, float) and 0 < alpha < 0.5):
+        raise ClaimsError(f"{path}: alpha {alpha!r}: a level between 0 and 0.5, e.g. 0.05")
+    if not (isinstance(power, float) and 0 < power < 1):
+        raise ClaimsError(f"{path}: power {power!r}: a target power between 0 and 1, e.g. 0.8")
+    nodes = spec.get("claims")
+    if not isinstance(nodes, list) or not nodes:
+        raise ClaimsError(f"{path}: 'claims' must be a non-empty list")
+    claims = tuple(_claim(node, i, path) for i, node in enumerate(nodes))
+    seen = [c.id for c in claims]
+    twice = sorted({c for c in seen if seen.count(c) > 1})
+    if twice:
+        raise ClaimsError(f"{path}: claim id(s) {', '.join(twice)} used more than once; ids must be unique")
+    return ClaimsFile(path, float(alpha), float(power), claims)

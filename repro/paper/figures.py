@@ -1,0 +1,54 @@
+"""The numbers behind the papers' figures (LRA Figure 3, the follow-up's Table 1 as curves)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ..reference import LRA_MODEL_ARMS, published
+from .accuracy import FOLLOWUP_TASKS, LRA_AVG_TASKS
+from .view import BundleView
+
+
+def _mean_or_nan(values: list[float]) -> float:
+    return float(np.mean(values)) if values else math.nan
+
+
+def _speed_memory(view: BundleView, bench: pd.DataFrame, model: str, arm: str) -> tuple[float, float]:
+    if not bench.empty:
+        rows = bench[(bench["model"] == model) & (bench["length"] == 4096) & (bench["status"].str.upper() != "OOM")]
+        if rows.empty:
+            return math.nan, math.nan
+        return float(rows["steps_per_s"].median()), float(rows["peak_mem_gb"].median())
+    text = view.seeds(arm, "text")
+    if text.empty:
+        return math.nan, math.nan
+    return float(text["examples_per_s"].mean()), float(text["peak_mem_gb"].mean())
+
+
+def tradeoff_points(view: BundleView, bench: pd.DataFrame) -> tuple[list[dict], list[dict], str]:
+    """LRA Figure 3's points: published (Tables 1-2) and ours (accuracy over the tasks run, speed, memory)."""
+    pub_acc = published("lra_table1_accuracy").set_index("model")
+    pub_eff = published("lra_table2_efficiency").set_index("model")
+    pub_points = [{"name": m, "accuracy": float(pub_acc.loc[m, "avg"]),
+                   "speed": float(pub_eff.loc[m, "steps_per_s_4k"]) if m in pub_eff.index else math.nan,
+                   "memory_gb": float(pub_eff.loc[m, "peak_mem_gb_4k"]) if m in pub_eff.index else math.nan}
+                  for m in LRA_MODEL_ARMS]
+    axis = ("training steps/s at 4K (benchmark records)" if not bench.empty
+            else "training examples/s on text (run records)")
+    ours = []
+    for model, arm in LRA_MODEL_ARMS.items():
+        done = [m for m in (_mean_or_nan(view.accuracies(arm, t)) for t in LRA_AVG_TASKS) if math.isfinite(m)]
+        speed, memory = _speed_memory(view, bench, model, arm)
+        ours.append({"name": model, "accuracy": float(np.mean(done)) if done else math.nan, "speed": speed,
+                     "memory_gb": memory, "tasks": len(done)})
+    return pub_points, ours, axis
+
+
+def kernel_curves(view: BundleView) -> tuple[list[int], dict, dict]:
+    table = published("followup_table1_locality")
+    kernels = [int(k) for k in table["kernel_size"]]
+    pub = {t: {int(r["kernel_size"]): float(r[t]) for _, r in table.iterrows()} for t in FOLLOWUP_TASKS}
+    ours = {t: {k: view.accuracies(f"locality_k{k}", t) for k in kernels} for t in FOLLOWUP_TASKS}
+    return kernels, pub, ours

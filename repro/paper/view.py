@@ -1,0 +1,164 @@
+"""One bundle as the tables read it: a frame of its run records, their predictions, shares and baselines.
+
+Each record's row holds its accuracy, the training examples it ran and their share of the
+protocol's (``repro.analysis.protocol``), its budget and data source; per task, the trivial
+baselines of the test set the records were scored on (``repro.analysis.baselines``).
+"""
+from __future__ import annotations
+
+import json
+import math
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..analysis import baselines as trivial
+from ..analysis import listops_roots, protocol
+from ..bundle import BundleError, load_manifest, manifest_hash
+from ..records import read_config
+
+PROFILE_ORDER = ("paper", "budget", "smoke")
+COLUMNS = ["arm", "techniques", "task", "profile", "seed", "test_acc", "best_val_acc", "steps", "examples_per_s",
+           "peak_mem_gb", "device", "path", "examples", "share", "share_note", "budget", "data", "epochs"]
+
+
+def _float(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def data_source(task: str, data: dict) -> str:
+    """Where a record's data came from, in words (the record's ``data`` block)."""
+    source = data.get("source")
+    if task == "listops":
+        return "generated ListOps" if source == "generated" else f"ListOps ({source} files)"
+    if task in ("pathfinder", "pathx"):
+        name = "Pathfinder" if task == "pathfinder" else "Path-X"
+        return f"generated {name}" if source == "generated" else f"{name} ({source} files)"
+    if task == "text":
+        return "IMDb, exact" + (" (JSONL bundle)" if source == "bundle" else f" ({source} files)")
+    if task == "image":
+        return "CIFAR-10, lossy JPEG proxy" if data.get("proxy") else f"CIFAR-10 ({source} files)"
+    if task == "retrieval":
+        return f"AAN ({source} files)"
+    return str(source or "unknown")
+
+
+def _row(bundle: Path, path: str, conf_dir: Path) -> dict:
+    metrics = json.loads((bundle / path / "metrics.json").read_text())
+    config = read_config(bundle / path / "config.yaml")
+    techniques = (config.get("techniques") or {}).get("name") or "none"
+    peak = metrics.get("peak_gpu_mem_bytes")
+    share, note = protocol.share(metrics, metrics["arm"], metrics["task"], techniques, conf_dir)
+    return {"arm": metrics["arm"], "techniques": techniques, "task": metrics["task"], "profile": metrics["profile"],
+            "seed": int(metrics["seed"]), "test_acc": 100.0 * float(metrics["test_acc"]),
+            "best_val_acc": 100.0 * float(metrics["best_val_acc"]), "steps": metrics.get("steps"),
+            "examples_per_s": _float(metrics.get("train_examples_per_s")),
+            "peak_mem_gb": float(peak) / 2**30 if peak else math.nan, "device": metrics.get("device"), "path": path,
+            "examples": protocol.trained_examples(metrics), "share": share, "share_note": note,
+            "budget": protocol.budget_label(metrics), "data": data_source(metrics["task"], metrics.get("data") or {}),
+            "epochs": _float(metrics.get("epochs"))}
+
+
+class BundleView:
+    """The records of one bundle, those of one profile shown; predictions and baselines read on demand."""
+
+    def __init__(self, path: Path, profile: str | None, conf_dir: Path = protocol.CONF_DIR):
+        self.path = Path(path)
+        self._predictions: dict[str, pd.DataFrame] = {}
+        self.manifest = load_manifest(self.path)
+        self.hash = manifest_hash(self.path)
+        rows = [_row(self.path, run["path"], conf_dir) for run in self.manifest["runs"]]
+        frame = pd.DataFrame(rows, columns=COLUMNS)
+        self.all_runs = frame.sort_values(["arm", "techniques", "task", "profile", "seed"]).reset_index(drop=True)
+        present = list(dict.fromkeys(self.all_runs["profile"]))
+        ranked = [p for p in PROFILE_ORDER if p in present] + sorted(p for p in present if p not in PROFILE_ORDER)
+        if profile is not None and profile not in present:
+            raise BundleError(f"--profile {profile}: the bundle holds {', '.join(sorted(present)) or 'no runs'}")
+        self.profile = profile or (ranked[0] if ranked else "none")
+        self.runs = self.all_runs[self.all_runs["profile"] == self.profile]
+        self.other_profiles = {p: int((self.all_runs["profile"] == p).sum())
+                               for p in sorted(present) if p != self.profile}
+
+    def seeds(self, arm: str | None, task: str) -> pd.DataFrame:
+        """Records of ``arm`` (or ``arm+techniques``) on ``task`` in the profile shown, by seed."""
+        if arm is None:
+            return self.runs.iloc[0:0]
+        name, _, techniques = arm.partition("+")
+        chosen = self.runs[(self.runs["arm"] == name) & (self.runs["task"] == task)]
+        return chosen[chosen["techniques"] == techniques] if techniques else chosen
+
+    def accuracies(self, arm: str | None, task: str) -> list[float]:
+        return self.seeds(arm, task)["test_acc"].tolist()
+
+    def predictions(self, run_path: str) -> pd.DataFrame:
+        """A record's predictions.csv sorted by example index (read once per view)."""
+        if run_path not in self._predictions:
+            frame = pd.read_csv(self.path / run_path / "predictions.csv")
+            self._predictions[run_path] = frame.sort_values("index").reset_index(drop=True)
+        return self._predictions[run_path]
+
+    def config(self, run_path: str) -> dict:
+        return read_config(self.path / run_path / "config.yaml")
+
+    def correctness(self, seeds: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+        """[seeds, examples] 0/1 matrix and the labels, or None when the seeds saw different test sets."""
+        labels, rows = None, []
+        for path in seeds["path"]:
+            frame = self.predictions(path)
+            if labels is None:
+                labels = frame["label"].to_numpy()
+            elif not np.array_equal(labels, frame["label"].to_numpy()):
+                return None
+            rows.append((frame["prediction"].to_numpy() == frame["label"].to_numpy()).astype(float))
+        return (np.vstack(rows), labels) if rows else None
+
+    def profile_note(self) -> str:
+        note = (f"Ours: profile {self.profile}, test accuracy at the best-validation checkpoint (%), seeds' mean ± sd "
+                "(n seeds).")
+        if self.other_profiles:
+            shown = ", ".join(f"{n} record(s) of profile {p}" for p, n in self.other_profiles.items())
+            note += f" Not shown: {shown}."
+        return note
+
+    @cached_property
+    def baselines(self) -> dict[str, tuple[list[trivial.Baseline], str]]:
+        """Per task of the profile shown: (its trivial baselines, "" or why some are missing)."""
+        return {task: task_baselines(self, task) for task in sorted(set(self.runs["task"]))}
+
+    def strongest_baseline(self, task: str) -> trivial.Baseline | None:
+        return trivial.strongest(self.baselines.get(task, ([], ""))[0])
+
+
+def _train_counts(view: BundleView, paths) -> dict | None:
+    for path in paths:
+        metrics = json.loads((view.path / path / "metrics.json").read_text())
+        counts = ((metrics.get("data") or {}).get("class_counts") or {}).get("train")
+        if counts:
+            return counts
+    return None
+
+
+def task_baselines(view: BundleView, task: str) -> tuple[list[trivial.Baseline], str]:
+    """The trivial baselines of ``task``'s test set, from the training labels the first record that describes
+    them gives (ListOps: the bundle's root analysis of the test set)."""
+    records = view.runs[view.runs["task"] == task]
+    labels = [view.predictions(p)["label"].to_numpy() for p in records["path"]]
+    if any(not np.array_equal(labels[0], other) for other in labels[1:]):
+        return [], f"the {task} records were scored on different test sets"
+    if task == "listops":
+        keys = dict.fromkeys(listops_roots.roots_key(view.config(p)) for p in records["path"])
+        stored = next((found for key in keys if (found := listops_roots.read(view.path, key))), None)
+        if stored is None:
+            return [], "no root-operator analysis in the bundle"
+        rows, summary = stored
+        return [trivial.root_operator(summary["train"], rows),
+                trivial.majority_class(trivial.listops_train_counts(summary["train"]), labels[0])], ""
+    counts = _train_counts(view, records["path"])
+    if not counts:
+        return [], "no record has training label counts (data.class_counts.train)"
+    return [trivial.majority_class(counts, labels[0])], ""

@@ -1,0 +1,52 @@
+"""A stand-in for experiments/run.py in the grid's scheduling tests (``--runner``): no torch, no data.
+
+Takes the runner's ``key=value`` overrides. Sleeps ``FAKE_SECONDS`` (default 1), logging
+``start``/``end`` lines (cell, CUDA_VISIBLE_DEVICES, time) to ``$FAKE_EVENTS``; exits 1 for
+the cells named in ``FAKE_FAIL`` (comma-separated ``arm__task__seedS``); on SIGTERM writes
+``interrupted`` in its record folder and exits 143, as the runner does after checkpointing;
+otherwise writes a complete record (``metrics.json`` last) whose examples are 100 per second slept.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+args = dict(item.lstrip("+").split("=", 1) for item in sys.argv[1:] if "=" in item)
+name = f"{args['arm']}__{args['task']}__seed{args['seed']}"
+run_dir = Path(args.get("output_dir", "outputs")) / "runs" / args["arm"] / args["task"] / args.get("profile", "smoke") \
+    / f"seed{args['seed']}"
+seconds = float(os.environ.get("FAKE_SECONDS", "1"))
+gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+
+
+def event(what: str) -> None:
+    if os.environ.get("FAKE_EVENTS"):
+        with open(os.environ["FAKE_EVENTS"], "a") as out:
+            out.write(f"{what} {name} {gpu} {time.time():.6f}\n")
+
+
+def stop(signum, _frame) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "interrupted").write_text(f"signal {signum}\n")
+    event("end")
+    sys.exit(128 + signum)
+
+
+signal.signal(signal.SIGTERM, stop)
+event("start")
+time.sleep(seconds)
+if name in os.environ.get("FAKE_FAIL", "").split(","):
+    event("end")
+    sys.exit(1)
+run_dir.mkdir(parents=True, exist_ok=True)
+for file in ("config.yaml", "history.csv", "predictions.csv"):
+    (run_dir / file).write_text("fake\n")
+metrics = {"status": "complete", "arm": args["arm"], "task": args["task"], "seed": int(args["seed"]), "steps": 10,
+           "train_time_s": seconds, "train_examples_per_s": 100.0, "elapsed_s": seconds, "wall_time_s": seconds}
+(run_dir / "metrics.json").write_text(json.dumps(metrics))
+event("end")
+print(f"fake {name} done")

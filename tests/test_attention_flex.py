@@ -1,0 +1,203 @@
+"""The flex_attention backend of BigBird, Longformer and Sparse: the same function as the
+blockwise backend (float64, with padding, forward and gradients), and LRA's attention
+dropout kept exact (the fast path equals a dense reference applying the same keep-mask)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from repro.original.attention import ATTENTION, load_all
+from repro.original.attention._flex import (
+    KEEP_BITS,
+    dense_dropout_reference,
+    draw_dropout_keys,
+    dropout_threshold,
+    flex_pattern_attention,
+    keep_mask,
+    keep_probability,
+)
+
+load_all()
+pytestmark = pytest.mark.filterwarnings("ignore")  # eager flex_attention on CPU warns it is slow
+
+D, H = 16, 2
+# (name, params, max_len): blocks small enough that L ~ 150 spans several of them and more
+# than one of flex's 128-position blocks
+CASES = {
+    "bigbird": ("bigbird", dict(block_size=8, n_random=2, random_max_len=None, seed=3), 160),
+    "bigbird_lra": ("bigbird", dict(block_size=8, n_random=3, random_max_len=64, seed=1), 160),
+    "longformer": ("longformer", dict(window=20), 160),
+    "longformer_global": ("longformer", dict(window=9, n_global=2), 160),
+    "longformer_global_shared": ("longformer", dict(window=9, n_global=3, separate_global_proj=False), 160),
+    "sparse_lra": ("sparse", dict(stride=10, c=3, n_global=1), 160),
+    "sparse_bidir": ("sparse", dict(stride=7, c=2, causal=False, block_start_summary=False, n_global=2), 160),
+    "sparse_no_summary": ("sparse", dict(stride=9, c=0, block_start_summary=False), 160),
+}
+# Longformer's separate global projections go through dense_attention (F.dropout), not flex
+DROPOUT_CASES = [c for c in CASES if c != "longformer_global"]
+
+
+def build(case: str, backend: str, dropout: float = 0.0):
+    name, params, max_len = CASES[case]
+    torch.manual_seed(0)
+    m = ATTENTION.get(name)(d_model=D, n_heads=H, max_len=max_len, dropout=dropout, backend=backend, **params)
+    return m.double()
+
+
+def lengths_mask(L: int, lengths) -> torch.Tensor:
+    return torch.arange(L)[None, :] < torch.tensor(lengths)[:, None]
+
+
+def step(m, x, mask):
+    """Output and the gradients of a loss of it (input first, then every parameter)."""
+    x = x.clone().requires_grad_(True)
+    y = m(x, mask)
+    (y.square().sum() + y.sum()).backward()
+    grads = [x.grad] + [p.grad for p in m.parameters()]
+    m.zero_grad(set_to_none=True)
+    return y.detach(), grads
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("L", [150, 160])
+def test_flex_equals_blockwise_with_padding_forward_and_gradients(case, L):
+    plain, fast = build(case, "blockwise"), build(case, "flex")
+    fast.load_state_dict(plain.state_dict())
+    torch.manual_seed(1)
+    x = torch.randn(3, L, D, dtype=torch.float64)
+    mask = lengths_mask(L, [L, L - 37, 0])  # full, padded, fully padded
+    for m in (plain, fast):
+        m.train()  # dropout 0: the training code path
+    y_plain, g_plain = step(plain, x, mask)
+    y_fast, g_fast = step(fast, x, mask)
+    torch.testing.assert_close(y_fast, y_plain, atol=1e-10, rtol=0)
+    for a, b in zip(g_fast, g_plain, strict=True):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+    with torch.no_grad():  # eval: flex_attention itself (no backward on CPU, see _flex.dense_flex)
+        torch.testing.assert_close(fast.eval()(x, mask), plain.eval()(x, mask), atol=1e-10, rtol=0)
+
+
+def dense_dropout_forward(m, x, mask, seed: int):
+    """The mixer's function with the keep-mask of the flex call drawn from ``seed``, materialised."""
+    B, L, _ = x.shape
+    torch.manual_seed(seed)
+    row, col = draw_dropout_keys(B, H, L, L, x.device)
+    threshold = dropout_threshold(m.dropout)
+    keep = keep_mask(row[..., None], col[None, None, None, :], threshold)
+    q, k, v = m.project(x)
+    pattern = m.dense_mask(L, device=x.device)
+    pattern = pattern[None] if pattern.dim() == 2 else pattern
+    allowed = pattern[None] & mask[:, None, None, :]
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    ctx = dense_dropout_reference(scores, allowed, keep, keep_probability(threshold), v)
+    return m.proj.output(ctx) * mask[..., None]
+
+
+@pytest.mark.parametrize("case", DROPOUT_CASES)
+@pytest.mark.parametrize("p", [0.1, 0.9])
+def test_flex_dropout_equals_a_dense_reference_with_the_same_keep_mask(case, p):
+    m = build(case, "flex", dropout=p).train()
+    L = 150
+    torch.manual_seed(2)
+    x = torch.randn(3, L, D, dtype=torch.float64)
+    mask = lengths_mask(L, [L, 99, 0])
+    torch.manual_seed(7)
+    y_fast, g_fast = step(m, x, mask)
+    xr = x.clone().requires_grad_(True)
+    y_ref = dense_dropout_forward(m, xr, mask, seed=7)
+    (y_ref.square().sum() + y_ref.sum()).backward()
+    g_ref = [xr.grad] + [q.grad for q in m.parameters()]
+    torch.testing.assert_close(y_fast, y_ref.detach(), atol=1e-10, rtol=0)
+    for a, b in zip(g_fast, g_ref, strict=True):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+    # not vacuous: without dropout the output is another one
+    assert (y_fast - m.eval()(x, mask)).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("case", ["bigbird", "sparse_lra"])
+def test_eager_flex_attention_with_the_dropout_mod_equals_the_differentiable_emulation(case):
+    """On CPU a step that needs gradients runs ``dense_flex`` (torch has no CPU flex backward);
+    flex_attention itself computes the same, dropout hash included."""
+    m = build(case, "flex")
+    L = 150
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(2, H, L, D // H, dtype=torch.float64) for _ in range(3))
+    mask = lengths_mask(L, [L, 120])
+    block_mask, key_index = m.flex_pattern(L, q.device)
+    torch.manual_seed(11)
+    with torch.no_grad():
+        eager = flex_pattern_attention(q, k, v, mask, block_mask, key_index, dropout_p=0.3)
+    torch.manual_seed(11)
+    emulated = flex_pattern_attention(q.requires_grad_(True), k, v, mask, block_mask, key_index, dropout_p=0.3)
+    torch.testing.assert_close(eager, emulated.detach(), atol=1e-12, rtol=0)
+
+
+def lowbias32_reference(x: np.ndarray) -> np.ndarray:
+    """The hash on unsigned 32-bit integers, as published (numpy wraps uint32 products)."""
+    x = x.astype(np.uint32)
+    x ^= x >> np.uint32(16)
+    x *= np.uint32(0x7FEB352D)
+    x ^= x >> np.uint32(15)
+    x *= np.uint32(0x846CA68B)
+    x ^= x >> np.uint32(16)
+    return x
+
+
+def test_the_int32_hash_is_lowbias32():
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 2**32, 100_000, dtype=np.uint64).astype(np.uint32)
+    b = rng.integers(0, 2**32, 100_000, dtype=np.uint64).astype(np.uint32)
+    low = lowbias32_reference(a ^ b) & np.uint32((1 << KEEP_BITS) - 1)
+    threshold = dropout_threshold(0.37)
+    expected = low >= threshold
+    got = keep_mask(torch.from_numpy(a.view(np.int32)), torch.from_numpy(b.view(np.int32)), threshold)
+    assert np.array_equal(got.numpy(), expected)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_keep_rate_is_one_minus_p_within_binomial_error(p):
+    torch.manual_seed(0)
+    row, col = draw_dropout_keys(4, 4, 256, 1024, "cpu")
+    keep = keep_mask(row[..., None], col, dropout_threshold(p))  # 4M decisions
+    n = keep.numel()
+    assert abs(keep.double().mean().item() - (1 - p)) < 5 * math.sqrt(p * (1 - p) / n)
+    # neighbouring decisions independent: equal with probability p^2 + (1-p)^2
+    same = (keep[..., 1:] == keep[..., :-1]).double().mean().item()
+    q = p * p + (1 - p) * (1 - p)
+    assert abs(same - q) < 5 * math.sqrt(q * (1 - q) / n)
+    # a new draw is a new mask
+    row2, col2 = draw_dropout_keys(4, 4, 256, 1024, "cpu")
+    assert (keep_mask(row2[..., None], col2, dropout_threshold(p)) != keep).any()
+    assert keep_probability(dropout_threshold(p)) == pytest.approx(1 - p, abs=2 ** -KEEP_BITS)
+
+
+@pytest.mark.parametrize("case", ["sparse_lra", "sparse_bidir", "sparse_no_summary"])
+@pytest.mark.parametrize("L", [1, 2, 150])
+def test_sparse_key_layout_holds_every_allowed_pair_exactly_once(case, L):
+    m = build(case, "flex")
+    mask_mod, kv_len, key_index = m.flex_layout(L, torch.device("cpu"))
+    qi = torch.arange(L)[:, None]
+    kv = torch.arange(kv_len)[None, :]
+    slots = mask_mod(torch.tensor(0), torch.tensor(0), qi, kv).long()  # [L, Lk]
+    counts = torch.zeros(L, L, dtype=torch.long).index_add_(1, key_index, slots)
+    assert torch.equal(counts, m.dense_mask(L).long())
+
+
+def test_backend_choice():
+    m = build("bigbird", "auto")
+    assert not m.use_flex(torch.zeros(1)) and build("bigbird", "flex").use_flex(torch.zeros(1))
+    assert ATTENTION.get("bigbird")(d_model=D, n_heads=H, max_len=64).backend == "auto"
+    with pytest.raises(ValueError, match="unknown backend 'fast'; choose from"):
+        build("sparse_lra", "fast")
+    first = m.flex_pattern(40, torch.device("cpu"))
+    assert m.flex_pattern(40, torch.device("cpu")) is first  # built once per length and device
+
+
+def test_dropout_probability_outside_zero_one_is_refused():
+    with pytest.raises(ValueError, match=r"attention dropout must be in \[0, 1\), got 1.0"):
+        dropout_threshold(1.0)

@@ -1,0 +1,79 @@
+"""--plan: GPU-minutes per cell from a timed probe (CPU, smoke profile) or from records; the cost model's counts."""
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, SHORT_LISTOPS_OVERRIDES, read_json, run_cli
+
+from repro.grid.cells import GridError
+from repro.grid.costs import planned_steps, validations
+from repro.grid.plan import read_plan
+
+GRID = ROOT / "experiments" / "run_grid.py"
+
+
+def _loop_validations(steps: int, per_epoch: int, every: int | None) -> int:
+    """The validations repro/training/ runs: at an epoch end or every ``every`` steps, and after the loop unless
+    its last step had one (a step-by-step reference of the training loop's rule)."""
+    count, last = 0, -1
+    for step in range(1, steps + 1):
+        if step % per_epoch == 0 or (every and step % every == 0):
+            count, last = count + 1, step
+    return count + (last != steps)
+
+
+@pytest.mark.parametrize("epochs, per_epoch, max_steps, every", [
+    (2, 3000, 5000, 250), (29, 703, 20000, 500), (200, 175, 35000, None), (2, 4, None, None), (3, 7, 20, 6),
+    (1, 10, 3, None), (5, 12, 50, 8)])
+def test_validations_count_as_the_training_loop_does(epochs, per_epoch, max_steps, every):
+    train = {"epochs": epochs, "max_steps": max_steps, "eval_every_steps": every}
+    steps = planned_steps(train, per_epoch)
+    assert steps == min(epochs * per_epoch, max_steps if max_steps is not None else epochs * per_epoch)
+    assert validations(train, steps, per_epoch, step_s=0.1) == _loop_validations(steps, per_epoch, every)
+
+
+def test_a_file_that_is_not_a_plan_names_the_missing_columns(tmp_path):
+    path = tmp_path / "plan.csv"
+    path.write_text("arm,task,seed\nlra_local,text,0\n")
+    with pytest.raises(GridError, match="plan.csv: not a plan file \\(no column minutes, planned_steps\\)"):
+        read_plan(path)
+    path.write_text("arm,task,seed,minutes,planned_steps\nlra_local,text,zero,3.5,10\n")
+    with pytest.raises(GridError, match="plan.csv:2: seed, minutes or planned_steps is not a number"):
+        read_plan(path)
+
+
+def _plan(tmp_path, shared_cache, *args):
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("common: [" + ", ".join(["profile=smoke", *SHORT_LISTOPS_OVERRIDES]) + "]\n"
+                    "cells:\n  - {arms: [locality_k5], tasks: [listops], seeds: [0, 1]}\n")
+    extra = ["--", f"output_dir={tmp_path / 'out'}", f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'none'}"]
+    done = subprocess.run([sys.executable, str(GRID), str(grid), "--plan", *args, *extra], capture_output=True,
+                          text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with (tmp_path / "out" / "grid_plan.csv").open() as handle:
+        return done.stdout, list(csv.DictReader(handle))
+
+
+def test_plan_from_a_probe_then_from_the_records(tmp_path, shared_cache):
+    """A 3-step probe plans both seeds; once seed 0 has a record, the plan reads it (own record: its own wall time)."""
+    out, rows = _plan(tmp_path, shared_cache, "--probe-steps", "3", "--slot-minutes", "0.001")
+    assert [row["source"] for row in rows] == ["probe of 3 steps"] * 2
+    assert all(float(row["minutes"]) > 0 and row["over_slot"] == "yes" for row in rows)
+    assert "2 over the 0.001-minute slot" in out and out.count("OVER SLOT") == 2
+    assert not (tmp_path / "out" / "runs").exists()  # the probe trained in a scratch folder
+    record = run_cli("arm=locality_k5", "task=listops", "profile=smoke", *SHORT_LISTOPS_OVERRIDES, "progress=false",
+                     f"output_dir={tmp_path / 'out'}", f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'none'}")
+    assert record.returncode == 0, record.stderr[-2000:]
+    metrics = read_json(tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / "seed0" / "metrics.json")
+    assert [int(row["planned_steps"]) for row in rows] == [metrics["planned_steps"]] * 2
+    _, rows = _plan(tmp_path, shared_cache)
+    assert rows[0]["source"].startswith("own record") and rows[1]["source"].startswith("record of seed0")
+    assert float(rows[0]["steps_per_s"]) == pytest.approx(metrics["steps"] / metrics["train_time_s"], abs=1e-3)
+    # the cost model counts the record's validations as its training loop ran them, so it gives back its wall time
+    assert float(rows[0]["minutes"]) * 60 == pytest.approx(metrics["wall_time_s"], abs=0.6)
+    assert int(rows[0]["validations"]) == sum(1 for line in csv.DictReader(
+        (tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / "seed0" / "history.csv").open())
+        if line["val_acc"])
