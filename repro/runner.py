@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from . import distributed, records
+from . import distributed, records, validate
 from .followup.conv import resolved_impls
 from .followup.techniques import build_train_augment
 from .model import build_model
@@ -177,7 +177,8 @@ FREE_TRAIN_KEYS = frozenset({"budget_minutes", "max_steps", "eval_every_steps", 
 FREE_UNTIL_COMPLETE = frozenset({"budget_minutes", "max_steps"})
 # Model keys records written before the key existed lack, with the value those records had
 # (training keys take TrainSettings' defaults).
-IMPLICIT_SETTINGS = {"model.norm": "layer", "model.token_encoding": "embedding"}
+IMPLICIT_SETTINGS = {"model.norm": "layer", "model.token_encoding": "embedding", "model.cls_token": False,
+                     "model.positional_base": 10000, "model.two_tower_combine": "concat_prod_diff"}
 _ABSENT = "(absent)"
 
 
@@ -233,7 +234,13 @@ def _record_decision(cfg: DictConfig, run: dict, run_dir: Path) -> tuple[int | N
     resume = bool(cfg.resume)
     # A run that died before its first checkpoint left nothing to protect.
     guarded = _has_progress(run_dir) and (run_dir / "config.yaml").exists()
-    previous = records.read_config(run_dir / "config.yaml") if guarded else None
+    try:
+        previous = records.read_config(run_dir / "config.yaml") if guarded else None
+    except records.DamagedRecord:
+        if not cfg.force:
+            raise  # one line naming the file and force=true (validate.refusing_bad_input)
+        print(f"[{run['arm']}/{task_name}] force=true: starting over in {run_dir} (its config.yaml is unreadable)")
+        return None, False
     complete = records.read_metrics(run_dir) is not None
     differences = settings_differences(previous, run, complete) if previous is not None else []
     if differences:
@@ -250,6 +257,7 @@ def _record_decision(cfg: DictConfig, run: dict, run_dir: Path) -> tuple[int | N
     return None, resume
 
 
+@validate.refusing_bad_input
 def execute(cfg: DictConfig) -> int:
     """Train the run ``cfg`` describes and write its record; returns a process exit status."""
     run = resolve(cfg, command_line_task_keys())
@@ -324,15 +332,32 @@ def execute(cfg: DictConfig) -> int:
         "parameters": n_params,
         "techniques": {**run["techniques"], "built": augment.describe() if augment else None},
         **result["metrics"],
-        "conv_impls": resolved_impls(model),
+        "conv_impls": conv_impls_as_run(model, result["metrics"]),
         "versions": records.versions(),
         "git_commit": records.git_commit(),
         "data": task.info,
     }
+    problems = records.record_problems(metrics)
+    if problems:  # not a result: the history stays for a look, nothing is marked complete
+        records.write_csv(run_dir / "history.csv", result["history"], HISTORY_COLUMNS)
+        print(f"[{run['arm']}/{task_name}] error: not a result, no record written ({'; '.join(problems)}); "
+              f"the history is in {run_dir / 'history.csv'}", file=sys.stderr)
+        return 1
     write_record(run_dir, result["history"], result["predictions"], metrics)
     print(f"[{run['arm']}/{task_name}] best val {metrics['best_val_acc']:.4f} at step {metrics['best_val_step']}, "
           f"test {metrics['test_acc']:.4f}, {metrics['train_examples_per_s']:.1f} examples/s")
     return 0
+
+
+def conv_impls_as_run(model, metrics: dict) -> list[str] | None:
+    """The conv implementations the model ran, named by the arithmetic they ran in. ``bf16`` names the
+    plain convolution in the input's dtype (repro/followup/conv.py ``choose_impl``): without autocast it
+    ran in float32, recorded as ``fp32`` on the CPU and ``tf32`` on CUDA (train() lets cuDNN use TF32)."""
+    impls = resolved_impls(model)
+    if impls is None or metrics["autocast"] != "none":
+        return impls
+    plain = "fp32" if metrics["device"] == "cpu" else "tf32"
+    return sorted({plain if impl == "bf16" else impl for impl in impls})
 
 
 HISTORY_COLUMNS = ["step", "epoch", "lr", "train_loss", "val_loss", "val_acc", "elapsed_s"]

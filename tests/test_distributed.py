@@ -25,7 +25,8 @@ COMPARED = ("best_val_acc", "best_val_step", "test_acc", "steps", "epochs")
 
 
 def common(out: Path, cache: Path) -> list[str]:
-    return [f"output_dir={out}", f"cache_dir={cache}", f"data_dir={out / 'no_data'}", "progress=false"]
+    return [f"output_dir={out}", f"cache_dir={cache}", f"data_dir={out / 'no_data'}", "task.source=generated",
+            "progress=false"]
 
 
 def folder(out: Path, arm: str = "locality_k5", seed: int = 0) -> Path:
