@@ -97,6 +97,9 @@ RULES = {
 }
 
 
+_ABSENT = object()
+
+
 def _lookup(tree: dict, dotted: str):
     node = tree
     for key in dotted.split("."):
@@ -104,9 +107,6 @@ def _lookup(tree: dict, dotted: str):
             return _ABSENT
         node = node[key]
     return node
-
-
-_ABSENT = object()
 
 
 def out_of_range(settings: dict) -> list[str]:
@@ -249,7 +249,7 @@ def data_dir_given(overrides: list[str]) -> bool:
 
 def check(cfg: DictConfig, overrides: list[str] | None = None) -> None:
     """Raise BadInput (one line per problem) when ``cfg`` (typed as ``overrides``) cannot be run."""
-    from .runner import command_line_task_keys, resolve
+    from .runner import resolve, typed_task_paths
 
     overrides = typed_overrides() if overrides is None else overrides
     top = {"seed": cfg.get("seed"), "workers": cfg.get("workers"), "budget": _plain(cfg.get("budget"))}
@@ -257,7 +257,7 @@ def check(cfg: DictConfig, overrides: list[str] | None = None) -> None:
     if problems:  # resolving reads seed as an integer: stop here
         raise BadInput("\n".join(problems))
     try:
-        run = resolve(cfg, command_line_task_keys())
+        run = resolve(cfg, typed_task_paths(overrides))
     except (KeyError, ValueError) as err:
         raise BadInput(_message(err)) from None
     typed = typed_settings(overrides)
@@ -274,9 +274,9 @@ def check(cfg: DictConfig, overrides: list[str] | None = None) -> None:
 
 def budget_not_read(cfg: DictConfig, run: dict, typed: list[Typed]) -> list[str]:
     """``budget.minutes`` typed where the profile does not make it the run's ``train.budget_minutes``."""
-    minutes = cfg.budget.get("minutes")
     if not any(t.group == "budget" and t.path == ("minutes",) for t in typed):
         return []
+    minutes = cfg.budget.get("minutes")
     capped = run["train"].get("budget_minutes")
     if capped == minutes:
         return []
@@ -322,8 +322,9 @@ def refusing_bad_input(execute):
         except USER_ERRORS as err:
             if cfg.get("debug") is not None and cfg.debug.get("traceback"):
                 raise
-            if os.environ.get("RANK", "0") == "0":
-                for line in _message(err).splitlines() or [type(err).__name__]:
+            if os.environ.get("RANK", "0") == "0":  # BadInput: one line per problem; others: one line
+                message = _message(err) or type(err).__name__
+                for line in message.splitlines() if isinstance(err, BadInput) else [" ".join(message.split())]:
                     print(f"error: {line}", file=sys.stderr, flush=True)
             return EXIT_STATUS
 
