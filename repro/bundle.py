@@ -10,7 +10,8 @@ Commands (``python -m repro.bundle <command> --help`` lists every option)::
     python -m repro.bundle ls
 
 ``freeze`` copies the chosen **complete** records (``metrics.json`` with status
-``complete`` and every file of ``records.RECORD_FILES``; checkpoints never) into
+``complete``, every file of ``records.RECORD_FILES``, at least one training step and no NaN
+or infinity among its metrics; checkpoints never) into
 ``results/<version>/runs/<arm>/<task>/<profile>/seed<k>/``, benchmark files given with
 ``--bench`` into ``bench/``, and writes ``CITATION.cff``, ``MANIFEST.json`` (sha256 and
 size of every file, the git commit of the freezing checkout and of each record,
@@ -125,6 +126,9 @@ def _check_record(path: Path, rel: str) -> Candidate:
     missing = [name for name in records.RECORD_FILES if not (path / name).is_file()]
     if missing:
         return Candidate(path, rel, metrics, f"incomplete: missing {', '.join(missing)}")
+    problems = records.record_problems(metrics)
+    if problems:  # marked complete by an older runner: still not a result
+        return Candidate(path, rel, metrics, f"not a result: {'; '.join(problems)}")
     rest = f"{metrics.get('task')}/{metrics.get('profile')}/seed{metrics.get('seed')}"
     said = sorted(f"{name}/{rest}" for name in records.record_arm_names(metrics))
     if rel not in said:

@@ -96,6 +96,42 @@ def load_on_rank_0(ctx: DistContext, load, path: Path, device: torch.device):
     return broadcast_object(ctx, load(path, torch.device("cpu")) if ctx.is_main else None)
 
 
+def copy_path(path: Path) -> Path:
+    """``best.pt`` -> ``best.copy.pt``: a second copy of the same checkpoint."""
+    return path.with_name(f"{path.stem}.copy{path.suffix}")
+
+
+def save_best_checkpoint(path: Path, state: dict) -> None:
+    """``best.pt`` and an identical ``best.copy.pt``, each with its sha256. Unlike ``last.pt``, whose
+    fallback ``last.prev.pt`` is an earlier step the run can go on from, the best weights have no
+    older equivalent: the test set is scored with exactly these, so the fallback is a copy."""
+    save_checkpoint(path, state)
+    save_checkpoint(copy_path(path), state)
+
+
+def load_best_checkpoint(path: Path, device: torch.device, step: int) -> dict:
+    """The first readable of ``best.pt`` and ``best.copy.pt`` that holds the run's best step ``step``,
+    warning (on stderr) about each damaged one and rewriting it from the good one."""
+    problems = []
+    for candidate in (path, copy_path(path)):
+        try:
+            best = load_checkpoint(candidate, device) if candidate.exists() else None
+        except CorruptCheckpoint as err:
+            problems.append(str(err))
+            continue
+        if best is None or best.get("step") != step:
+            problems.append(f"{candidate}: " + ("missing" if best is None else f"holds step {best.get('step')}"))
+            continue
+        for damaged in problems:
+            print(f"warning: checkpoint {damaged}; using {candidate.name} (the same step {step}) and writing it again",
+                  file=sys.stderr, flush=True)
+        if problems:
+            save_best_checkpoint(path, best)
+        return best
+    raise CorruptCheckpoint(f"no usable best-validation checkpoint (step {step}): {'; '.join(problems)}; the weights "
+                            "to test are lost: rerun with force=true to train this run again")
+
+
 def remove_checkpoint(path: Path) -> None:
     for p in (path, checksum_path(path)):
         p.unlink(missing_ok=True)

@@ -4,17 +4,21 @@ A run folder holds ``config.yaml`` (the resolved config), ``history.csv`` (one
 row per logged step or evaluation), ``predictions.csv`` (per test example: index,
 predicted and true label, for paired tests) and, written last, ``metrics.json``.
 A record is complete exactly when ``metrics.json`` exists with status
-``complete``. Every file goes to a temporary name first and is renamed into place.
+``complete``, and a run that trained no step or whose metrics hold NaN or infinity is never
+written as complete (``record_problems``). Every file goes to a temporary name first and is
+renamed into place, with the permissions the umask gives (as ``open`` would).
 """
 from __future__ import annotations
 
 import csv
 import io
 import json
+import math
 import os
 import platform
+import secrets
 import subprocess
-import tempfile
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +30,10 @@ METRIC_FIELDS = (
     "wall_time_s", "train_time_s", "train_examples_per_s", "peak_gpu_mem_bytes",
     "device", "versions", "git_commit", "data",
 )
+
+
+class DamagedRecord(Exception):
+    """A record file cannot be read; the message names it and the command that recovers the run."""
 
 
 def record_arm(arm: str, techniques: dict | None) -> str:
@@ -53,10 +61,14 @@ def record_arm_names(metrics: dict) -> set[str]:
 
 
 def write_atomic(path: Path, data: bytes | str) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename.
+
+    The file gets the permissions the umask gives (``open``'s 0o666 & ~umask), not
+    ``tempfile.mkstemp``'s 0o600: records and checkpoints are read by others sharing the folder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data.encode() if isinstance(data, str) else data)
@@ -68,8 +80,33 @@ def write_atomic(path: Path, data: bytes | str) -> None:
         raise
 
 
+def non_finite(obj, prefix: str = "") -> list[str]:
+    """``key=value`` for every NaN or infinite number in ``obj`` (nested dicts and lists; keys dotted)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return [f"{prefix or 'value'}={obj}"]
+    if isinstance(obj, dict):
+        return [bad for key, value in obj.items() for bad in non_finite(value, f"{prefix}.{key}".lstrip("."))]
+    if isinstance(obj, (list, tuple)):
+        return [bad for i, value in enumerate(obj) for bad in non_finite(value, f"{prefix}[{i}]")]
+    return []
+
+
 def write_json(path: Path, obj) -> None:
-    write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=_jsonable) + "\n")
+    """``obj`` as JSON; NaN and infinity are refused (they are not JSON), naming the key."""
+    bad = non_finite(obj)
+    if bad:
+        raise ValueError(f"{path}: not written: {', '.join(bad)} (JSON holds no NaN or infinity)")
+    write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=_jsonable, allow_nan=False) + "\n")
+
+
+def record_problems(metrics: dict) -> list[str]:
+    """Why ``metrics`` are not a result: no training step, or a NaN or infinite number (empty: none)."""
+    problems = []
+    steps = metrics.get("steps")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        problems.append(f"trained {steps} steps")
+    problems += [f"{bad} is not a number" for bad in non_finite(metrics)]
+    return problems
 
 
 def _jsonable(value):
@@ -92,19 +129,32 @@ def write_csv(path: Path, rows: list[dict], columns: list[str]) -> None:
 
 
 def read_metrics(run_dir: Path) -> dict | None:
-    """The metrics of a complete record, or None."""
+    """The metrics of a complete record, or None.
+
+    An unreadable ``metrics.json`` (truncated, edited) counts as incomplete, with a warning
+    on stderr: rerunning the same command writes it again from the checkpoints."""
     path = Path(run_dir) / "metrics.json"
     if not path.exists():
         return None
-    metrics = json.loads(path.read_text())
-    return metrics if metrics.get("status") == "complete" else None
+    try:
+        metrics = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        print(f"warning: {path} is damaged ({err}); the record counts as incomplete and this run writes it again",
+              file=sys.stderr, flush=True)
+        return None
+    return metrics if isinstance(metrics, dict) and metrics.get("status") == "complete" else None
 
 
 def read_config(path: Path) -> dict:
     """A record's resolved ``config.yaml`` (written by the run when it started) as plain dicts."""
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=True) or {}
+    try:
+        return OmegaConf.to_container(OmegaConf.load(path), resolve=True) or {}
+    except Exception as err:  # noqa: BLE001 -- YAML and OmegaConf errors alike mean an unreadable file
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise DamagedRecord(f"{path} cannot be read ({first}): the run's settings are unknown; rerun with force=true "
+                            "to start it over in its folder, or pass output_dir=<another folder>") from err
 
 
 def git_commit(cwd: Path | None = None) -> str:

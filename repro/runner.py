@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from . import distributed, records
+from . import distributed, records, validate
 from .checkpoints import previous_path
 from .followup.techniques import build_train_augment
 from .model import build_model, collect_record_info
@@ -176,7 +176,8 @@ FREE_TRAIN_KEYS = frozenset({"budget_minutes", "max_steps", "eval_every_steps", 
 FREE_UNTIL_COMPLETE = frozenset({"budget_minutes", "max_steps"})
 # Model keys records written before the key existed lack, with the value those records had
 # (training keys take TrainSettings' defaults).
-IMPLICIT_SETTINGS = {"model.norm": "layer", "model.token_encoding": "embedding"}
+IMPLICIT_SETTINGS = {"model.norm": "layer", "model.token_encoding": "embedding", "model.cls_token": False,
+                     "model.positional_base": 10000, "model.two_tower_combine": "concat_prod_diff"}
 _ABSENT = "(absent)"
 
 
@@ -232,7 +233,13 @@ def _record_decision(cfg: DictConfig, run: dict, run_dir: Path) -> tuple[int | N
     resume = bool(cfg.resume)
     # A run that died before its first checkpoint left nothing to protect.
     guarded = _has_progress(run_dir) and (run_dir / "config.yaml").exists()
-    previous = records.read_config(run_dir / "config.yaml") if guarded else None
+    try:
+        previous = records.read_config(run_dir / "config.yaml") if guarded else None
+    except records.DamagedRecord:
+        if not cfg.force:
+            raise  # one line naming the file and force=true (validate.refusing_bad_input)
+        print(f"[{run['arm']}/{task_name}] force=true: starting over in {run_dir} (its config.yaml is unreadable)")
+        return None, False
     complete = records.read_metrics(run_dir) is not None
     differences = settings_differences(previous, run, complete) if previous is not None else []
     if differences:
@@ -249,6 +256,7 @@ def _record_decision(cfg: DictConfig, run: dict, run_dir: Path) -> tuple[int | N
     return None, resume
 
 
+@validate.refusing_bad_input
 def execute(cfg: DictConfig) -> int:
     """Train the run ``cfg`` describes and write its record; returns a process exit status."""
     run = resolve(cfg, command_line_task_keys())
@@ -313,12 +321,13 @@ def execute(cfg: DictConfig) -> int:
             print(f"[{run['arm']}/{task_name}] stopped: {err}", file=sys.stderr)
         return 1
     if dist.is_main:  # one record per run: rank 0's
-        _write_run_record(run, run_dir, result, model, task, augment, n_params)
+        return _write_run_record(run, run_dir, result, model, task, augment, n_params)
     return 0
 
 
-def _write_run_record(run: dict, run_dir: Path, result: dict, model, task: TaskData, augment, n_params: int) -> None:
-    """The record of a finished run: what :func:`repro.training.train` returned, with what was run and where."""
+def _write_run_record(run: dict, run_dir: Path, result: dict, model, task: TaskData, augment, n_params: int) -> int:
+    """The record of a finished run: what :func:`repro.training.train` returned, with what was run and where.
+    Returns the exit status: 1, with no record, when the run is not a result (``records.record_problems``)."""
     metrics = {
         "status": "complete",
         "arm": run["arm"],
@@ -333,10 +342,17 @@ def _write_run_record(run: dict, run_dir: Path, result: dict, model, task: TaskD
         "git_commit": records.git_commit(),
         "data": task.info,
     }
+    problems = records.record_problems(metrics)
+    if problems:  # not a result: the history stays for a look, nothing is marked complete
+        records.write_csv(run_dir / "history.csv", result["history"], HISTORY_COLUMNS)
+        print(f"[{run['arm']}/{metrics['task']}] error: not a result, no record written ({'; '.join(problems)}); "
+              f"the history is in {run_dir / 'history.csv'}", file=sys.stderr)
+        return 1
     write_record(run_dir, result["history"], result["predictions"], metrics)
     print(f"[{run['arm']}/{metrics['task']}] best val {metrics['best_val_acc']:.4f} at step "
           f"{metrics['best_val_step']}, test {metrics['test_acc']:.4f}, "
           f"{metrics['train_examples_per_s']:.1f} examples/s")
+    return 0
 
 
 HISTORY_COLUMNS = ["step", "epoch", "lr", "train_loss", "val_loss", "val_acc", "elapsed_s"]

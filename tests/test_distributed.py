@@ -25,8 +25,11 @@ ARGS = ["arm=locality_k5", "task=listops", "profile=smoke", "+train.eval_batch_s
 COMPARED = ("best_val_acc", "best_val_step", "test_acc", "steps", "epochs")
 
 
-def common(out: Path, cache: Path) -> list[str]:
-    return [f"output_dir={out}", f"cache_dir={cache}", f"data_dir={out / 'no_data'}", "progress=false"]
+def common(out: Path, cache: Path, generated: bool = True) -> list[str]:
+    """A private output and an empty data folder; ``generated``: ask for generated ListOps (a named data
+    folder never falls back to it)."""
+    return [f"output_dir={out}", f"cache_dir={cache}", f"data_dir={out / 'no_data'}", "progress=false",
+            *(["task.source=generated"] if generated else [])]
 
 
 def folder(out: Path, arm: str = "locality_k5", seed: int = 0) -> Path:
@@ -254,7 +257,7 @@ def test_several_slurm_tasks_without_torchrun_are_refused(monkeypatch):
 def test_a_sweep_member_without_data_is_reported_after_the_others_ran(tmp_path, shared_cache):
     out = tmp_path / "sweep"
     done = run_cli("-m", "arm=locality_k5", "task=listops", "task.source=official,generated", "profile=smoke",
-                   "+train.max_steps=4", *common(out, shared_cache))
+                   "+train.max_steps=4", *common(out, shared_cache, generated=False))
     assert done.returncode != 0
     assert "[locality_k5/listops] skipped: data missing" in done.stdout
     assert "sweep member arm=locality_k5 task=listops task.source=official profile=smoke" in done.stderr

@@ -465,7 +465,8 @@ def test_cli_runs_the_arm_on_smoke_listops(arm, techniques, tmp_path, shared_cac
     With the follow-up's techniques (ListOps operand permutation) the record goes to
     ``<arm>+followup/`` (repro/records.py: record_arm)."""
     done = run_cli(f"arm={arm}", "profile=smoke", f"techniques={techniques}", *SHORT_LISTOPS, f"output_dir={tmp_path / 'out'}",
-                   f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'no_data'}", "progress=false", "+train.max_steps=4")
+                   f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'no_data'}", "task.source=generated",
+                   "progress=false", "+train.max_steps=4")
     assert done.returncode == 0, done.stderr[-3000:]
     folder = arm if techniques == "none" else f"{arm}+{techniques}"
     metrics = read_json(tmp_path / "out" / "runs" / folder / "listops" / "smoke" / "seed0" / "metrics.json")

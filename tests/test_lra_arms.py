@@ -211,7 +211,8 @@ def test_arm_trains_on_listops_and_generated_pathfinder(arm, tmp_path, shared_ca
 
 def test_cli_runs_an_lra_arm_on_the_smoke_profile(tmp_path, shared_cache):
     done = run_cli("arm=lra_performer", "task=listops", "profile=smoke", f"output_dir={tmp_path / 'out'}",
-                   f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'no_data'}", "progress=false")
+                   f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'no_data'}", "task.source=generated",
+                   "progress=false")
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = read_json(tmp_path / "out" / "runs" / "lra_performer" / "listops" / "smoke" / "seed0" / "metrics.json")
     assert metrics["status"] == "complete" and metrics["steps"] == 32

@@ -287,12 +287,12 @@ def test_a_model_reports_the_conv_impl_it_ran():
     model = SequenceClassifier(CONV_CFG, vocab_size=10, max_len=16, num_classes=2, pad_id=0, two_tower=False)
     assert resolved_impls(model) is None  # nothing ran yet
     model(torch.randint(1, 10, (2, 16)))
-    assert resolved_impls(model) == ["bf16"]  # 'auto' off CUDA: the plain convolution
+    assert resolved_impls(model) == ["fp32"]  # 'auto' off CUDA: the plain convolution, here in float32
     for layer in model.modules():
         if isinstance(layer, BoundedConvMixer):
             layer.impl = "fft"
     model(torch.randint(1, 10, (2, 16)))
-    assert resolved_impls(model) == ["bf16", "fft"]  # every impl that ran, not only the last
+    assert resolved_impls(model) == ["fft", "fp32"]  # every impl that ran, not only the last
 
 
 def test_a_bad_auto_table_is_refused_naming_the_file(tmp_path, monkeypatch):

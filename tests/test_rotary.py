@@ -254,7 +254,8 @@ def test_every_table4_arm_runs_on_every_task_at_smoke_scale(arm, task, tmp_path,
 
 def short_listops_cli(tmp_path, shared_cache, *extra):
     return run_cli("task=listops", "profile=smoke", f"output_dir={tmp_path / 'out'}", f"cache_dir={shared_cache}",
-                   f"data_dir={tmp_path / 'no_data'}", "progress=false", *SHORT["listops"], *extra)
+                   f"data_dir={tmp_path / 'no_data'}", "task.source=generated", "progress=false", *SHORT["listops"],
+                   *extra)
 
 
 def test_cli_runs_rotary_transformer_with_and_without_techniques(tmp_path, shared_cache):

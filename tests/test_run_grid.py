@@ -34,7 +34,8 @@ def _grid(tmp_path, minutes_per_run=0.0):
 
 
 def _run(tmp_path, shared_cache, *args):
-    extra = ["--", f"output_dir={tmp_path / 'out'}", f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'none'}"]
+    extra = ["--", f"output_dir={tmp_path / 'out'}", f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'none'}",
+             "task.source=generated"]
     return subprocess.run([sys.executable, str(GRID), str(_grid(tmp_path, *args[:1])), *args[1:], *extra],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
 
@@ -104,7 +105,8 @@ def test_sigterm_to_the_grid_reaches_its_running_cell_and_releases_the_claim(tmp
                     "minutes_per_run: 0\noverhead_minutes: 0\n"
                     "cells:\n  - {arms: [locality_k5], tasks: [listops], seeds: [0]}\n")
     claims, out = tmp_path / "claims", tmp_path / "out"
-    extra = ["--", f"output_dir={out}", f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'none'}"]
+    extra = ["--", f"output_dir={out}", f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'none'}",
+             "task.source=generated"]
     grid_process = subprocess.Popen([sys.executable, str(GRID), str(grid), "--gpus", "0", "--claim-dir", str(claims),
                                      *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     run_dir = out / "runs" / "locality_k5" / "listops" / "smoke" / "seed0"

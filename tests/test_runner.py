@@ -12,8 +12,10 @@ from conftest import composed, read_json, run_cli
 from repro.records import METRIC_FIELDS
 
 
-def common(tmp_path: Path, cache: Path) -> list[str]:
-    return [f"output_dir={tmp_path / 'out'}", f"cache_dir={cache}", f"data_dir={tmp_path / 'no_data'}", "progress=false"]
+def common(tmp_path: Path, cache: Path, source: str = "task.source=generated") -> list[str]:
+    """A private output and data folder; with a data folder named, generated data is asked for by ``source``."""
+    return [f"output_dir={tmp_path / 'out'}", f"cache_dir={cache}", f"data_dir={tmp_path / 'no_data'}", source,
+            "progress=false"]
 
 
 def run_folder(tmp_path: Path, arm: str = "locality_k61", task: str = "listops") -> Path:
@@ -129,7 +131,9 @@ def test_without_task_an_arm_runs_its_tasks_and_skips_missing_data(tmp_path, sha
         "train: {lr: 0.001, weight_decay: 0.0, batch_size: 8, epochs: 1}\n"
         "tasks:\n  listops: {}\n  listops_official: {}\n"
     )
-    done = run_cli("--config-dir", str(conf), "arm=two_tasks", "profile=smoke", *common(tmp_path, shared_cache))
+    # Without a task there is no task.source to type: the profile's ListOps block asks for generated data.
+    done = run_cli("--config-dir", str(conf), "arm=two_tasks", "profile=smoke",
+                   *common(tmp_path, shared_cache, "++profile.tasks.listops.source=generated"))
     assert done.returncode == 0, done.stderr[-3000:]
     skipped = [line for line in done.stdout.splitlines() if "skipped: data missing" in line]
     assert len(skipped) == 1 and skipped[0].startswith("[two_tasks/listops_official] skipped"), done.stdout

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..ops.conv import IMPL_CHOICES, choose_impl, conv1d_same
+from ..ops.conv import IMPL_CHOICES, choose_impl, conv1d_same, ran_as
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
 
@@ -56,7 +56,7 @@ class BoundedConvMixer(nn.Module):
             x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
         h_in = x.transpose(1, 2)
         impl = choose_impl(h_in, self.conv.kernel_size[0], self.groups) if self.impl == "auto" else self.impl
-        self.resolved_impls.add(impl)
+        self.resolved_impls.add(ran_as(impl, h_in))
         h = conv1d_same(h_in, self.conv.weight, self.conv.bias, self.groups, impl)
         h = self.activation(h.transpose(1, 2))
         return self.out(h)

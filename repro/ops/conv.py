@@ -58,6 +58,15 @@ def conv1d_same(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     raise ValueError(f"conv impl {impl!r}: choose one of {', '.join(CONV_IMPLS)}")
 
 
+def ran_as(impl: str, x: torch.Tensor) -> str:
+    """The name a run record gives ``impl`` applied to ``x``: ``bf16`` is the plain convolution in the
+    operands' dtype, so without autocast it ran in float32 (``fp32`` on the CPU, ``tf32`` on CUDA, where
+    training lets cuDNN use TF32)."""
+    if impl != "bf16" or torch.is_autocast_enabled(x.device.type) or x.dtype == torch.bfloat16:
+        return impl
+    return "fp32" if x.device.type == "cpu" else "tf32"
+
+
 def choose_impl(x: torch.Tensor, kernel_size: int, groups: int) -> str:
     """``impl=auto``: the fastest forward+backward measured by experiments/bench_conv.py.
 

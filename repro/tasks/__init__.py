@@ -36,4 +36,15 @@ def task_names() -> list[str]:
     return sorted(_MODULES)
 
 
-__all__ = ["TASKS", "DataError", "DataMissing", "Split", "TaskData", "get_task_builder", "task_names"]
+def official_files_missing(builder: str, cfg, data_dir) -> str | None:
+    """For a task that generates its data when the official files are absent (``task.source=auto``):
+    which of them ``data_dir`` lacks, or None (all there, or a task that never generates)."""
+    if builder not in _MODULES:
+        return None
+    module = importlib.import_module(f"{__name__}.{_MODULES[builder]}")
+    missing = getattr(module, "official_files_missing", None)
+    return missing(cfg, data_dir) if missing else None
+
+
+__all__ = ["TASKS", "DataError", "DataMissing", "Split", "TaskData", "get_task_builder", "official_files_missing",
+           "task_names"]

@@ -1,18 +1,22 @@
 """On-disk cache of tokenised arrays, keyed by the parameters that made them.
 
 An entry is a folder ``<cache_dir>/<task>/<key>/`` of ``.npy`` files plus
-``meta.json``; it is written under a temporary name and renamed into place, so
-a crashed build never leaves a half-written entry. Arrays load memory-mapped.
+``meta.json`` (which holds each file's sha256); it is written under a temporary name and
+renamed into place, so a crashed build never leaves a half-written entry. Arrays load
+memory-mapped, after their checksums are checked: a damaged entry (an edited, truncated or
+missing file) is named in a warning and built again. Entries written before checksums were
+kept are checked by loading only (a truncated file is caught, an edited one is not).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import secrets
 import shutil
-import tempfile
+import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -38,18 +42,22 @@ def cached_arrays(
     """
     entry = Path(cache_dir) / task / cache_key(params)
     meta_file = entry / "meta.json"
-    if meta_file.exists():
-        meta = json.loads(meta_file.read_text())
-        arrays = {name: np.load(entry / f"{name}.npy", mmap_mode="r") for name in meta["arrays"]}
-        return arrays, {**meta["meta"], "cache_hit": True, "cache_entry": str(entry)}
+    if entry.exists():  # entries appear whole (a rename): one without its files is damaged
+        try:
+            return load_entry(entry)
+        except DamagedEntry as err:
+            print(f"warning: cache entry {entry} is damaged ({err}); building it again", file=sys.stderr, flush=True)
+            shutil.rmtree(entry, ignore_errors=True)
 
     arrays, meta = build()
     entry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
+    tmp = entry.parent / f".{entry.name}.{secrets.token_hex(6)}"
+    tmp.mkdir()  # the umask's permissions, as the entry's files get
     try:
         for name, array in arrays.items():
             np.save(tmp / f"{name}.npy", np.ascontiguousarray(array))
-        record = {"params": params, "arrays": sorted(arrays), "meta": meta}
+        digests = {name: file_sha256(tmp / f"{name}.npy") for name in arrays}
+        record = {"params": params, "arrays": sorted(arrays), "sha256": digests, "meta": meta}
         (tmp / "meta.json").write_text(json.dumps(record, indent=1, sort_keys=True, default=str))
         try:
             os.replace(tmp, entry)
@@ -61,3 +69,34 @@ def cached_arrays(
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return arrays, {**meta, "cache_hit": False, "cache_entry": str(entry)}
+
+
+class DamagedEntry(Exception):
+    """A cache entry's files do not match its ``meta.json`` or cannot be read."""
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 24), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_entry(entry: Path) -> tuple[dict[str, np.ndarray], dict]:
+    """The arrays and meta of a cache entry, memory-mapped, after checking each file's sha256."""
+    try:
+        record = json.loads((entry / "meta.json").read_text())
+        names, digests, meta = record["arrays"], record.get("sha256", {}), record["meta"]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
+        raise DamagedEntry(f"meta.json: {type(err).__name__}: {err}") from None
+    arrays = {}
+    for name in names:
+        path = entry / f"{name}.npy"
+        try:
+            if name in digests and file_sha256(path) != digests[name]:
+                raise DamagedEntry(f"{path.name}: sha256 differs from meta.json")
+            arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError, EOFError) as err:
+            raise DamagedEntry(f"{path.name}: {type(err).__name__}: {err}") from None
+    return arrays, {**meta, "cache_hit": True, "cache_entry": str(entry)}

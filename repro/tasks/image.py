@@ -24,6 +24,7 @@ TFDS's order, which cannot be reproduced from either source here.
 from __future__ import annotations
 
 import io
+import lzma
 import pickle
 import tarfile
 from pathlib import Path
@@ -173,8 +174,8 @@ def load_bundle(path: Path, variant: str) -> tuple[dict[str, np.ndarray], dict]:
                 if not member.isfile() or not name.endswith(".npy") or name[:-4] not in BUNDLE_MEMBERS:
                     continue
                 found[name[:-4]] = np.load(io.BytesIO(tar.extractfile(member).read()), allow_pickle=False)
-    except (tarfile.TarError, EOFError, OSError, ValueError) as err:
-        raise DataError(f"{path}: cannot read the bundle ({err})") from None
+    except (tarfile.TarError, EOFError, OSError, ValueError, lzma.LZMAError) as err:
+        raise DataError(f"{path}: cannot read the bundle ({type(err).__name__}: {err})") from None
     missing = [f"{m}.npy" for m in BUNDLE_MEMBERS if m not in found]
     if missing:
         raise DataError(f"{path}: missing member(s) {missing}")

@@ -58,32 +58,40 @@ def read_official_tsv(path: Path) -> tuple[list[np.ndarray], np.ndarray]:
     """Read one release TSV (header ``Source\\tTarget``); a bad row fails naming file and line."""
     rows: list[np.ndarray] = []
     labels: list[int] = []
-    with open(path, newline="") as handle:
-        reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
-        header = next(reader, None)
-        if header != ["Source", "Target"]:
-            raise DataError(f"{path}:1: expected the header 'Source<TAB>Target', found {header!r}")
-        for line_no, fields in enumerate(reader, start=2):
-            if len(fields) != 2:
-                raise DataError(
-                    f"{path}:{line_no}: expected 2 tab-separated fields (Source, Target), found {len(fields)}"
-                )
-            source, target = fields
-            try:
-                label = int(target)
-            except ValueError:
-                raise DataError(f"{path}:{line_no}: Target {target!r} is not an integer") from None
-            if not 0 <= label < NUM_CLASSES:
-                raise DataError(f"{path}:{line_no}: Target {label} is outside 0-9")
-            toks = source_tokens(source)
-            unknown = sorted({t for t in toks if t not in TOKEN_ID or t == "<pad>"})
-            if unknown:
-                raise DataError(f"{path}:{line_no}: unknown token(s) {unknown} in Source")
-            if not toks:
-                raise DataError(f"{path}:{line_no}: empty Source")
-            rows.append(encode(toks))
-            labels.append(label)
+    line_no = 1
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+            header = next(reader, None)
+            if header != ["Source", "Target"]:
+                raise DataError(f"{path}:1: expected the header 'Source<TAB>Target', found {header!r}")
+            for line_no, fields in enumerate(reader, start=2):
+                row, label = _official_row(path, line_no, fields)
+                rows.append(row)
+                labels.append(label)
+    except (UnicodeDecodeError, csv.Error) as err:  # bytes that are not text, a NUL byte
+        raise DataError(f"{path}: cannot read past line {line_no} ({type(err).__name__}: {err})") from None
     return rows, np.asarray(labels, dtype=np.int64)
+
+
+def _official_row(path: Path, line_no: int, fields: list[str]) -> tuple[np.ndarray, int]:
+    """The ids and label of one release TSV row; a malformed row fails naming file and line."""
+    if len(fields) != 2:
+        raise DataError(f"{path}:{line_no}: expected 2 tab-separated fields (Source, Target), found {len(fields)}")
+    source, target = fields
+    try:
+        label = int(target)
+    except ValueError:
+        raise DataError(f"{path}:{line_no}: Target {target!r} is not an integer") from None
+    if not 0 <= label < NUM_CLASSES:
+        raise DataError(f"{path}:{line_no}: Target {label} is outside 0-9")
+    toks = source_tokens(source)
+    unknown = sorted({t for t in toks if t not in TOKEN_ID or t == "<pad>"})
+    if unknown:
+        raise DataError(f"{path}:{line_no}: unknown token(s) {unknown} in Source")
+    if not toks:
+        raise DataError(f"{path}:{line_no}: empty Source")
+    return encode(toks), label
 
 
 def official_dir(data_dir: Path, subdir: str) -> Path:
@@ -93,6 +101,13 @@ def official_dir(data_dir: Path, subdir: str) -> Path:
 def official_present(data_dir: Path, subdir: str) -> bool:
     folder = official_dir(data_dir, subdir)
     return all((folder / name).is_file() for name in OFFICIAL_FILES.values())
+
+
+def official_files_missing(cfg, data_dir: Path) -> str | None:
+    """The release files ``data_dir`` lacks (``task.source=auto`` generates ListOps then), or None."""
+    folder = official_dir(data_dir, cfg["official_subdir"])
+    missing = [str(folder / n) for n in OFFICIAL_FILES.values() if not (folder / n).is_file()]
+    return ("no " + ", ".join(missing)) if missing else None
 
 
 def load_official(data_dir: Path, subdir: str, max_len: int) -> tuple[dict[str, np.ndarray], dict]:

@@ -299,6 +299,15 @@ def load_generated(n: int, seed: int, difficulty: str, spec, workers: int) -> tu
 # ---------------------------------------------------------------- task entry
 
 
+def official_files_missing(cfg, data_dir: Path) -> str | None:
+    """The difficulty folders ``data_dir`` lacks (``task.source=auto`` generates images then), or None."""
+    difficulty = cfg.get("difficulty", "hard")
+    difficulties = DIFFICULTIES if difficulty == "all" else (difficulty,)
+    wanted = [official_folder(data_dir, cfg["official_subdir"], d) for d in difficulties if d in OFFICIAL_FOLDERS]
+    absent = [f"{folder}/metadata" for folder in wanted if not (folder / "metadata").is_dir()]
+    return ("no " + ", ".join(absent)) if absent else None
+
+
 def resolve_source(cfg, data_dir: Path, difficulties) -> str:
     source = cfg["source"]
     if source not in ("auto", "official", "generated"):

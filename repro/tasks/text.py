@@ -84,34 +84,45 @@ def read_bundle_split(path: Path) -> list[tuple[int, int, bytes]]:
     """``(label, id, UTF-8 bytes)`` of one JSONL bundle file, sorted by (label, id)."""
     docs = []
     seen: set[tuple[int, int]] = set()
-    with lzma.open(path, "rt", encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{path}:{line_no}: not a JSON object ({err.msg})") from None
-            if not isinstance(record, dict):
-                raise DataError(f"{path}:{line_no}: expected a JSON object, found {type(record).__name__}")
-            missing = [k for k in ("id", "label", "text") if k not in record]
-            if missing:
-                raise DataError(f"{path}:{line_no}: missing key(s) {missing}")
-            label, doc_id, text = record["label"], record["id"], record["text"]
-            if isinstance(label, bool) or label not in (0, 1):
-                raise DataError(f"{path}:{line_no}: label {label!r} is not 0 (neg) or 1 (pos)")
-            if isinstance(doc_id, bool) or not isinstance(doc_id, int):
-                raise DataError(f"{path}:{line_no}: id {doc_id!r} is not an integer")
-            if not isinstance(text, str):
-                raise DataError(f"{path}:{line_no}: text is not a string")
-            if (label, doc_id) in seen:
-                raise DataError(f"{path}:{line_no}: duplicate review (label {label}, id {doc_id})")
-            seen.add((label, doc_id))
-            docs.append((int(label), doc_id, text.encode("utf-8")))
+    line_no = 0
+    try:
+        with lzma.open(path, "rt", encoding="utf-8") as handle:
+            for line_no, line in enumerate(handle, start=1):
+                _read_bundle_line(path, line_no, line, seen, docs)
+    except (EOFError, lzma.LZMAError, UnicodeDecodeError, OSError) as err:
+        # A truncated (EOFError) or invalid (LZMAError) xz stream, or bytes that are not UTF-8.
+        problem = f"{type(err).__name__}: {err}"
+        raise DataError(f"{path}: cannot read the xz-compressed JSONL past line {line_no} ({problem})") from None
     if not docs:
         raise DataError(f"{path}: no reviews in this file")
     docs.sort(key=lambda d: (d[0], d[1]))
     return docs
+
+
+def _read_bundle_line(path: Path, line_no: int, line: str, seen: set, docs: list) -> None:
+    """Check one line of a JSONL bundle file and append its review to ``docs``."""
+    if not line.strip():
+        return
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise DataError(f"{path}:{line_no}: not a JSON object ({err.msg})") from None
+    if not isinstance(record, dict):
+        raise DataError(f"{path}:{line_no}: expected a JSON object, found {type(record).__name__}")
+    missing = [k for k in ("id", "label", "text") if k not in record]
+    if missing:
+        raise DataError(f"{path}:{line_no}: missing key(s) {missing}")
+    label, doc_id, text = record["label"], record["id"], record["text"]
+    if isinstance(label, bool) or label not in (0, 1):
+        raise DataError(f"{path}:{line_no}: label {label!r} is not 0 (neg) or 1 (pos)")
+    if isinstance(doc_id, bool) or not isinstance(doc_id, int):
+        raise DataError(f"{path}:{line_no}: id {doc_id!r} is not an integer")
+    if not isinstance(text, str):
+        raise DataError(f"{path}:{line_no}: text is not a string")
+    if (label, doc_id) in seen:
+        raise DataError(f"{path}:{line_no}: duplicate review (label {label}, id {doc_id})")
+    seen.add((label, doc_id))
+    docs.append((int(label), doc_id, text.encode("utf-8")))
 
 
 def tokenise(docs: list[tuple[int, int, bytes]], max_len: int, strip: bool):

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ..batching import trimmed_width
-from ..checkpoints import CHECKPOINT_FORMAT, save_checkpoint
+from ..checkpoints import CHECKPOINT_FORMAT, save_best_checkpoint
 from ..distributed import DistContext, gather_1d, sum_
 from .state import RunState
 
@@ -112,7 +112,7 @@ def validate(score: Scorer, state: RunState, steps_per_epoch: int, best_path: Pa
         state.best_val_acc, state.best_val_step = result["acc"], state.step
         if score.ctx.is_main:
             best = {"format": CHECKPOINT_FORMAT, "model": score.model.state_dict(), "step": state.step}
-            save_checkpoint(best_path, best)
+            save_best_checkpoint(best_path, best)
     if print_line:
         print(eval_line(state), flush=True)
     return result

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..checkpoints import load_checkpoint, load_on_rank_0
+from ..checkpoints import load_best_checkpoint, load_on_rank_0
 from ..distributed import DistContext
 from ..schedule import LRController
 from ..tasks.base import TaskData
@@ -211,11 +211,9 @@ class StepLoop:
 
 
 def score_test_with_best(score: Scorer, best_path: Path, state: RunState, device: torch.device) -> dict:
-    """The test split scored with the best-validation weights (``best.pt``, read by rank 0 and sent to every rank)."""
-    best = load_on_rank_0(score.ctx, load_checkpoint, best_path, device)
-    if best["step"] != state.best_val_step:
-        raise RuntimeError(f"{best_path} holds step {best['step']} but the run's best validation was at step "
-                           f"{state.best_val_step}; delete {best_path.parent} and rerun (force=true)")
+    """The test split scored with the best-validation weights (``best.pt``, or its copy when damaged; read by
+    rank 0 and sent to every rank)."""
+    best = load_on_rank_0(score.ctx, partial(load_best_checkpoint, step=state.best_val_step), best_path, device)
     score.model.load_state_dict(best["model"])
     return score("test")
 

@@ -1,0 +1,332 @@
+"""Refuse bad input before any work: each mistake is one line naming the setting, its value and the fix.
+
+``refusing_bad_input`` wraps ``runner.execute``. Before the run touches data, model or
+records it checks that
+
+- every setting typed on the command line under ``model``, ``task``, ``train`` or ``budget``
+  names a key the run has without the command line (``train``: ``TrainSettings``' fields;
+  ``model.attention_params``: the keyword arguments of the arm's attention mechanism), so a
+  typo such as ``+model.kernel_sise=9`` is refused with the closest valid key instead of being
+  recorded and ignored;
+- numbers are in range and integers where integers (``RULES``): ``seed >= 0``, ``epochs >= 1``,
+  step counts ``>= 1``, ``budget.minutes > 0``. ``budget.minutes=null`` spells "no wall-clock
+  cap"; 0 is refused (it used to mean no cap, silently);
+- ``budget.minutes`` typed under a profile that does not read it (only ``profile=budget`` turns
+  it into ``train.budget_minutes``) is refused: ``+train.budget_minutes=M`` caps any profile;
+- a ``data_dir`` given on the command line (or by ``LRA_DATA_DIR``) holds the task's files: a
+  task that can generate its data does so under ``task.source=auto`` only when no data folder
+  was named, so a wrong path never turns silently into generated data (``task.source=generated``
+  asks for it).
+
+Every failure prints one line (``error: ...``) on stderr and the run exits with status 2. The
+same holds for refused input found later (a malformed data file, a damaged record or
+checkpoint, a setting a builder rejects): one line, no traceback; ``debug.traceback=true``
+shows it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import inspect
+import math
+import os
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from .records import DamagedRecord
+from .tasks import DataError, official_files_missing
+from .checkpoints import CorruptCheckpoint
+from .training import TrainSettings
+
+GROUPS = ("model", "task", "train", "budget")
+EXIT_STATUS = 2
+
+
+class BadInput(Exception):
+    """A setting the run cannot take; the message is one line naming it and the fix."""
+
+
+# ---------------------------------------------------------------- ranges
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+
+
+INT_GE0 = ("an integer >= 0", lambda v: _is_int(v) and v >= 0)
+INT_GE1 = ("an integer >= 1", lambda v: _is_int(v) and v >= 1)
+INT_GE1_OR_NULL = ("an integer >= 1, or null", lambda v: v is None or (_is_int(v) and v >= 1))
+POSITIVE = ("a number > 0", lambda v: _is_number(v) and v > 0)
+POSITIVE_OR_NULL = ("a number > 0, or null", lambda v: v is None or (_is_number(v) and v > 0))
+NON_NEGATIVE = ("a number >= 0", lambda v: _is_number(v) and v >= 0)
+FRACTION = ("a number in [0, 1)", lambda v: _is_number(v) and 0 <= v < 1)
+MINUTES = ("a number > 0, or null for no wall-clock cap", POSITIVE_OR_NULL[1])
+
+# Setting -> (what it must be, test), checked on the resolved run (keys a run lacks are skipped).
+RULES = {
+    "seed": INT_GE0,
+    "workers": INT_GE1_OR_NULL,
+    "budget.minutes": MINUTES,
+    "train.budget_minutes": MINUTES,
+    "train.epochs": INT_GE1,
+    "train.max_steps": INT_GE1_OR_NULL,
+    "train.batch_size": INT_GE1,
+    "train.eval_batch_size": INT_GE1_OR_NULL,
+    "train.lr": POSITIVE,
+    "train.weight_decay": NON_NEGATIVE,
+    "train.warmup_steps": INT_GE0,
+    "train.eval_every_steps": INT_GE1_OR_NULL,
+    "train.checkpoint_every_steps": INT_GE1_OR_NULL,
+    "train.eval_every_seconds": POSITIVE_OR_NULL,
+    "train.checkpoint_every_seconds": POSITIVE_OR_NULL,
+    "train.log_every": INT_GE1,
+    "train.grad_clip": POSITIVE_OR_NULL,
+    "train.bucket_pool_batches": INT_GE1,
+    "train.trim_multiple": INT_GE1,
+    "task.data_seed": INT_GE0,
+    "task.max_len": INT_GE1,
+    **{f"task.generate.{key}": INT_GE1 for key in ("n_train", "n_val", "n_test", "n_per_difficulty")},
+    **{f"model.{key}": INT_GE1 for key in ("d_model", "d_hidden", "d_ff", "depth", "n_heads", "kernel_size", "groups")},
+    **{f"model.{key}": FRACTION for key in ("dropout", "attention_dropout")},
+}
+
+
+_ABSENT = object()
+
+
+def _lookup(tree: dict, dotted: str):
+    node = tree
+    for key in dotted.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return _ABSENT
+        node = node[key]
+    return node
+
+
+def out_of_range(settings: dict) -> list[str]:
+    """One message per setting of ``settings`` (the resolved run plus ``budget``, ``workers``) that breaks ``RULES``."""
+    found = []
+    for name, (allowed, test) in RULES.items():
+        value = _lookup(settings, name)
+        if value is not _ABSENT and not test(value):
+            found.append(f"{name}={_show(value)}: must be {allowed}")
+    return found
+
+
+def _show(value) -> str:
+    if value is None:
+        return "null"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+# ---------------------------------------------------------------- typed keys
+
+
+@dataclasses.dataclass(frozen=True)
+class Typed:
+    """One command-line setting under a group: ``text`` as typed, ``group`` and the ``path`` below it."""
+
+    text: str
+    group: str
+    path: tuple[str, ...]
+
+
+def typed_settings(overrides: list[str]) -> list[Typed]:
+    """The command line's settings under ``model``, ``task``, ``train`` and ``budget`` (deletions and
+    group choices such as ``task=listops`` left out); a block typed whole names each of its leaves."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    def leaves(path: tuple, value) -> list[tuple]:
+        if isinstance(value, dict) and value:
+            return [leaf for key, item in value.items() for leaf in leaves((*path, str(key)), item)]
+        return [path]
+
+    found = []
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        group, _, rest = override.key_or_group.partition(".")
+        if group not in GROUPS or override.is_delete() or (not rest and group == "task"):
+            continue
+        start = tuple(rest.split(".")) if rest else ()
+        found += [Typed(override.input_line, group, path) for path in leaves(start, override.value()) if path]
+    return found
+
+
+def unknown_key(tree: dict, path: tuple[str, ...]) -> tuple[int, list[str]] | None:
+    """Where ``path`` leaves ``tree``: (index of the first missing key, the keys present there), or None."""
+    node = tree
+    for depth, key in enumerate(path):
+        if not isinstance(node, dict):
+            return None  # below a value (a list item): not a key of the settings
+        if key not in node:
+            return depth, sorted(map(str, node))
+        node = node[key]
+    return None
+
+
+def attention_keywords(model: dict) -> list[str] | None:
+    """The keyword arguments ``model.attention_params`` may hold for the arm's attention mechanism."""
+    if model.get("backbone") != "lra_transformer" or "attention" not in model:
+        return None
+    from .original.attention import load_all
+
+    try:
+        cls = load_all().get(model["attention"])
+    except KeyError:
+        return None
+    fixed = {"self", "d_model", "n_heads", "max_len", "dropout"}
+    return sorted(p for p in inspect.signature(cls).parameters if p not in fixed)
+
+
+def valid_keys(base: dict) -> dict:
+    """Per group, the settings a typed key may name: the run's own without the command line."""
+    train_fields = {f.name: None for f in dataclasses.fields(TrainSettings)}
+    model = dict(base["model"])
+    keywords = attention_keywords(model)
+    if keywords is not None:
+        model["attention_params"] = dict.fromkeys(keywords)
+    return {"model": model, "task": base["task"], "train": {**train_fields, **base["train"]}, "budget": base["budget"]}
+
+
+def unknown_typed_keys(typed: list[Typed], valid: dict, where: str) -> list[str]:
+    """One message per typed setting naming a key its group lacks, with the closest valid key."""
+    found = []
+    for item in typed:
+        missing = unknown_key(valid[item.group], item.path)
+        if missing is None:
+            continue
+        depth, present = missing
+        parent = ".".join((item.group, *item.path[:depth]))
+        key = item.path[depth]
+        close = difflib.get_close_matches(key, present, n=1, cutoff=0.6)
+        hint = f"did you mean {parent}.{close[0]}?" if close else "no key is close"
+        found.append(f"{item.text}: {parent} has no key {key!r} {where}; {hint} "
+                     f"(valid: {', '.join(present) if present else 'none'})")
+    return found
+
+
+# ---------------------------------------------------------------- the checks
+
+
+def typed_overrides() -> list[str]:
+    """The command line's overrides, when running under Hydra (else none)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
+def base_settings(cfg: DictConfig, overrides: list[str]) -> dict:
+    """The resolved run (and ``budget``) that ``cfg`` gives without its typed group settings.
+
+    Composed again from the same config groups (arm, task, profile, techniques, ...) by Hydra,
+    so a key the task's own YAML declares counts as existing even when typed with ``++``."""
+    from hydra import compose
+    from hydra.core.hydra_config import HydraConfig
+
+    from .runner import resolve
+
+    kept = [o for o in overrides if o.lstrip("+~").split("=")[0].split(".")[0] not in GROUPS or o.startswith("task=")]
+    if not any(o.startswith("task=") for o in kept):
+        kept.append(f"task={cfg.task.name}")  # a run of each of an arm's tasks in turn
+    name = HydraConfig.get().job.config_name if HydraConfig.initialized() else "config"
+    base = compose(config_name=name, overrides=kept)
+    return {**resolve(base, []), "budget": _plain(base.get("budget"))}
+
+
+def _plain(node) -> dict:
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
+
+
+def data_dir_given(overrides: list[str]) -> bool:
+    """Whether the run names its data folder: ``data_dir=`` typed, or ``LRA_DATA_DIR`` set."""
+    return bool(os.environ.get("LRA_DATA_DIR")) or any(o.lstrip("+").startswith("data_dir=") for o in overrides)
+
+
+def check(cfg: DictConfig, overrides: list[str] | None = None) -> None:
+    """Raise BadInput (one line per problem) when ``cfg`` (typed as ``overrides``) cannot be run."""
+    from .runner import resolve, typed_task_paths
+
+    overrides = typed_overrides() if overrides is None else overrides
+    top = {"seed": cfg.get("seed"), "workers": cfg.get("workers"), "budget": _plain(cfg.get("budget"))}
+    problems = out_of_range(top)
+    if problems:  # resolving reads seed as an integer: stop here
+        raise BadInput("\n".join(problems))
+    try:
+        run = resolve(cfg, typed_task_paths(overrides))
+    except (KeyError, ValueError) as err:
+        raise BadInput(_message(err)) from None
+    typed = typed_settings(overrides)
+    if typed:
+        where = f"(arm {run['arm']}, task {run['task']['name']}, profile {run['profile']})"
+        problems += unknown_typed_keys(typed, valid_keys(base_settings(cfg, overrides)), where)
+    problems += out_of_range({**run, "budget": top["budget"]})
+    problems += budget_not_read(cfg, run, typed)
+    if not problems and data_dir_given(overrides):
+        problems += data_not_there(run, Path(cfg.data_dir))
+    if problems:
+        raise BadInput("\n".join(problems))
+
+
+def budget_not_read(cfg: DictConfig, run: dict, typed: list[Typed]) -> list[str]:
+    """``budget.minutes`` typed where the profile does not make it the run's ``train.budget_minutes``."""
+    if not any(t.group == "budget" and t.path == ("minutes",) for t in typed):
+        return []
+    minutes = cfg.budget.get("minutes")
+    capped = run["train"].get("budget_minutes")
+    if capped == minutes:
+        return []
+    return [f"budget.minutes={_show(minutes)}: profile {run['profile']} does not read budget.minutes (its "
+            f"train.budget_minutes is {_show(capped)}); only profile=budget does: pass profile=budget, or "
+            f"+train.budget_minutes={_show(minutes)} to cap this run"]
+
+
+def data_not_there(run: dict, data_dir: Path) -> list[str]:
+    """A named data folder without the task's files, where ``task.source=auto`` would generate instead."""
+    task = run["task"]
+    if task.get("source") != "auto":
+        return []
+    missing = official_files_missing(task.get("builder", task["name"]), task, data_dir)
+    if missing is None:
+        return []
+    return [f"data_dir={data_dir} lacks the {task['name']} files ({missing}); with a data folder named, "
+            "task.source=auto does not generate data: put the files there, or pass task.source=generated "
+            "to generate them"]
+
+
+# ---------------------------------------------------------------- the wrapper
+
+# Refused input found after the checks: settings a builder rejects (ValueError, KeyError: their
+# messages name the setting), malformed data, damaged records and checkpoints.
+USER_ERRORS = (BadInput, DataError, DamagedRecord, CorruptCheckpoint, ValueError, KeyError)
+
+
+def _message(err: BaseException) -> str:
+    text = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+    return str(text)
+
+
+def refusing_bad_input(execute):
+    """``execute(cfg) -> status`` that first checks ``cfg`` (``check``) and turns refused input into
+    one line per problem on stderr and exit status 2 (``debug.traceback=true``: the traceback)."""
+
+    @functools.wraps(execute)
+    def checked(cfg: DictConfig) -> int:
+        try:
+            check(cfg)
+            return execute(cfg)
+        except USER_ERRORS as err:
+            if cfg.get("debug") is not None and cfg.debug.get("traceback"):
+                raise
+            if os.environ.get("RANK", "0") == "0":  # BadInput: one line per problem; others: one line
+                message = _message(err) or type(err).__name__
+                for line in message.splitlines() if isinstance(err, BadInput) else [" ".join(message.split())]:
+                    print(f"error: {line}", file=sys.stderr, flush=True)
+            return EXIT_STATUS
+
+    return checked
