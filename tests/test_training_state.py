@@ -63,3 +63,22 @@ def test_a_checkpoint_state_with_an_unknown_key_is_refused_naming_the_file(tmp_p
     state = RunState.from_checkpoint({"step": 3, "bucketed_steps": 3}, {"bucketing": True, "pool_batches": 4},
                                      tmp_path / "last.pt")
     assert (state.step, state.width_sum, state.batching) == (3, 0, {"bucketing": True, "pool_batches": 4})
+
+
+def test_data_wait_probe_times_the_fetch_of_every_nth_step_against_the_whole_step():
+    from repro.training.data_wait import DataWaitProbe
+
+    ticks = iter([0.0, 0.3, 1.0, 10.0, 10.1, 11.0])  # two sampled steps: fetch 0.3 of 1.0, then 0.1 of 1.0
+    probe = DataWaitProbe(torch.device("cpu"), every=3, clock=lambda: next(ticks))
+    state = RunState()
+    assert DataWaitProbe.share(state) is None
+    calls = []
+    for step in range(6):
+        state.step = step
+        batch, result = probe.run(state, lambda s=step: calls.append(("fetch", s)) or s,
+                                  lambda b: calls.append(("compute", b)) or b * 10)
+        assert (batch, result) == (step, step * 10)
+    assert calls == [(kind, s) for s in range(6) for kind in ("fetch", "compute")]  # every step once, in order
+    assert state.data_wait_steps == 2  # steps 0 and 3
+    assert state.data_wait_s == pytest.approx(0.4) and state.data_wait_step_s == pytest.approx(2.0)
+    assert DataWaitProbe.share(state) == pytest.approx(0.2)

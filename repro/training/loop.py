@@ -40,6 +40,7 @@ from ..tasks.base import TaskData
 from .agreement import StepAgreement
 from .batches import TrainBatches, TrainingData
 from .clock import RunClock
+from .data_wait import DataWaitProbe
 from .evaluate import Scorer, validate
 from .resume import LastCheckpoint
 from .settings import TrainSettings
@@ -99,6 +100,7 @@ def train(
         # life: history.csv is written with the record, at the end.
         validate=partial(validate, score, steps_per_epoch=data.steps_per_epoch, best_path=best_path,
                          print_line=ctx.is_main and not progress),
+        data_wait=DataWaitProbe(device),
     )
     model.train()
     clock = RunClock(s.budget_minutes, s.eval_every_seconds, s.checkpoint_every_seconds)
@@ -142,6 +144,7 @@ class StepLoop:
     losses: LossLog
     validate: Callable[[RunState], dict]  # evaluate.validate with the run's scorer and best.pt
     last: LastCheckpoint
+    data_wait: DataWaitProbe  # times every 50th step's batch against the whole step
 
     def run(self, state: RunState, clock: RunClock, stop: StopSignals, bar: tqdm) -> None:
         """Train until the planned steps are done or the budget is spent; a stop signal checkpoints
@@ -152,10 +155,11 @@ class StepLoop:
             elapsed = agreement.elapsed(state)
             if state.step >= total_steps or clock.over_budget(elapsed):
                 break
-            batch = self.batches.fetch(state.step)
+            progress = clock.progress(state.step, total_steps, elapsed)
+            batch, (loss, lr) = self.data_wait.run(state, partial(self.batches.fetch, state.step),
+                                                   partial(self.step, step=state.step, progress=progress))
             if batch.width is not None:
                 state.width_sum += batch.width
-            loss, lr = self.step(batch, state.step, clock.progress(state.step, total_steps, elapsed))
             self.losses.add(loss)
             state.step += 1
             state.examples += len(batch.labels) * self.ctx.world  # every rank trained on an equal slice
@@ -236,6 +240,9 @@ def run_metrics(state: RunState, data: TrainingData, s: TrainSettings, ctx: Dist
         "elapsed_s": state.elapsed_s,
         "wall_time_s": wall_time_s,  # this process only; elapsed_s spans resumes
         "train_examples_per_s": state.examples / state.train_time_s if state.train_time_s else math.nan,
+        # the share of sampled steps' time spent producing the batch (data_wait.py), and how many were sampled
+        "data_wait_share": DataWaitProbe.share(state),
+        "data_wait_sampled_steps": state.data_wait_steps,
         "peak_gpu_mem_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "autocast": str(autocast_dtype).replace("torch.", "") if autocast_dtype else "none",
