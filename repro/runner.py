@@ -24,6 +24,7 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from . import distributed, records, validate
+from .budget import apply_example_budget
 from .checkpoints import previous_path
 from .followup.techniques import build_train_augment
 from .model import build_model, collect_record_info
@@ -291,7 +292,7 @@ def execute(cfg: DictConfig) -> int:
     if run["subset"]:
         task = take_subset(task, run["subset"], run["task"].get("data_seed", 0))
     device = dist.device
-    settings = TrainSettings.from_dict(run["train"])
+    settings = TrainSettings.from_dict(apply_example_budget(run, task))  # config.yaml keeps the budget as typed
     augment = build_train_augment(run["techniques"], task)
     seed_everything(run["seed"])
     model = build_model(run["model"], augment.model_task(task) if augment else task)

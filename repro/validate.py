@@ -75,6 +75,10 @@ RULES = {
     "workers": INT_GE1_OR_NULL,
     "budget.minutes": MINUTES,
     "train.budget_minutes": MINUTES,
+    "budget.fraction": POSITIVE_OR_NULL,
+    "train.budget_fraction": POSITIVE_OR_NULL,
+    "budget.examples": INT_GE1_OR_NULL,
+    "train.budget_examples": INT_GE1_OR_NULL,
     "train.epochs": INT_GE1,
     "train.max_steps": INT_GE1_OR_NULL,
     "train.batch_size": INT_GE1,
@@ -274,16 +278,18 @@ def check(cfg: DictConfig, overrides: list[str] | None = None) -> None:
 
 
 def budget_not_read(cfg: DictConfig, run: dict, typed: list[Typed]) -> list[str]:
-    """``budget.minutes`` typed where the profile does not make it the run's ``train.budget_minutes``."""
-    if not any(t.group == "budget" and t.path == ("minutes",) for t in typed):
-        return []
-    minutes = cfg.budget.get("minutes")
-    capped = run["train"].get("budget_minutes")
-    if capped == minutes:
-        return []
-    return [f"budget.minutes={_show(minutes)}: profile {run['profile']} does not read budget.minutes (its "
-            f"train.budget_minutes is {_show(capped)}); only profile=budget does: pass profile=budget, or "
-            f"+train.budget_minutes={_show(minutes)} to cap this run"]
+    """``budget.<key>`` typed where the profile does not make it the run's ``train.budget_<key>``."""
+    problems = []
+    for key in ("minutes", "fraction", "examples"):
+        if not any(t.group == "budget" and t.path == (key,) for t in typed):
+            continue
+        value, used = cfg.budget.get(key), run["train"].get(f"budget_{key}")
+        purpose = "cap this run" if key == "minutes" else "budget this run by examples"
+        if used != value:
+            problems.append(f"budget.{key}={_show(value)}: profile {run['profile']} does not read budget.{key} (its "
+                            f"train.budget_{key} is {_show(used)}); only profile=budget does: pass profile=budget, "
+                            f"or +train.budget_{key}={_show(value)} to {purpose}")
+    return problems
 
 
 def data_not_there(run: dict, data_dir: Path) -> list[str]:

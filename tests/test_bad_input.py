@@ -96,6 +96,11 @@ CASES = [
     ("budget under smoke", ["budget.minutes=3"], 2,
      "error: budget.minutes=3: profile smoke does not read budget.minutes (its train.budget_minutes is null); only "
      "profile=budget does: pass profile=budget, or +train.budget_minutes=3 to cap this run"),
+    ("example budget under smoke", ["budget.fraction=0.1"], 2,
+     "error: budget.fraction=0.1: profile smoke does not read budget.fraction (its train.budget_fraction is null); "
+     "only profile=budget does: pass profile=budget, or +train.budget_fraction=0.1 to budget this run by examples"),
+    ("negative example budget", ["+train.budget_fraction=-0.1"], 2,
+     "error: train.budget_fraction=-0.1: must be a number > 0, or null"),
     ("zero epochs", ["+train.epochs=0"], 2, "error: train.epochs=0: must be an integer >= 1"),
     ("zero steps", ["++train.max_steps=0"], 2, "error: train.max_steps=0: must be an integer >= 1, or null"),
     ("fractional batch", ["++train.batch_size=7.5"], 2, "error: train.batch_size=7.5: must be an integer >= 1"),
@@ -115,7 +120,7 @@ CASES = [
      f"error: +train.lrr=0.1: train has no key 'lrr' {TYPO_WHERE}; did you mean train.lr? ..."),
     ("budget key typo", ["+budget.minuts=3"], 2,
      f"error: +budget.minuts=3: budget has no key 'minuts' {TYPO_WHERE}; did you mean budget.minutes? "
-     "(valid: minutes)"),
+     "(valid: examples, fraction, minutes)"),
     ("data_dir without ListOps", lambda t: [f"data_dir={t / 'empty'}"], 2,
      "error: data_dir={t}/empty lacks the listops files (no {t}/empty/listops-1000/basic_train.tsv, "
      "{t}/empty/listops-1000/basic_val.tsv, {t}/empty/listops-1000/basic_test.tsv); with a data folder named, "

@@ -235,6 +235,8 @@ def run_metrics(state: RunState, data: TrainingData, s: TrainSettings, ctx: Dist
         "steps_per_epoch": data.steps_per_epoch,
         "planned_steps": data.total_steps,
         "budget_minutes": s.budget_minutes,
+        "budget_fraction": s.budget_fraction,  # an example budget (repro/budget.py), or None
+        "budget_examples": s.budget_examples,
         "stopped_by": "steps" if state.step >= data.total_steps else "budget",
         "train_time_s": state.train_time_s,
         "elapsed_s": state.elapsed_s,

@@ -14,6 +14,8 @@ class TrainSettings:
     epochs: int
     max_steps: int | None = None  # cap on optimiser steps (smoke runs)
     budget_minutes: float | None = None  # wall-clock cap on training (budget profile)
+    budget_fraction: float | None = None  # train this share of the protocol's examples (repro/budget.py)
+    budget_examples: int | None = None  # train this many examples (repro/budget.py fills it in from the fraction)
     schedule: str = "followup"
     warmup_steps: int = 0
     final_fraction: float = 0.1

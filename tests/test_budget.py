@@ -1,0 +1,75 @@
+"""Example budgets (repro/budget.py): every arm of one protocol trains the same number of examples."""
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+import yaml
+from conftest import SHORT_LISTOPS_OVERRIDES, composed, read_json, run_cli
+from test_runner import common
+
+from repro.budget import apply_example_budget
+from repro.runner import resolve
+from repro.tasks.base import Split, TaskData
+
+
+def generated_task(n_train: int) -> TaskData:
+    split = Split(np.zeros((n_train, 4), dtype=np.int64), np.zeros(n_train, dtype=np.int64))
+    return TaskData("listops", split, split, split, num_classes=10, vocab_size=20, max_len=4,
+                    info={"source": "generated"})
+
+
+def paper_examples(arm: str, task: str) -> int:
+    """The protocol's training examples, read straight from the paper profile's composed settings."""
+    run = resolve(composed(f"arm={arm}", f"task={task}", "profile=paper"))
+    train, n_train = run["train"], run["task"]["generate"]["n_train"]
+    steps = int(train["epochs"]) * (n_train // int(train["batch_size"]))
+    if train.get("max_steps") is not None:
+        steps = min(steps, int(train["max_steps"]))
+    return steps * int(train["batch_size"])
+
+
+def budget_train(arm: str, *overrides: str) -> dict:
+    run = resolve(composed(f"arm={arm}", "task=listops", "profile=budget", *overrides))
+    return apply_example_budget(run, generated_task(96_000))
+
+
+def test_a_fraction_gives_the_arms_of_one_protocol_the_same_examples_and_no_wall_clock_cap():
+    k5, k61 = (budget_train(arm, "budget.fraction=0.1") for arm in ("locality_k5", "locality_k61"))
+    assert paper_examples("locality_k5", "listops") == paper_examples("locality_k61", "listops")  # one protocol
+    expected = round(0.1 * paper_examples("locality_k5", "listops") / k5["batch_size"]) * k5["batch_size"]
+    for train in (k5, k61):
+        assert train["max_steps"] * train["batch_size"] == train["budget_examples"] == expected
+        assert train["budget_minutes"] is None and train["budget_fraction"] == 0.1
+        assert train["epochs"] * (96_000 // train["batch_size"]) >= train["max_steps"]  # epochs never cut it short
+
+
+def test_a_fraction_of_a_step_capped_protocol_counts_its_steps():
+    train = budget_train("lra_transformer", "budget.fraction=0.5")
+    assert train["budget_examples"] == round(0.5 * paper_examples("lra_transformer", "listops") / 32) * 32
+
+
+def test_an_example_count_is_the_same_across_protocols():
+    counts = {arm: budget_train(arm, "budget.examples=64000")["budget_examples"]
+              for arm in ("locality_k61", "lra_transformer", "rotary_transformer")}
+    assert set(counts.values()) == {64000}, counts
+
+
+def test_fraction_and_examples_together_are_refused():
+    with pytest.raises(ValueError, match=r"^budget\.fraction=0\.1 and budget\.examples=64: give one of them$"):
+        budget_train("locality_k5", "budget.fraction=0.1", "budget.examples=64")
+
+
+def test_a_run_with_an_example_budget_trains_that_many_and_its_record_says_so(tmp_path, shared_cache):
+    done = run_cli("arm=locality_k5", "task=listops", "profile=smoke", *SHORT_LISTOPS_OVERRIDES,
+                   "+train.budget_examples=40", *common(tmp_path, shared_cache))
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / "seed0"
+    metrics = read_json(folder / "metrics.json")
+    assert metrics["steps"] == 5 and metrics["stopped_by"] == "steps"  # 40 examples at batch 8
+    assert metrics["budget_examples"] == 40 and metrics["budget_fraction"] is None
+    config = yaml.safe_load((folder / "config.yaml").read_text())
+    assert config["train"]["budget_examples"] == 40 and config["train"].get("max_steps") is None  # as typed
+    with open(folder / "history.csv") as handle:
+        assert max(int(row["step"]) for row in csv.DictReader(handle)) == 5
