@@ -47,7 +47,7 @@ import re
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -111,6 +111,12 @@ class Candidate:
     rel: str  # <arm>/<task>/<profile>/seed<k>
     metrics: dict | None
     problem: str | None
+    label: str | None = None  # the runs root's label (``--runs LABEL=DIR``): the bundle keeps it as a folder
+
+    @property
+    def dest(self) -> str:
+        """Where the record goes in a bundle: ``runs/[<label>/]<arm>/<task>/<profile>/seed<k>``."""
+        return f"runs/{self.label}/{self.rel}" if self.label else f"runs/{self.rel}"
 
 
 def _check_record(path: Path, rel: str) -> Candidate:
@@ -199,13 +205,67 @@ def _citation(version: str, created: datetime, commit: str, authors: list[str], 
     return "\n".join(lines) + "\n"
 
 
-def freeze(version: str, runs_root: Path = Path("outputs/runs"), results_root: Path = Path("results"),
+def parse_runs_roots(values: list[str | Path]) -> dict[str | None, Path]:
+    """``--runs`` values: one ``DIR``, or several ``LABEL=DIR`` (records of other settings that share
+    arm, task, profile and seed, e.g. the variants of one finding, each kept under its label)."""
+    roots: dict[str | None, Path] = {}
+    for value in values:
+        label, sep, folder = str(value).partition("=")
+        label, folder = (label, folder) if sep else (None, label)
+        if label is not None and not VERSION_PATTERN.match(label):
+            raise BundleError(f"--runs {value}: a label is letters, digits, '.', '_' or '-'")
+        if label in roots:
+            raise BundleError(f"--runs {value}: {'unlabelled root' if label is None else f'label {label}'} given twice")
+        roots[label] = Path(folder)
+    if None in roots and len(roots) > 1:
+        raise BundleError("--runs: several roots need a label each (LABEL=DIR), so their records cannot collide")
+    return roots
+
+
+def _stage_runs(chosen: list[Candidate], staging: Path) -> list[dict]:
+    """Copy the chosen records into ``staging`` and describe each for the manifest."""
+    runs = []
+    for cand in chosen:
+        target = staging / cand.dest
+        target.mkdir(parents=True)
+        for name in records.RECORD_FILES:
+            shutil.copyfile(cand.path / name, target / name)
+        m = cand.metrics
+        runs.append({"path": cand.dest, **({"label": cand.label} if cand.label else {}), "arm": m["arm"],
+                     "task": m["task"], "profile": m["profile"], "seed": m["seed"], "test_acc": m.get("test_acc"),
+                     "device": m.get("device"), "budget_minutes": m.get("budget_minutes"),
+                     "git_commit": m.get("git_commit"), "versions": m.get("versions")})
+    return runs
+
+
+def _manifest(version: str, title: str, authors: list[str], created: datetime, commit: str, runs: list[dict],
+              staging: Path, **parts) -> dict:
+    """MANIFEST.json's content: what the bundle holds, where it came from, every file's sha256."""
+    files = [{"path": rel, "sha256": sha256_file(staging / rel), "size": (staging / rel).stat().st_size}
+             for rel in bundle_files(staging)]
+    return {
+        "format": FORMAT, "version": version, "title": title, "authors": authors,
+        "created": created.isoformat(), "git_commit": commit,
+        "record_git_commits": sorted({str(r["git_commit"]) for r in runs}),
+        "package_versions": [json.loads(v) for v in
+                             sorted({json.dumps(r["versions"], sort_keys=True) for r in runs if r["versions"]})],
+        "devices": sorted({str(r["device"]) for r in runs}),
+        "profiles": sorted({r["profile"] for r in runs}),
+        "budget_minutes": sorted({r["budget_minutes"] for r in runs if r["budget_minutes"] is not None}),
+        "runs": [{k: v for k, v in r.items() if k != "versions"} for r in runs],
+        **parts,
+        "files": files,
+    }
+
+
+def freeze(version: str, runs_root: Path | list = Path("outputs/runs"), results_root: Path = Path("results"),
            arms=None, tasks=None, profiles=None, seeds=None, bench: list[Path] | None = None,
            analysis: bool = True, data_dir: Path = Path("data"), cache_dir: Path = Path(".cache/lra-repro"),
            workers: int = 1, authors: list[str] | None = None, title: str | None = None,
            notes: Path | None = None, log=print) -> Path:
     """Freeze the chosen complete records into ``results_root/version``; returns the bundle folder.
 
+    ``runs_root``: a folder of records, or a list of ``--runs`` values (:func:`parse_runs_roots`).
     ``notes``: a Markdown file (how the grid was run, its budget, what is missing) copied into the
     bundle as NOTES.md and checksummed with the rest."""
     if not VERSION_PATTERN.match(version):
@@ -214,38 +274,27 @@ def freeze(version: str, runs_root: Path = Path("outputs/runs"), results_root: P
     final = results_root / version
     if final.exists():
         raise BundleError(f"{final} already exists: bundles are never overwritten; choose another --version")
-    candidates = find_records(runs_root, arms, tasks, profiles, seeds)
+    roots = parse_runs_roots(runs_root if isinstance(runs_root, list) else [runs_root])
+    candidates = [replace(c, label=label) for label, root in roots.items()
+                  for c in find_records(root, arms, tasks, profiles, seeds)]
     chosen = [c for c in candidates if c.problem is None]
-    left_out = [{"path": c.rel, "reason": c.problem} for c in candidates if c.problem]
+    left_out = [{"path": c.dest.removeprefix("runs/"), "reason": c.problem} for c in candidates if c.problem]
     for item in left_out:
         log(f"left out {item['path']}: {item['reason']}", file=sys.stderr)
     if notes is not None and not Path(notes).is_file():
         raise BundleError(f"--notes {notes}: no such file; give a Markdown file to copy into the bundle as {NOTES}")
     if not chosen and not bench:
-        raise BundleError(f"nothing to freeze: no complete record under {runs_root} matches the filters"
-                          + (f" ({len(left_out)} incomplete left out)" if left_out else ""))
-
+        raise BundleError(f"nothing to freeze: no complete record under {', '.join(map(str, roots.values()))} "
+                          "matches the filters" + (f" ({len(left_out)} incomplete left out)" if left_out else ""))
     results_root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{version}.partial-", dir=results_root))
     try:
-        runs = []
-        for cand in chosen:
-            target = staging / "runs" / cand.rel
-            target.mkdir(parents=True)
-            for name in records.RECORD_FILES:
-                shutil.copyfile(cand.path / name, target / name)
-            m = cand.metrics
-            runs.append({"path": f"runs/{cand.rel}", "arm": m["arm"], "task": m["task"], "profile": m["profile"],
-                         "seed": m["seed"], "test_acc": m.get("test_acc"), "device": m.get("device"),
-                         "budget_minutes": m.get("budget_minutes"),
-                         "git_commit": m.get("git_commit"), "versions": m.get("versions")})
+        runs = _stage_runs(chosen, staging)
         bench_files = _copy_bench(list(bench or []), staging)
-
         analysed, analysis_missing = [], []
         if analysis:
             analysed, analysis_missing = listops_roots.analyse_records(chosen, staging, data_dir, cache_dir, workers,
                                                                        log)
-
         created = datetime.now(timezone.utc).replace(microsecond=0)
         commit = records.git_commit()
         title = title or f"LRA-repro results, bundle {version}"
@@ -253,31 +302,11 @@ def freeze(version: str, runs_root: Path = Path("outputs/runs"), results_root: P
         records.write_atomic(staging / CITATION, _citation(version, created, commit, authors, title, len(runs)))
         if notes is not None:
             shutil.copyfile(notes, staging / NOTES)
-
-        files = [{"path": rel, "sha256": sha256_file(staging / rel), "size": (staging / rel).stat().st_size}
-                 for rel in bundle_files(staging)]
-        manifest = {
-            "format": FORMAT,
-            "version": version,
-            "title": title,
-            "authors": authors,
-            "created": created.isoformat(),
-            "git_commit": commit,
-            "record_git_commits": sorted({str(r["git_commit"]) for r in runs}),
-            "package_versions": sorted({json.dumps(r["versions"], sort_keys=True) for r in runs if r["versions"]}),
-            "devices": sorted({str(r["device"]) for r in runs}),
-            "profiles": sorted({r["profile"] for r in runs}),
-            "budget_minutes": sorted({r["budget_minutes"] for r in runs if r["budget_minutes"] is not None}),
-            "runs": [{k: v for k, v in r.items() if k != "versions"} for r in runs],
-            "bench": bench_files,
-            "analysis": analysed,
-            "analysis_missing": analysis_missing,
-            "left_out": left_out,
-            "files": files,
-        }
-        manifest["package_versions"] = [json.loads(v) for v in manifest["package_versions"]]
+        manifest = _manifest(version, title, authors, created, commit, runs, staging, bench=bench_files,
+                             analysis=analysed, analysis_missing=analysis_missing, left_out=left_out)
         records.write_json(staging / MANIFEST, manifest)
         records.write_atomic(staging / MANIFEST_HASH, f"{sha256_file(staging / MANIFEST)}  {MANIFEST}\n")
+        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp made it 0700: a bundle is shared like any folder
         try:
             os.rename(staging, final)
         except OSError:
@@ -288,6 +317,12 @@ def freeze(version: str, runs_root: Path = Path("outputs/runs"), results_root: P
     log(f"froze {len(runs)} record(s), {len(bench_files)} benchmark file(s) into {final} "
         f"({len(left_out)} left out); manifest sha256 {manifest_hash(final)}")
     return final
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
 
 
 # ---------------------------------------------------------------- verifying, reading, citing
@@ -372,7 +407,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     fr = sub.add_parser("freeze", help="copy complete records into results/<version> with a manifest")
     fr.add_argument("--version", required=True, help="bundle version, e.g. v1")
-    fr.add_argument("--runs", type=Path, default=Path("outputs/runs"), help="run records root (default outputs/runs)")
+    fr.add_argument("--runs", action="append", help="run records root (default outputs/runs); repeat as LABEL=DIR to "
+                    "keep records of several roots apart under their labels")
     fr.add_argument("--results", type=Path, default=Path("results"), help="bundles root (default results)")
     for name in ("arm", "task", "profile", "seed"):
         fr.add_argument(f"--{name}", action="append", help=f"only these {name}s (glob; repeatable)")
@@ -398,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "freeze":
             def log(message, file=sys.stdout):
                 print(message, file=file)
-            freeze(args.version, args.runs, args.results, args.arm, args.task, args.profile, args.seed, args.bench,
+            freeze(args.version, args.runs or [Path("outputs/runs")], args.results, args.arm, args.task, args.profile, args.seed, args.bench,
                    analysis=not args.no_analysis, data_dir=args.data_dir, cache_dir=args.cache_dir,
                    workers=args.workers, authors=args.author, title=args.title, notes=args.notes, log=log)
         elif args.command == "verify":

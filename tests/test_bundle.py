@@ -228,3 +228,33 @@ def test_notes_are_frozen_and_checksummed(runs, tmp_path):
     with pytest.raises(BundleError, match=r"--notes .*missing\.md: no such file; give a Markdown file to copy into the bundle as NOTES\.md"):
         freeze(runs, "v2", notes=tmp_path / "missing.md")
     assert not (out.parent / "v2").exists()
+
+
+def test_labelled_roots_keep_records_of_the_same_cell_apart(tmp_path):
+    labels = fixed_labels("text", 20)
+    roots = {}
+    for label, acc in (("layer_norm", 0.55), ("batch_norm", 0.65)):
+        roots[label] = tmp_path / label / "runs"
+        make_record(roots[label], "locality_k61", "text", 0, labels=labels, accuracy=acc)
+    made = bundle.freeze("v1", [f"{label}={root}" for label, root in roots.items()], tmp_path / "results",
+                         analysis=False, log=quiet)
+    manifest = bundle.load_manifest(made)
+    assert sorted((r["label"], r["path"]) for r in manifest["runs"]) == [
+        ("batch_norm", "runs/batch_norm/locality_k61/text/budget/seed0"),
+        ("layer_norm", "runs/layer_norm/locality_k61/text/budget/seed0")]
+    for label, root in roots.items():  # each copy is its own record, byte for byte
+        src = root / "locality_k61" / "text" / "budget" / "seed0" / "metrics.json"
+        assert (made / "runs" / label / "locality_k61/text/budget/seed0/metrics.json").read_bytes() == src.read_bytes()
+    assert bundle.verify(made) == []
+
+
+@pytest.mark.parametrize("values, message", [
+    (["a={x}", "{x}"], "--runs: several roots need a label each (LABEL=DIR), so their records cannot collide"),
+    (["a={x}", "a={x}"], "--runs a={x}: label a given twice"),
+    (["a/b={x}"], "--runs a/b={x}: a label is letters, digits, '.', '_' or '-'"),
+])
+def test_runs_roots_that_could_collide_are_refused(tmp_path, values, message):
+    values = [v.format(x=tmp_path) for v in values]
+    with pytest.raises(BundleError) as err:
+        bundle.freeze("v1", values, tmp_path / "results", analysis=False, log=quiet)
+    assert str(err.value) == message.format(x=tmp_path)
