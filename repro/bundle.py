@@ -1,10 +1,12 @@
-"""Bundles (DESIGN.md "bundle"): frozen, versioned, checksummed sets of run and benchmark records.
+"""Bundles: frozen, versioned, checksummed sets of run and benchmark records (the thing a paper cites).
 
 Commands (``python -m repro.bundle <command> --help`` lists every option)::
 
     python -m repro.bundle freeze --version v1 [--runs outputs/runs] [--arm 'lra_*' ...]
                                   [--task listops ...] [--profile budget ...] [--seed 0 ...]
-                                  [--bench outputs/bench ...] [--no-analysis]
+                                  [--bench outputs/bench ...] [--extra FILE_OR_FOLDER ...]
+                                  [--notes NOTES.md] [--no-analysis]
+    python -m repro.bundle freeze --version v1 --runs LABEL=DIR --runs LABEL2=DIR2 ...
     python -m repro.bundle verify results/v1
     python -m repro.bundle cite results/v1
     python -m repro.bundle ls
@@ -13,7 +15,8 @@ Commands (``python -m repro.bundle <command> --help`` lists every option)::
 ``complete``, every file of ``records.RECORD_FILES``, at least one training step and no NaN
 or infinity among its metrics; checkpoints never) into
 ``results/<version>/runs/<arm>/<task>/<profile>/seed<k>/``, benchmark files given with
-``--bench`` into ``bench/``, and writes ``CITATION.cff``, ``MANIFEST.json`` (sha256 and
+``--bench`` into ``bench/``, other files that back a finding (``--extra``: a probe's output,
+a record whose predictions were not kept) into ``extra/``, and writes ``CITATION.cff``, ``MANIFEST.json`` (sha256 and
 size of every file, the git commit of the freezing checkout and of each record,
 package versions, devices, creation date, the profile of each run, and each record
 left out with the reason) and ``MANIFEST.sha256`` (the manifest's own hash, in
@@ -21,7 +24,9 @@ left out with the reason) and ``MANIFEST.sha256`` (the manifest's own hash, in
 Everything is written into a hidden temporary folder under ``results/`` and renamed into
 place at the end, so an interrupted freeze leaves no half bundle; an existing version
 is never overwritten. Incomplete or inconsistent records are named on stderr and in the
-manifest's ``left_out`` list, never copied.
+manifest's ``left_out`` list, never copied. Several roots given as ``--runs LABEL=DIR`` (records
+of one arm, task, profile and seed under other settings, e.g. the variants of one finding) go
+to ``runs/<LABEL>/<arm>/<task>/<profile>/seed<k>/``; the manifest names each record's label.
 
 Analysis at freeze time (``repro.analysis.listops_roots``): for ListOps records the task's
 test set is rebuilt from the record's config (``--data-dir`` / ``--cache-dir``; generated
@@ -167,22 +172,23 @@ def find_records(runs_root: Path, arms=None, tasks=None, profiles=None, seeds=No
 # ---------------------------------------------------------------- freezing
 
 
-def _copy_bench(sources: list[Path], dest: Path) -> list[str]:
+def _copy_files(sources: list[Path], dest: Path, folder: str) -> list[str]:
+    """Copy files and folders (``--bench``, ``--extra``) into ``dest/folder``; returns the bundle paths."""
     copied = []
     for source in sources:
         source = Path(source)
         if not source.exists():
-            raise BundleError(f"--bench {source}: no such file or folder")
+            raise BundleError(f"--{folder} {source}: no such file or folder")
         files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
         for path in files:
             rel_inside = path.name if source.is_file() else Path(source.name, path.relative_to(source)).as_posix()
             if path.suffix in CHECKPOINT_SUFFIXES or "checkpoints" in Path(rel_inside).parts:
                 print(f"left out {path}: checkpoints never go into a bundle", file=sys.stderr)
                 continue
-            target = dest / "bench" / rel_inside
+            target = dest / folder / rel_inside
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
-            copied.append(f"bench/{rel_inside}")
+            copied.append(f"{folder}/{rel_inside}")
     return copied
 
 
@@ -262,8 +268,11 @@ def freeze(version: str, runs_root: Path | list = Path("outputs/runs"), results_
            arms=None, tasks=None, profiles=None, seeds=None, bench: list[Path] | None = None,
            analysis: bool = True, data_dir: Path = Path("data"), cache_dir: Path = Path(".cache/lra-repro"),
            workers: int = 1, authors: list[str] | None = None, title: str | None = None,
-           notes: Path | None = None, log=print) -> Path:
+           notes: Path | None = None, extra: list[Path] | None = None, log=print) -> Path:
     """Freeze the chosen complete records into ``results_root/version``; returns the bundle folder.
+
+    ``extra``: files or folders that back a finding but are no run record or benchmark (a probe's
+    output, a record whose predictions were not kept), copied under ``extra/`` and checksummed.
 
     ``runs_root``: a folder of records, or a list of ``--runs`` values (:func:`parse_runs_roots`).
     ``notes``: a Markdown file (how the grid was run, its budget, what is missing) copied into the
@@ -283,14 +292,15 @@ def freeze(version: str, runs_root: Path | list = Path("outputs/runs"), results_
         log(f"left out {item['path']}: {item['reason']}", file=sys.stderr)
     if notes is not None and not Path(notes).is_file():
         raise BundleError(f"--notes {notes}: no such file; give a Markdown file to copy into the bundle as {NOTES}")
-    if not chosen and not bench:
+    if not chosen and not bench and not extra:
         raise BundleError(f"nothing to freeze: no complete record under {', '.join(map(str, roots.values()))} "
                           "matches the filters" + (f" ({len(left_out)} incomplete left out)" if left_out else ""))
     results_root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{version}.partial-", dir=results_root))
     try:
         runs = _stage_runs(chosen, staging)
-        bench_files = _copy_bench(list(bench or []), staging)
+        bench_files = _copy_files(list(bench or []), staging, "bench")
+        extra_files = _copy_files(list(extra or []), staging, "extra")
         analysed, analysis_missing = [], []
         if analysis:
             analysed, analysis_missing = listops_roots.analyse_records(chosen, staging, data_dir, cache_dir, workers,
@@ -303,7 +313,8 @@ def freeze(version: str, runs_root: Path | list = Path("outputs/runs"), results_
         if notes is not None:
             shutil.copyfile(notes, staging / NOTES)
         manifest = _manifest(version, title, authors, created, commit, runs, staging, bench=bench_files,
-                             analysis=analysed, analysis_missing=analysis_missing, left_out=left_out)
+                             extra=extra_files, analysis=analysed, analysis_missing=analysis_missing,
+                             left_out=left_out)
         records.write_json(staging / MANIFEST, manifest)
         records.write_atomic(staging / MANIFEST_HASH, f"{sha256_file(staging / MANIFEST)}  {MANIFEST}\n")
         os.chmod(staging, 0o777 & ~_umask())  # mkdtemp made it 0700: a bundle is shared like any folder
@@ -419,6 +430,8 @@ def _parser() -> argparse.ArgumentParser:
     fr.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     fr.add_argument("--author", action="append", help="author for CITATION.cff (repeatable)")
     fr.add_argument("--title", help="title for CITATION.cff")
+    fr.add_argument("--extra", type=Path, action="append",
+                    help="file or folder backing a finding that is no run record or benchmark (repeatable)")
     fr.add_argument("--notes", type=Path, help=f"Markdown file copied into the bundle as {NOTES} (budget, how it was run)")
     for name, text in (("verify", "recompute every checksum"), ("cite", "print BibTeX and a one-line citation")):
         p = sub.add_parser(name, help=text)
@@ -436,7 +449,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(message, file=file)
             freeze(args.version, args.runs or [Path("outputs/runs")], args.results, args.arm, args.task, args.profile, args.seed, args.bench,
                    analysis=not args.no_analysis, data_dir=args.data_dir, cache_dir=args.cache_dir,
-                   workers=args.workers, authors=args.author, title=args.title, notes=args.notes, log=log)
+                   workers=args.workers, authors=args.author, title=args.title, notes=args.notes,
+                   extra=args.extra, log=log)
         elif args.command == "verify":
             problems = verify(args.bundle)
             if problems:

@@ -258,3 +258,18 @@ def test_runs_roots_that_could_collide_are_refused(tmp_path, values, message):
     with pytest.raises(BundleError) as err:
         bundle.freeze("v1", values, tmp_path / "results", analysis=False, log=quiet)
     assert str(err.value) == message.format(x=tmp_path)
+
+
+def test_extra_files_are_copied_checksummed_and_listed(tmp_path):
+    probe = tmp_path / "probes"
+    (probe / "inner").mkdir(parents=True)
+    (probe / "control.json").write_text('{"val_acc": 0.99}\n')
+    (probe / "inner" / "note.txt").write_text("logit spread 2e-5\n")
+    (tmp_path / "runs").mkdir()
+    made = bundle.freeze("v1", tmp_path / "runs", tmp_path / "results", extra=[probe], analysis=False, log=quiet)
+    manifest = bundle.load_manifest(made)
+    assert manifest["extra"] == ["extra/probes/control.json", "extra/probes/inner/note.txt"] and manifest["runs"] == []
+    assert (made / "extra/probes/inner/note.txt").read_text() == "logit spread 2e-5\n"
+    assert bundle.verify(made) == []
+    (made / "extra/probes/control.json").write_text('{"val_acc": 1.0}\n')
+    assert bundle.verify(made) == ["changed: extra/probes/control.json"]
