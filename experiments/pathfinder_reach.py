@@ -1,6 +1,6 @@
 """How much of a generated Pathfinder image can one receptive field of a convolutional stack see?
 
-``python experiments/pathfinder_reach.py``  (all three difficulties, seed 003 Table 1's kernels, depth 6)
+``python experiments/pathfinder_reach.py``  (all three difficulties, the follow-up study, Table 1's kernels, depth 6)
 ``python experiments/pathfinder_reach.py --difficulty hard --kernels 61 --depths 6 12 24``
 
 For each difficulty and (kernel, depth), prints the share of images whose label one window of
@@ -30,7 +30,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--difficulty", nargs="+", default=list(render.DIFFICULTIES), choices=render.DIFFICULTIES)
     parser.add_argument("--resolution", type=int, default=32, choices=(32, 128))
-    table1_kernels = [int(k) for k in published("followup_table1_locality")["kernel_size"]]  # seed 003 Table 1
+    table1_kernels = [int(k) for k in published("followup_table1_locality")["kernel_size"]]  # the follow-up study, Table 1
     parser.add_argument("--kernels", type=int, nargs="+", default=table1_kernels)
     parser.add_argument("--depths", type=int, nargs="+", default=[6])
     parser.add_argument("--chunks", type=int, default=2, help="generator chunks of 1,000 images each (half positive)")

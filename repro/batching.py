@@ -12,7 +12,7 @@ Trimming changes nothing a model computes only if the model is *length-flexible*
 positions must not reach the real positions' outputs, and no weight may be tied to the padded
 length. A mixer says so with a class attribute ``length_flexible = True`` (the bounded
 convolution zeroes padded positions before each convolution); tests check trimmed equals padded
-for each model that claims it. LRA pads every batch to the task length (seed 001 section 2.2),
+for each model that claims it. LRA pads every batch to the task length (Tay et al. 2021, section 2.2),
 so the paper profile keeps ``train.length_bucketing=off``; the budget profile uses ``auto``.
 """
 from __future__ import annotations

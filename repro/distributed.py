@@ -1,4 +1,4 @@
-"""Data-parallel training across processes started by ``torchrun`` (issue 9).
+"""Data-parallel training across processes started by ``torchrun``.
 
 ``torchrun --nproc_per_node=N experiments/run.py ...`` starts N copies of the runner with
 ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` (and ``MASTER_ADDR``/``MASTER_PORT``) in their

@@ -3,7 +3,7 @@
 One head for all models, as LRA's ``common_layers`` does: pool the encoder's
 token states to one vector per sequence, then classify. Retrieval uses two
 towers: one shared encoder embeds each document separately, and the head
-combines the two vectors (seed 001 section 2.2.3).
+combines the two vectors (Tay et al. 2021, section 2.2.3).
 """
 from __future__ import annotations
 

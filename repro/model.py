@@ -51,7 +51,7 @@ def get_backbone(name: str):
 
 
 def sinusoidal_table(length: int, dim: int, base: float = 10000.0) -> torch.Tensor:
-    """Vaswani et al.'s sinusoidal positions [length, dim] (base frequency as rotary's, seed 003 A.2)."""
+    """Vaswani et al.'s sinusoidal positions [length, dim] (base frequency as rotary's, the follow-up study, A.2)."""
     position = torch.arange(length, dtype=torch.float64).unsqueeze(1)
     inv_freq = torch.exp(-math.log(base) * torch.arange(0, dim, 2, dtype=torch.float64) / dim)
     table = torch.zeros(length, dim, dtype=torch.float64)

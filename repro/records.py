@@ -1,4 +1,4 @@
-"""Run records (DESIGN.md "Records are the interface"), written atomically.
+"""Run records (ARCHITECTURE.md, "Records are the interface"), written atomically.
 
 A run folder holds ``config.yaml`` (the resolved config), ``history.csv`` (one
 row per logged step or evaluation), ``predictions.csv`` (per test example: index,

@@ -1,6 +1,6 @@
 """From a composed config to run records: resolve one (arm, task, profile, seed), train it, write it.
 
-Precedence of settings, lowest first (DESIGN.md "Configs say deltas"):
+Precedence of settings, lowest first (ARCHITECTURE.md, "Configs say deltas"):
 arm defaults < the arm's per-task block < the techniques' per-task block
 (``techniques.tasks.<task>.task`` / ``.train``) < the profile < the command line's
 top-level ``model`` / ``train`` blocks and its ``task.<key>`` settings. A profile's ``model`` block only

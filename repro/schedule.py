@@ -1,6 +1,6 @@
 """Learning-rate schedules of the two studies, as one checkpointable controller.
 
-- ``followup`` (seed 003 appendix A.2): "a learning rate scheduler that reduces
+- ``followup`` (the follow-up study, appendix A.2): "a learning rate scheduler that reduces
   the learning rate on training plateau and during the last 10% of the training
   epochs". The plateau rule watches the mean training loss of each epoch; the
   final phase decays linearly to zero over the last ``final_fraction`` of

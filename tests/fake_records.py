@@ -54,7 +54,7 @@ def make_record(runs_root: Path, arm: str, task: str, seed: int, *, profile: str
     run_dir = Path(runs_root) / arm / task / profile / f"seed{seed}"
     config = {"subset": None, "arm": arm, "task": task_cfg or {"name": task, "data_seed": 0}, "profile": profile,
               "seed": seed, "model": {"backbone": "fake"}, "train": {"lr": 0.001}, "device": "auto"}
-    if techniques is not None:  # the runner's techniques block (issue 6): name and per-task augment
+    if techniques is not None:  # the runner's techniques block: name and per-task augment
         config["techniques"] = {"name": techniques, "augment": {}}
     records.write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
     history = [{"step": 10, "epoch": 0.5, "lr": 0.001, "train_loss": 1.0},

@@ -1,4 +1,4 @@
-"""The speed and memory benchmark (issue 5, acceptance 4): end to end on CPU, FLOP counts, OOM rows, the table."""
+"""The speed and memory benchmark: end to end on CPU, FLOP counts, OOM rows, the table."""
 from __future__ import annotations
 
 import csv

@@ -1,4 +1,4 @@
-"""Bundles: freeze, verify, cite (issue 8, acceptance 1)."""
+"""Bundles: freeze, verify, cite."""
 from __future__ import annotations
 
 import hashlib

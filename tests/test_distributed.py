@@ -1,4 +1,4 @@
-"""Scaling out (issue 9): DDP under torchrun, Hydra sweeps, preemption signals, checkpoint fallback.
+"""Scaling out: DDP under torchrun, Hydra sweeps, preemption signals, checkpoint fallback.
 
 Every run here is the smoke profile on CPU (ListOps, 32 steps); the reference is one
 uninterrupted single-process run computed once per module.

@@ -1,8 +1,8 @@
-"""The follow-up's other sequence models (issue 7): gMLP's long convolution, S4D, S5, MEGA.
+"""The follow-up's other sequence models: gMLP's long convolution, S4D, S5, MEGA.
 
 Each layer is checked against a reference written here: the FFT convolution against direct
 sums, S4D's kernel against its recurrence, S5's parallel scan against the sequential
-recurrence, MEGA's EMA against seed 003 eq. 4 step by step; then shapes, padding and the arms.
+recurrence, MEGA's EMA against the follow-up study, eq. 4 step by step; then shapes, padding and the arms.
 """
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def test_two_sided_kernel_places_the_backward_half(includes_current):
 
 
 def test_gmlp_spatial_projection_is_a_toeplitz_matrix_with_tiled_channel_kernels():
-    """W z + b with W[t, s] = kernel[h mod channels, (t - s) + max_len - 1] (seed 003 eq. 5, Table 6)."""
+    """W z + b with W[t, s] = kernel[h mod channels, (t - s) + max_len - 1] (the follow-up study, eq. 5, Table 6)."""
     torch.manual_seed(0)
     sgu = SpatialGatingUnit(d_hidden=6, max_len=20, channels=3).double()
     with torch.no_grad():
@@ -253,7 +253,7 @@ def test_s5_output_activations(activation):
 
 
 def ema_recurrence(ema: MultiDimEMA, x: np.ndarray) -> np.ndarray:
-    """Seed 003 eq. 4 per expanded dimension: h_t = alpha u_t + (1 - alpha delta) h_{t-1}, u_t = beta x_t,
+    """The follow-up study, eq. 4 per expanded dimension: h_t = alpha u_t + (1 - alpha delta) h_{t-1}, u_t = beta x_t,
     y_t = sqrt(1/N) sum_j eta_j h_t^(j); the backward EMA runs the same recurrence from the end."""
     alpha = torch.sigmoid(ema.alpha).detach().numpy()  # [dirs, D, N]
     delta = torch.sigmoid(ema.delta).detach().numpy()
@@ -422,14 +422,14 @@ def test_arms_resolve_to_their_papers_settings():
     assert (s4["model"]["depth"], s4["model"]["d_model"], s4["model"]["d_state"], s4["model"]["prenorm"]) == (6, 256, 64, True)
     assert (s4["train"]["lr"], s4["train"]["batch_size"], s4["train"]["weight_decay"]) == (0.004, 64, 0.05)
     s5 = resolve(composed("arm=s5", "task=pathfinder", "profile=paper"))
-    assert s5["model"]["activation"] == "full_glu"  # seed 003 A.2
+    assert s5["model"]["activation"] == "full_glu"  # the follow-up study, A.2
     assert (s5["model"]["d_model"], s5["model"]["d_state"], s5["model"]["blocks"], s5["train"]["lr"]) == (192, 256, 8, 0.0045)
     assert resolve(composed("arm=s5", "task=listops", "profile=paper"))["model"]["activation"] == "half_glu2"
     mega = resolve(composed("arm=mega", "task=listops", "profile=paper"))
     m = mega["model"]
     assert (m["d_model"], m["d_hidden"], m["qkv_dim"], m["ema_dim"], m["prenorm"], m["chunk_size"]) == (80, 160, 64, 16, False, None)
     assert m["ema_truncation"] == 1024 and m["attention"] == "softmax" and mega["train"]["grad_clip"] == 1.0
-    for arm in ARMS:  # seed 003 A.2: the follow-up's scheduler for every model
+    for arm in ARMS:  # the follow-up study, A.2: the follow-up's scheduler for every model
         assert resolve(composed(f"arm={arm}", "task=listops", "profile=paper"))["train"]["schedule"] == "followup"
 
 

@@ -1,4 +1,4 @@
-"""ListOps generator and reader (issue 2, acceptance 3)."""
+"""ListOps generator and reader."""
 from __future__ import annotations
 
 import random

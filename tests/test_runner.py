@@ -1,4 +1,4 @@
-"""The Hydra runner end to end on the smoke profile (issue 2, acceptance 2, 4, 6, 7)."""
+"""The Hydra runner end to end on the smoke profile."""
 from __future__ import annotations
 
 import csv

@@ -1,4 +1,4 @@
-"""Every task end to end on the smoke profile, from fixtures in the official layouts (issue 3, acceptance 5)."""
+"""Every task end to end on the smoke profile, from fixtures in the official layouts."""
 from __future__ import annotations
 
 import random

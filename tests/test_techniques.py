@@ -1,4 +1,4 @@
-"""The follow-up's training techniques (issue 6, acceptance 1) and the techniques config group."""
+"""The follow-up's training techniques and the techniques config group."""
 from __future__ import annotations
 
 import random

@@ -1,7 +1,7 @@
-"""Speed and memory benchmark of every arm in the LRA text-task configuration (issue 5).
+"""Speed and memory benchmark of every arm in the LRA text-task configuration.
 
 The LRA paper timed its models on the byte-level text task at lengths 1K-4K,
-batch 32 (seed 001 section 3.4, Table 2). ``experiments/bench.py`` reruns that
+batch 32 (Tay et al. 2021, section 3.4, Table 2). ``experiments/bench.py`` reruns that
 measurement on a GPU for every arm YAML (and optional public peer
 implementations), training and inference, with peak memory and a FLOP count.
 

@@ -65,7 +65,7 @@ def transformer_forward_flops(model_cfg: dict, batch: int, seq_len: int, num_cla
 
 
 def conv_forward_flops(model_cfg: dict, batch: int, seq_len: int, num_classes: int) -> int:
-    """Forward FLOPs of the bounded-conv model (seed 003 appendix A.2), plus the head."""
+    """Forward FLOPs of the bounded-conv model (the follow-up study, appendix A.2), plus the head."""
     d, h, k = int(model_cfg["d_model"]), int(model_cfg["d_hidden"]), int(model_cfg["kernel_size"])
     groups = int(model_cfg.get("groups", 1))
     per_layer = 2 * seq_len * h * (d // groups) * k + 2 * seq_len * h * d

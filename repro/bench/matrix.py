@@ -155,7 +155,7 @@ def conv_layer_tflops(spec: BenchModel, model, length: int, mode: str, settings:
     """TFLOP/s of the convolutions alone (one layer, as the model runs it), for conv rows.
 
     Forward for ``infer``, forward + backward (3x FLOPs) for ``train``, at the row's
-    batch and length with the layer's own ``impl`` (acceptance 3 of issue 5).
+    batch and length with the layer's own ``impl``.
     """
     layer = next((m for m in model.modules() if isinstance(m, BoundedConvMixer)), None)
     if layer is None:

@@ -8,9 +8,9 @@ the peers themselves, whose ``requires`` names the package they need).
 
 Settings come from the runner's own resolution (``repro.runner.resolve``: arm <
 arm.tasks[task] < profile) for ``task=text`` and ``profile=paper``: the LRA text
-configuration of the arm (seed 001 section 3.4, appendix A; for the LRA arms the
+configuration of the arm (Tay et al. 2021, section 3.4, appendix A; for the LRA arms the
 release's 4 layers, width 256, 4 heads, FFN 1024; for the conv arms the follow-up's
-text settings, seed 003 Table 7). The sequence length is the benchmark's, not the
+text settings, the follow-up study, Table 7). The sequence length is the benchmark's, not the
 task's: ``build`` sizes the model for ``length`` tokens (plus the CLS token where
 the arm has one).
 """

@@ -1,4 +1,4 @@
-"""Public PyTorch implementations of four LRA mechanisms, wrapped as our token mixers (issue 5, peers).
+"""Public PyTorch implementations of four LRA mechanisms, wrapped as our token mixers (the benchmark's peer rows).
 
 The packages (``pip install -e ".[peers]"``; never required by the package) are
 lucidrains' ``performer-pytorch``, ``linformer``, ``reformer-pytorch`` and

@@ -2,9 +2,9 @@
 
 Everything is written into a hidden temporary folder next to the destination and
 renamed into place at the end, so no half-written bundle is ever left under
-``results/`` (DESIGN.md "Fail loudly, lose nothing").
+``results/`` (ARCHITECTURE.md, "Fail loudly, lose nothing").
 
-Table 2 of the LRA paper (seed 001 section 3.4) gives training steps per second and
+Table 2 of the LRA paper (Tay et al. 2021, section 3.4) gives training steps per second and
 peak memory per TPU device at lengths 1K-4K, batch 32, on the byte-level text task;
 here the same layout holds our numbers, each with its ratio to the vanilla
 Transformer (SDPA backend) at the same length, beside the published TPU numbers
@@ -221,7 +221,7 @@ def _value_cell(row: dict, key: str, digits: int) -> str:
 
 def peer_table(rows: list[dict], pairs: dict) -> list[str]:
     """Ours against each peer at the largest length: speed and memory ratios, and whether ours is
-    at least as fast with no more memory (issue 5, acceptance 5)."""
+    at least as fast with no more memory."""
     longest = max(r["length"] for r in rows)
     index = _index(rows)
     header = ["peer", "ours", "mode", "ours steps/s", "peer steps/s", "speed ours / peer", "ours GB", "peer GB",
@@ -298,7 +298,7 @@ def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str]
         f"Batch {meta['batch']}, dtype {meta['dtype']} (autocast: {meta['autocast']}), torch {meta['torch']}, "
         f"CUDA {meta['cuda']}; warm-up {meta['warmup']} steps, median of up to {meta['reps']} timed steps. "
         f"Ratios in parentheses: to `{REFERENCE_MODEL}` (SDPA) at the same length; for the LRA TPU columns "
-        "(seed 001 Table 2, 4x4 TPU v3), to the published Transformer. Peak memory in GB (10^9 bytes): "
+        "(Tay et al. 2021, Table 2, 4x4 TPU v3), to the published Transformer. Peak memory in GB (10^9 bytes): "
         "torch.cuda.max_memory_allocated over the measured steps, weights and optimiser state included. "
         f"Attention dropout: {dropout_words(meta.get('attention_dropout'))}.",
         "",

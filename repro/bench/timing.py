@@ -105,7 +105,7 @@ class StepTimer:
 
         ``max_seconds`` caps the timed part: the number of timed steps is cut so that
         their expected time (from the last warm-up step) stays under it, never below 3
-        (or ``reps``, if smaller), so the whole matrix fits one GPU session.
+        (or ``reps``, if smaller), so the whole matrix fits one GPU slot.
         """
         last_ms = None
         for _ in range(warmup):

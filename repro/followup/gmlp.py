@@ -1,4 +1,4 @@
-"""gMLP with a full-length learned convolution as its spatial projection (seed 003 section 2.5, eq. 5, Table 6).
+"""gMLP with a full-length learned convolution as its spatial projection (the follow-up study, section 2.5, eq. 5, Table 6).
 
     Z = sigma(X U),  Z1, Z2 = split(Z),  Zhat = Z1 * (W Z2 + b),  O = Zhat V        (eq. 5)
 
@@ -84,7 +84,7 @@ class GMLPMixer(nn.Module):
 
 
 def build_gmlp_layers(cfg: dict, max_len: int) -> list[nn.Module]:
-    """``depth`` gMLP mixers (seed 003 Table 6); the shared block adds the residual and the norm."""
+    """``depth`` gMLP mixers (the follow-up study, Table 6); the shared block adds the residual and the norm."""
     # techniques: see the techniques config group
     return [
         GMLPMixer(

@@ -1,6 +1,6 @@
 """S4D: the diagonal state-space layer of Gu, Gupta, Goel and Re (2022), "On the
 parameterization and initialization of diagonal state space models" (the follow-up's
-"S4 (Gu et al., a)", seed 003 section 2.3.1 and Table 3).
+"S4 (Gu et al., a)", the follow-up study, section 2.3.1 and Table 3).
 
 Per channel h (H channels, N/2 complex modes n; conjugate pairs give the other N/2):
 

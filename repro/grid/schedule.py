@@ -1,6 +1,7 @@
 """Run commands N to a GPU, in order, before a deadline; pass stop signals on so each run checkpoints.
 
-Each job is a subprocess in its own session (so only this scheduler decides what it is sent),
+Each job is a subprocess that leads its own process group (``os.setsid``: a Ctrl-C in the terminal
+reaches the scheduler alone, which decides what each job is sent),
 with ``CUDA_VISIBLE_DEVICES`` set to its GPU. Jobs start in the given order whenever a GPU
 can take one (``slots.GpuSlots``); a job whose packing limit keeps it off every GPU for now
 waits, and the next job that fits starts meanwhile. A job whose expected seconds
@@ -149,7 +150,7 @@ class Scheduler:
             job.log_path.parent.mkdir(parents=True, exist_ok=True)
             handle = job.log_path.open("a")
         try:
-            process = subprocess.Popen(job.command, env=env, stdout=handle, start_new_session=True,
+            process = subprocess.Popen(job.command, env=env, stdout=handle, preexec_fn=os.setsid,  # noqa: PLW1509
                                        stderr=subprocess.STDOUT if handle else None)
         except BaseException:
             if handle is not None:

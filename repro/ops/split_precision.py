@@ -1,7 +1,7 @@
 """'Same' conv1d with a bf16 forward and a hand-written backward, for large kernels under bf16 autocast.
 
 cuDNN's bf16 forward is fast at K=61 (about 300 TFLOP/s on an H200), but its bf16 *input-gradient*
-kernel is the trap (10 TFLOP/s for the whole layer; experiments/perf_notes.md, "Bounded convolution").
+kernel is the trap (10 TFLOP/s for the whole layer; paper/performance.md, "Bounded convolution").
 Here the input gradient is a bf16 *forward* convolution of the output gradient by the flipped,
 transposed kernel (``flip``), and the weight gradient is cuDNN's in TF32 or bf16 matrix products.
 All accumulate in float32; float64 stays float64 (exact reference tests).
@@ -31,7 +31,7 @@ def input_grad_flip(grad_out: torch.Tensor, weight: torch.Tensor, groups: int) -
 
     ``dx[c, m] = sum_{o,t} w[o, c, t] g[o, m + p - t]`` = ``sum_{o,s} w'[c, o, s] g[o, m + s - p]``
     with ``w'[c, o, s] = w[o, c, K-1-s]`` (per group). cuDNN's forward kernels are fast in
-    bf16 where its bf16 input-gradient kernels are not (experiments/perf_notes.md).
+    bf16 where its bf16 input-gradient kernels are not (paper/performance.md).
     """
     c_out, c_per_group, k = weight.shape
     w_t = weight.unflatten(0, (groups, c_out // groups)).transpose(1, 2).flatten(0, 1).flip(-1)

@@ -19,8 +19,7 @@ def conv1d_same_toeplitz(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     (Toeplitz) matrix ``T[(c, w), (o, t)] = weight[o, c, w - t]`` where ``0 <= w - t < K``,
     else 0. That is ``W / K`` times the direct multiply-adds (about 2x at K=61, block 64),
     but as large dense products on tensor cores, where cuDNN runs grouped convolutions with
-    few channels per group far below peak (experiments/perf_notes.md, "Grouped convolution as a
-    Toeplitz product").
+    few channels per group far below peak (paper/performance.md, "Bounded convolution").
     Autograd gives both gradients: products by ``T`` transposed, an overlap-add of the
     windows, and a sum over each band for the weight. Runs in the input's dtype (bf16
     under autocast, float64 in the exact tests).

@@ -1,4 +1,4 @@
-"""Image (seed 001 section 2.2.4, appendix A.2): grayscale CIFAR-10 as 1024 tokens of 8-bit intensity.
+"""Image (Tay et al. 2021, section 2.2.4, appendix A.2): grayscale CIFAR-10 as 1024 tokens of 8-bit intensity.
 
 Readers:
 - ``official``: torchvision's ``cifar-10-batches-py/`` (``data_batch_1..5``, ``test_batch``

@@ -1,4 +1,4 @@
-"""ListOps (seed 001 section 2.2.1): 10-way classification of nested list operations.
+"""ListOps (Tay et al. 2021, section 2.2.1): 10-way classification of nested list operations.
 
 Two sources give the same token ids: the official release files
 ``listops-1000/basic_{train,val,test}.tsv`` and our seeded generator

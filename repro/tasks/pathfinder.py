@@ -1,4 +1,4 @@
-"""Pathfinder (32x32) and Path-X (128x128): are the two markers on one dashed contour? (seed 001 sections 2.2.5-2.2.6).
+"""Pathfinder (32x32) and Path-X (128x128): are the two markers on one dashed contour? (Tay et al. 2021, sections 2.2.5-2.2.6).
 
 Two sources give the same kind of arrays, uint8 pixels ``[N, H*W]`` flattened
 row-major (1,024 tokens at 32x32, 16,384 at 128x128; the intensity 0-255 is the
@@ -6,7 +6,7 @@ token, and 0 is black, not padding):
 
 * the official release, ``<data_dir>/<official_subdir>/<difficulty folder>/``
   with ``imgs/<k>/sample_<i>.png`` and ``metadata/<k>.npy`` (a text file of
-  lines ``imgs/<k> sample_<i>.png <i> <label> ...``; generators.md). All-black
+  lines ``imgs/<k> sample_<i>.png <i> <label> ...``; the LRA release's ``lra_benchmarks/data/pathfinder.py``). All-black
   images (LRA filtered them) are dropped and counted.
 * our seeded generator, in fixed-size chunks seeded by (seed, difficulty,
   resolution, chunk), so the images do not depend on how many processes make
@@ -15,8 +15,8 @@ token, and 0 is black, not padding):
   render version 3: the earlier renderer, real-valued geometry and exact clearances).
 
 Each difficulty is split 80/10/10 into train/val/test in a seeded shuffled
-order (LRA splits each difficulty 80/10/10; generators.md). ``difficulty=hard``
-uses hard only; ``difficulty=all`` is the follow-up's technique (seed 003
+order (LRA splits each difficulty 80/10/10). ``difficulty=hard``
+uses hard only; ``difficulty=all`` is the follow-up's technique (the follow-up study
 section 3 and appendix C): train on easy + intermediate + hard with equal-size
 parts, three times the hard training set, and validate and test on hard only.
 """
@@ -42,7 +42,7 @@ NUM_CLASSES = 2
 VOCAB_SIZE = 256  # pixel intensities
 SPLITS = ("train", "val", "test")
 DIFFICULTIES = render.DIFFICULTIES
-# generators.md: the release's three folders per resolution.
+# The release's three folders per resolution (lra_benchmarks/data/pathfinder.py).
 OFFICIAL_FOLDERS = {"easy": "curv_baseline", "intermediate": "curv_contour_length_9", "hard": "curv_contour_length_14"}
 CHUNK = 1000  # images per generation chunk (even: exactly half positive); part of the cache key
 READER_VERSION = 1
@@ -105,7 +105,7 @@ def _metadata_lines(path: Path) -> list[list[str]]:
 def read_metadata(path: Path) -> list[tuple[str, int, int]]:
     """``(image path relative to the difficulty folder, label, line number)`` for each line.
 
-    Field 0 is the sub-folder, field 1 the file name, field 3 the label (generators.md).
+    Field 0 is the sub-folder, field 1 the file name, field 3 the label (as LRA's input pipeline reads them).
     """
     entries = []
     for line_no, fields in enumerate(_metadata_lines(path), start=1):
@@ -341,7 +341,7 @@ def load_difficulty(cfg, source: str, difficulty: str, data_dir: Path, cache_dir
 def compose_all(pools: dict[str, dict]) -> tuple[dict[str, Split], dict]:
     """Train: equal parts of easy, intermediate and hard (3x hard's train); val/test: hard.
 
-    Seed 003 appendix C: subsets of easy and intermediate the size of hard's training set,
+    The follow-up study, appendix C: subsets of easy and intermediate the size of hard's training set,
     "to have exactly three times the number of training samples". Easy and intermediate
     contribute their first rows in split order (train, then val, then test: their
     val/test are not used otherwise).

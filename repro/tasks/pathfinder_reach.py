@@ -1,6 +1,6 @@
 """What a bounded receptive field can see of a Pathfinder image, flattened row-major.
 
-A stack of ``depth`` 'same' convolutions of kernel ``K`` (seed 003 section 8, Table 1)
+A stack of ``depth`` 'same' convolutions of kernel ``K`` (the follow-up study, section 8, Table 1)
 gives each output position the ``2 * depth * (K // 2) + 1`` tokens around it; mean
 pooling then adds up what each such window computed. The label is a global property:
 the two markers lie on one target contour or on two. One window *settles* it when it

@@ -1,7 +1,7 @@
-"""Pathfinder images (Linsley et al. 2018; seed 001 section 2.2.5): contours of dashes and two markers.
+"""Pathfinder images (Linsley et al. 2018; Tay et al. 2021, section 2.2.5): contours of dashes and two markers.
 
 Written from the published description and the LRA generator settings in the
-shared reference ``generators.md`` (Pathfinder section); no generator code is
+LRA release's ``lra_benchmarks/data/pathfinder.py`` docstrings; no generator code is
 reused. One image holds
 
 * two *target* contours of ``contour_length`` dashes ("paddles"), grown from two
@@ -41,7 +41,7 @@ the direction to that pixel; seeds start on pixel centres at whole-degree
 headings. Every dash then looks like one of a few dozen patterns, as in the
 release's images, where real-valued positions make every dash unique (a
 sequence model with per-intensity embeddings can memorise those:
-experiments/perf_notes.md, seventh session). Lattice gaps inside a contour vary
+paper/findings.md, "Pathfinder on the project's earlier contour render"). Lattice gaps inside a contour vary
 around 2 * margin; ours keep them under ``DashField.max_gap``, below the
 clearance between contours (the release does not), at the cost of more restarts.
 
@@ -71,7 +71,7 @@ from typing import Optional
 import numpy as np
 
 DIFFICULTIES = ("easy", "intermediate", "hard")
-# generators.md: curv_baseline (6), curv_contour_length_9, curv_contour_length_14.
+# The release's folders: curv_baseline (6), curv_contour_length_9, curv_contour_length_14.
 CONTOUR_LENGTH = {"easy": 6, "intermediate": 9, "hard": 14}
 DIFFICULTY_CODE = {name: i for i, name in enumerate(DIFFICULTIES)}
 RENDER_VERSION = 3  # bump when the images a seed gives change; part of cache keys
@@ -82,7 +82,7 @@ RENDER_VERSION = 3  # bump when the images a seed gives change; part of cache ke
 
 @dataclass(frozen=True)
 class PathSpec:
-    """Generator settings for one resolution and difficulty (generators.md, LRA table)."""
+    """Generator settings for one resolution and difficulty (the LRA release's pathfinder.py)."""
 
     size: int = 32  # window_size (square)
     padding: float = 1.0  # empty border, pixels
@@ -114,7 +114,7 @@ DISTRACTOR_BUDGET = {32: 20, 128: 35}  # num_distractor_snakes = budget / distra
 def lra_spec(resolution: int, difficulty: str, distractor_budget: Optional[int] = None, **overrides) -> PathSpec:
     """The LRA settings for ``resolution`` 32 (Pathfinder) or 128 (Path-X) at ``difficulty``.
 
-    generators.md: distractor_length = contour_length // 3 and num_distractor_snakes =
+    LRA's pathfinder.py: distractor_length = contour_length // 3 and num_distractor_snakes =
     20 // distractor_length at 32; contour_length / 3 and 35 / distractor_length at 128
     (floored here: the generator needs whole numbers of dashes and contours). Path-X's
     paddle_length 5 and paddle_contrast 1 are the generator's defaults.
@@ -574,7 +574,7 @@ def render(spec: PathSpec, segments: np.ndarray, markers: np.ndarray, contour_id
     """Dashes and markers drawn at ``antialias_scale``, box-downsampled, min-max scaled to uint8.
 
     Dash intensity follows ``dash_contrast`` and marker intensity is 1 before the min-max
-    scaling (generators.md; the release's PNGs are min-max scaled).
+    scaling (the release's PNGs are min-max scaled).
     """
     a = spec.antialias_scale
     canvas = np.zeros((spec.size * a, spec.size * a), dtype=np.float32)

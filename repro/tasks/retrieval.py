@@ -1,4 +1,4 @@
-"""Retrieval (seed 001 section 2.2.3, appendix A.1.3): AAN byte-level document matching.
+"""Retrieval (Tay et al. 2021, section 2.2.3, appendix A.1.3): AAN byte-level document matching.
 
 Reads the LRA release's ``tsv_data/new_aan_pairs.{train,eval,test}.tsv``: headerless,
 tab-separated ``label, id1, id2, text1, text2`` per line, no quoting (the LRA pipeline

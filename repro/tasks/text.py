@@ -1,4 +1,4 @@
-"""Text (seed 001 section 2.2.2, appendix A.1.2): IMDb byte-level binary classification.
+"""Text (Tay et al. 2021, section 2.2.2, appendix A.1.2): IMDb byte-level binary classification.
 
 Two readers give the same ids: the official ``aclImdb/{train,test}/{pos,neg}/<id>_<rating>.txt``
 folders (aclImdb_v1.tar.gz) and the JSONL bundle ``imdb/imdb_{train,test}.jsonl.xz``

@@ -1,7 +1,7 @@
 """Scoring a split (validation during training, test once with the best weights) and the validation log.
 
 The test set is scored once, with the best-validation weights, never the last ones
-(DESIGN.md "Test at the best validation checkpoint").
+(ARCHITECTURE.md, "Test at the best validation checkpoint").
 """
 from __future__ import annotations
 

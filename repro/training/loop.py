@@ -4,7 +4,7 @@ A reader can hold the loop in their head (in the spirit of nanoGPT): a flat loop
 optimiser steps (:meth:`StepLoop.run`); epoch ``e`` visits the training set in a permutation
 drawn from ``(seed, e)`` (batches.py); validation at epoch ends and at configured intervals;
 the best-validation weights are kept and the test set is scored once, with them (never the
-last weights; DESIGN.md "Test at the best validation checkpoint"). Each part has a module:
+last weights; ARCHITECTURE.md, "Test at the best validation checkpoint"). Each part has a module:
 
 - ``state.py``: the run's progress (:class:`RunState`), which ``last.pt`` keeps;
 - ``batches.py``: the task's splits as tensors and the batch of each step;

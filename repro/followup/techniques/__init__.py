@@ -1,4 +1,4 @@
-"""The follow-up's training techniques (seed 003 section 3, appendices A.4 and C), as one per-run object.
+"""The follow-up's training techniques (the follow-up study, section 3, appendices A.4 and C), as one per-run object.
 
 A run's techniques come from the ``techniques`` config group (experiments/conf/techniques/):
 ``techniques.tasks.<task>`` may change the task's settings (``task:``), the training settings

@@ -1,4 +1,4 @@
-"""CIFAR-10 AutoAugment on the RGB image, before LRA's grayscale conversion (seed 003 section 3).
+"""CIFAR-10 AutoAugment on the RGB image, before LRA's grayscale conversion (the follow-up study, section 3).
 
 torchvision's ``AutoAugment(AutoAugmentPolicy.CIFAR10)``: the CIFAR-10 policy of Cubuk et
 al. (25 sub-policies of two operations). The follow-up applies "a strategy derived from

@@ -1,4 +1,4 @@
-"""ListOps operand permutation (seed 003 section 3): at every operator node, its operands in a random order.
+"""ListOps operand permutation (the follow-up study, section 3): at every operator node, its operands in a random order.
 
 "As each mathematical operation in the task is commutative, we can shuffle the order of
 the operands without altering the result ... at each node of the operation tree, we can

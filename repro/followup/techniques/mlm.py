@@ -1,4 +1,4 @@
-"""Multitask masked-token denoising for text and retrieval (seed 003 section 3, appendix A.4).
+"""Multitask masked-token denoising for text and retrieval (the follow-up study, section 3, appendix A.4).
 
 "We mask 30% of the tokens in the input sequence, of which a third are replaced by random
 tokens, and the rest are replaced by a special mask token"; a token-level head predicts
