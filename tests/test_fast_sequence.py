@@ -17,6 +17,7 @@ import repro.original.attention.reformer as reformer_module
 from repro.followup.mega import MegaMixer, RelativePositionBias
 from repro.followup.s5 import S5SSM, TRUNCATED_STD, fft_states, lecun_normal, scan_time_invariant
 from repro.original.attention import load_all
+from repro.original.attention.fast_defaults import FAST_DEFAULTS
 
 ATTN = load_all()
 
@@ -233,6 +234,38 @@ def test_mega_sdpa_equals_materialized_forward_and_gradients(chunk_size):
     assert_same(outputs_and_grads(fast, x_full, None), outputs_and_grads(plain, x_full, None))
 
 
+@pytest.mark.parametrize("value_split", [1, 2])
+@pytest.mark.parametrize("chunk_size", [None, 8])
+def test_mega_flex_equals_materialized_forward_and_gradients(chunk_size, value_split):
+    """The flex path (its differentiable emulation on CPU, ``_flex.dense_flex``: the same score_mod, the
+    relative bias read per score): same outputs, input and parameter gradients (the relative bias's
+    included), with padding and chunks made only of padding."""
+    plain = mega("materialized", chunk_size=chunk_size).train()
+    fast = mega("flex", chunk_size=chunk_size, flex_value_split=value_split).train()
+    fast.load_state_dict(plain.state_dict())
+    x, mask = padded_batch(3, 30, 6, lengths=[30, 13, 1])
+    assert_same(outputs_and_grads(fast, x, mask), outputs_and_grads(plain, x, mask))
+    x_full = x[:1]
+    assert_same(outputs_and_grads(fast, x_full, None), outputs_and_grads(plain, x_full, None))
+    with torch.no_grad():  # eval: flex_attention itself (eager on CPU), score_mod and key bias included
+        torch.testing.assert_close(fast.eval()(x, mask), plain.eval()(x, mask), rtol=1e-10, atol=1e-10)
+
+
+def test_mega_flex_dropout_keeps_one_mask_across_value_splits():
+    """With attention dropout the value halves of ``flex_value_split=2`` see the same keep-mask: the output
+    equals the unsplit call's with the same random draws."""
+    whole = mega("flex", attention_dropout=0.3).train()
+    split = mega("flex", attention_dropout=0.3, flex_value_split=2).train()
+    split.load_state_dict(whole.state_dict())
+    x, mask = padded_batch(2, 30, 6, lengths=[30, 13])
+    torch.manual_seed(5)
+    y_whole = whole(x, mask)
+    torch.manual_seed(5)
+    y_split = split(x, mask)
+    torch.testing.assert_close(y_split, y_whole, rtol=1e-10, atol=1e-10)
+    assert (y_whole - whole.eval()(x, mask)).abs().max() > 1e-7  # dropout acted (float64 rounding is ~1e-16)
+
+
 def test_mega_sdpa_shares_one_bias_matrix_across_the_batch(monkeypatch):
     calls = []
 
@@ -247,12 +280,19 @@ def test_mega_sdpa_shares_one_bias_matrix_across_the_batch(monkeypatch):
     assert calls == [((3 * 4, 1, 8, 8), (8, 8))]  # qkv_dim 4 + the folded padding feature, padded to 8
 
 
-def test_mega_attention_impl_choice():
+def test_mega_attention_impl_choice(monkeypatch):
     mixer = MegaMixer(d_model=4, d_hidden=4, qkv_dim=4, max_len=8)
     assert mixer.resolved_attention_impl(torch.device("cpu")) == "materialized"
+    monkeypatch.setitem(FAST_DEFAULTS["mega"], "attention_impl", "sdpa")  # the one-line switch
     assert mixer.resolved_attention_impl(torch.device("cuda")) == "sdpa"
-    with pytest.raises(ValueError, match=r"model.attention_impl='flex': choose one of auto, materialized, sdpa"):
-        MegaMixer(d_model=4, d_hidden=4, qkv_dim=4, max_len=8, attention_impl="flex")
+    monkeypatch.setitem(FAST_DEFAULTS["mega"], "attention_impl", "flex")
+    assert mixer.resolved_attention_impl(torch.device("cuda")) == "flex"
+    with pytest.raises(ValueError, match=r"model.attention_impl='fused': choose one of auto, materialized, sdpa, flex"):
+        MegaMixer(d_model=4, d_hidden=4, qkv_dim=4, max_len=8, attention_impl="fused")
+    with pytest.raises(ValueError, match=r"mega: model.flex_value_split=3 is not one of 'auto', 1, 2, 4"):
+        MegaMixer(d_model=4, d_hidden=4, qkv_dim=4, max_len=8, flex_value_split=3)
+    with pytest.raises(ValueError, match=r"model.flex_kernel_options=64: give auto, null or a mapping"):
+        MegaMixer(d_model=4, d_hidden=4, qkv_dim=4, max_len=8, flex_kernel_options=64)
 
 
 def test_mega_relative_bias_is_the_toeplitz_matrix_of_its_offsets():

@@ -43,7 +43,6 @@ from torch import Tensor
 
 from . import ATTENTION
 from ._common import (
-    BLOCKSPARSE_BACKENDS,
     AttentionMixer,
     FlexPatternMixin,
     dense_attention,
@@ -135,6 +134,8 @@ def dense_mask(
 
 @ATTENTION.register("bigbird")
 class BigBirdAttention(FlexPatternMixin, AttentionMixer):
+    FLEX_MECHANISM = "bigbird"
+
     def __init__(
         self,
         d_model: int,
@@ -149,6 +150,9 @@ class BigBirdAttention(FlexPatternMixin, AttentionMixer):
         random_max_len: Optional[int] = 1024,
         seed: int = 0,
         backend: str = "auto",
+        flex_block="auto",
+        flex_global_rows: str = "auto",
+        flex_lse_pass: str = "auto",
     ):
         super().__init__(d_model, n_heads, max_len, dropout)
         if block_size < 1 or n_random < 0 or n_global < 0:
@@ -159,9 +163,7 @@ class BigBirdAttention(FlexPatternMixin, AttentionMixer):
         self.window_blocks = int(window_blocks)
         self.n_global, self.global_last, self.seed = int(n_global), bool(global_last), int(seed)
         self.random_max_len = random_max_len
-        if backend not in BLOCKSPARSE_BACKENDS:
-            raise ValueError(f"unknown backend {backend!r}; choose from {BLOCKSPARSE_BACKENDS}")
-        self.backend = backend
+        self.init_flex(backend, flex_block, flex_global_rows, flex_lse_pass)
         self.global_blocks = global_blocks_for(max_len, self.block_size, self.n_global,
                                                self.global_last)
         rb = draw_random_blocks(n_heads, max_len, self.block_size, self.n_random,
@@ -178,12 +180,20 @@ class BigBirdAttention(FlexPatternMixin, AttentionMixer):
     def flex_heads(self) -> int:
         return self.n_heads
 
-    def flex_mask_mod(self, device):
+    def flex_global_rows(self, L: int) -> list[int]:
+        S = self.block_size
+        return [pos for blk in self.global_blocks for pos in range(blk * S, min(L, (blk + 1) * S))]
+
+    def flex_mask_mod(self, device, dense_rows: bool = False):
+        """The block-level pattern [H, NB, NB] over the blocks of max_len, looked up per pair (at a
+        tile side of 64 = ``block_size`` every tile is full or absent and the kernel never calls
+        it); ``dense_rows``: the global blocks' query rows allowed nothing (computed apart)."""
         S = self.block_size
         nb = self.rand_blocks.shape[1]
-        # block-level pattern [H, NB, NB] over the blocks of max_len
         table = block_pattern(nb, self.rand_blocks, self.global_blocks, self.window_blocks,
                               device)
+        if dense_rows:
+            table[:, [b for b in self.global_blocks if b < nb]] = False
 
         def mask_mod(b, h, qi, kv):
             return table[h, qi // S, kv // S]
@@ -240,4 +250,5 @@ class BigBirdAttention(FlexPatternMixin, AttentionMixer):
         return (super().extra_repr() + f", block_size={self.block_size}, "
                 f"n_random={self.n_random}, window_blocks={self.window_blocks}, "
                 f"global_blocks={self.global_blocks}, random_max_len={self.random_max_len}, "
-                f"seed={self.seed}, backend={self.backend!r}")
+                f"seed={self.seed}, backend={self.backend!r}, flex_block={self.flex_block!r}, "
+                f"flex_global_rows={self.flex_global_rows_mode!r}, flex_lse_pass={self.flex_lse_pass!r}")
