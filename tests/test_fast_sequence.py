@@ -140,12 +140,22 @@ REFORMER_CASES = [
 ]
 
 
+REFORMER_LAYOUTS = {
+    "concat-per_tensor": dict(windows="concat", gather="per_tensor"),
+    "unfold-fused": dict(windows="unfold", gather="fused"),
+    "unfold-per_tensor": dict(windows="unfold", gather="per_tensor"),
+    "unfold-fused-math": dict(windows="unfold", gather="fused", sdpa_backends=["MATH"]),  # a kernel choice
+}
+
+
+@pytest.mark.parametrize("layout", list(REFORMER_LAYOUTS))
 @pytest.mark.parametrize("params", REFORMER_CASES, ids=lambda p: "-".join(f"{k}={v}" for k, v in p.items()))
-def test_reformer_sdpa_equals_materialized_forward_and_gradients(params):
+def test_reformer_sdpa_equals_materialized_forward_and_gradients(params, layout):
     """Training mode (fixed rotations, dropout off): same outputs, input and parameter gradients, with
-    padding, a single real token and a sample with no real token at all."""
-    plain = reformer("materialized", redraw=False, **params).train()
-    fast = reformer("sdpa", redraw=False, **params).train()
+    padding, a single real token and a sample with no real token at all; every window layout and gather
+    against the materialised path with the first round's (concatenated windows, one gather per tensor)."""
+    plain = reformer("materialized", redraw=False, windows="concat", gather="per_tensor", **params).train()
+    fast = reformer("sdpa", redraw=False, **REFORMER_LAYOUTS[layout], **params).train()
     fast.load_state_dict(plain.state_dict())
     x, mask = padded_batch(4, 37, 16, lengths=[37, 13, 1, 0])
     assert_same(outputs_and_grads(fast, x, mask), outputs_and_grads(plain, x, mask))
@@ -161,10 +171,29 @@ def test_reformer_sdpa_runs_one_fused_call_with_a_broadcast_mask(monkeypatch):
 
     sdpa = torch.nn.functional.scaled_dot_product_attention
     monkeypatch.setattr(reformer_module.F, "scaled_dot_product_attention", spy)
-    module = reformer("sdpa", n_buckets=4, n_hashes=1, chunk_len=5).eval()
     x, mask = padded_batch(3, 37, 16, lengths=[37, 20, 5])
-    module(x, mask)
-    assert calls == [((3 * 2, 8, 5, 16), (3 * 2, 8, 10, 16), (5, 10))]  # head dim 8 + 1 folded, padded to 16
+    for windows in ("concat", "unfold"):
+        calls.clear()
+        reformer("sdpa", n_buckets=4, n_hashes=1, chunk_len=5, windows=windows).eval()(x, mask)
+        assert calls == [((3 * 2, 8, 5, 16), (3 * 2, 8, 10, 16), (5, 10))]  # head dim 8 + 1 folded, padded to 16
+
+
+def test_reformer_unfold_windows_are_views_of_the_sorted_keys():
+    """``windows=unfold``: window i is [chunk i - 1, chunk i] read in place (no copy), chunk 0's first half
+    the prepended masked chunk."""
+    t = torch.arange(4 * 3 * 2, dtype=torch.float64).view(4 * 3, 2)  # 4 chunks of 3 (the first the mask's)
+    windows = reformer_module._unfold_windows(t, 3)
+    assert windows.shape == (3, 6, 2) and windows.data_ptr() == t.data_ptr()
+    for i in range(3):
+        torch.testing.assert_close(windows[i], t[3 * i: 3 * i + 6], rtol=0, atol=0)
+
+
+def test_reformer_layout_options_are_checked():
+    with pytest.raises(ValueError, match=r"reformer: attention_params.windows='roll' is not one of 'auto', 'concat'"):
+        reformer("sdpa", windows="roll")
+    with pytest.raises(ValueError, match=r"attention_params.sdpa_backends=\['FLASH'\]: give null or a list of"):
+        reformer("sdpa", sdpa_backends=["FLASH"])
+    assert reformer("sdpa", sdpa_backends=["MATH"]).sdpa_backends == ("MATH",)
 
 
 def test_reformer_backend_choice():
