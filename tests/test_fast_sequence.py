@@ -15,7 +15,14 @@ import torch
 import repro.followup.mega as mega_module
 import repro.original.attention.reformer as reformer_module
 from repro.followup.mega import MegaMixer, RelativePositionBias
-from repro.followup.s5 import S5SSM, TRUNCATED_STD, fft_states, lecun_normal, scan_time_invariant
+from repro.followup.s5 import (
+    S5SSM,
+    TRUNCATED_STD,
+    fft_states,
+    fft_states_channels_last,
+    lecun_normal,
+    scan_time_invariant,
+)
 from repro.original.attention import load_all
 from repro.original.attention.fast_defaults import FAST_DEFAULTS
 
@@ -69,17 +76,48 @@ def test_s5_fft_states_equal_the_scan(length, bidirectional):
         torch.testing.assert_close(states[:, :, direction], want, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("length", [1, 2, 7, 40])
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_s5_channels_last_fft_states_are_the_transposed_states(length, bidirectional):
+    g = torch.Generator().manual_seed(length)
+    log_lam = torch.complex(-torch.rand(5, generator=g, dtype=torch.float64) * 0.3,
+                            torch.randn(5, generator=g, dtype=torch.float64))
+    bu = torch.randn(3, length, 5, generator=g, dtype=torch.complex128)
+    want = fft_states(log_lam, bu, bidirectional)  # [B, L, dirs, P]
+    got = fft_states_channels_last(log_lam, bu.transpose(1, 2).contiguous(), bidirectional)  # [B, dirs, P, L]
+    torch.testing.assert_close(got.permute(0, 3, 1, 2), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("fft_layout", ["time_major", "channels_last"])
 @pytest.mark.parametrize("bidirectional", [False, True])
 @pytest.mark.parametrize("clip_eigs", [False, True])
-def test_s5_fft_equals_scan_forward_and_gradients(bidirectional, clip_eigs):
+def test_s5_fft_equals_scan_forward_and_gradients(bidirectional, clip_eigs, fft_layout):
     torch.manual_seed(0)
     scan = S5SSM(d_model=6, d_state=8, blocks=2, bidirectional=bidirectional, clip_eigs=clip_eigs,
                  dt_min=0.01, dt_max=0.5, impl="scan").double()
     fft = S5SSM(d_model=6, d_state=8, blocks=2, bidirectional=bidirectional, clip_eigs=clip_eigs,
-                dt_min=0.01, dt_max=0.5, impl="fft").double()
+                dt_min=0.01, dt_max=0.5, impl="fft", fft_layout=fft_layout, proj_dtype="autocast").double()
     fft.load_state_dict(scan.state_dict())
     x, mask = padded_batch(3, 37, 6, lengths=[37, 20, 1])
     assert_same(outputs_and_grads(fft, x, mask), outputs_and_grads(scan, x, mask))
+
+
+@pytest.mark.parametrize("fft_layout", ["time_major", "channels_last"])
+def test_s5_projections_in_the_autocast_dtype(fft_layout):
+    """``proj_dtype=autocast``: under bf16 autocast the two projections run in bf16 (the output moves by
+    bf16 rounding, no more), the FFT in float32; ``float32`` keeps the autocast-free result exactly."""
+    torch.manual_seed(0)
+    ssm = S5SSM(d_model=16, d_state=16, blocks=2, impl="fft", fft_layout=fft_layout, proj_dtype="float32")
+    low = S5SSM(d_model=16, d_state=16, blocks=2, impl="fft", fft_layout=fft_layout, proj_dtype="autocast")
+    low.load_state_dict(ssm.state_dict())
+    x = torch.randn(2, 50, 16, generator=torch.Generator().manual_seed(3))
+    exact = ssm(x, None)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        same, rounded = ssm(x, None), low(x, None)
+    assert same.dtype == rounded.dtype == torch.float32
+    torch.testing.assert_close(same, exact, rtol=1e-6, atol=1e-6)
+    error = ((rounded - exact).norm() / exact.norm()).item()
+    assert 1e-5 < error < 2e-2, error
 
 
 def test_s5_impl_choice():
@@ -89,6 +127,10 @@ def test_s5_impl_choice():
     assert S5SSM(d_model=4, d_state=4, impl="fft").resolved_impl(torch.device("cpu")) == "fft"
     with pytest.raises(ValueError, match=r"model.ssm_impl='parallel': choose one of auto, scan, fft"):
         S5SSM(d_model=4, d_state=4, impl="parallel")
+    with pytest.raises(ValueError, match=r"s5: model.ssm_fft_layout='rows' is not one of 'auto', 'time_major'"):
+        S5SSM(d_model=4, d_state=4, fft_layout="rows")
+    with pytest.raises(ValueError, match=r"s5: model.ssm_proj_dtype='bf16' is not one of 'auto', 'float32'"):
+        S5SSM(d_model=4, d_state=4, proj_dtype="bf16")
 
 
 # ------------------------------------------------------------------ S5: initialisation as the release
