@@ -404,7 +404,8 @@ def main(argv=None) -> int:
 
 def default_out(device: torch.device) -> Path:
     name = torch.cuda.get_device_name(device).replace(" ", "_") if device.type == "cuda" else "cpu"
-    return Path(__file__).resolve().parents[1] / "results" / "fast_variants" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path(__file__).resolve().parents[1] / "results" / "fast_variants" / f"{name}-{stamp}.json"
 
 
 def write_json(path: Path, header: dict, rows: list, seconds: float) -> None:

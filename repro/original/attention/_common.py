@@ -337,7 +337,8 @@ class FlexPatternMixin:
 
     def dense_row_index(self, L: int, device) -> Tensor | None:
         """The global rows computed apart (``flex_global_rows=dense``), or None."""
-        if not self.FLEX_MECHANISM or choose(self.FLEX_MECHANISM, "flex_global_rows", self.flex_global_rows_mode) != "dense":
+        name = self.FLEX_MECHANISM
+        if not name or choose(name, "flex_global_rows", self.flex_global_rows_mode) != "dense":
             return None
         rows = self.flex_global_rows(L)
         return torch.tensor(rows, dtype=torch.long, device=device) if rows else None

@@ -36,7 +36,7 @@ query rows of global blocks are computed densely over all keys.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -69,7 +69,7 @@ def draw_random_blocks(
     window_blocks: int,
     global_blocks: Sequence[int],
     seed: int,
-    random_max_len: Optional[int] = 1024,
+    random_max_len: int | None = 1024,
 ) -> Tensor:
     """[H, NB, n_random] long: random key blocks per head and query block (-1 = none);
     ``NB`` covers every block that can hold a position ``< max_len`` plus the last global
@@ -147,7 +147,7 @@ class BigBirdAttention(FlexPatternMixin, AttentionMixer):
         window_blocks: int = 3,
         n_global: int = 1,
         global_last: bool = True,
-        random_max_len: Optional[int] = 1024,
+        random_max_len: int | None = 1024,
         seed: int = 0,
         backend: str = "auto",
         flex_block="auto",
