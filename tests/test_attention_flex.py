@@ -298,6 +298,26 @@ def test_backend_choice():
     assert m.flex_pattern(40, torch.device("cpu")) is first  # built once per length and device
 
 
+def test_flex_options_are_checked_and_auto_reads_the_defaults_table(monkeypatch):
+    from repro.original.attention.fast_defaults import FAST_DEFAULTS
+
+    with pytest.raises(ValueError, match=r"bigbird: attention_params.flex_block=32 is not one of 'auto', 64, 128"):
+        build("bigbird", "flex", flex_block=32)
+    with pytest.raises(ValueError, match=r"longformer: attention_params.flex_global_rows='dense' is not one of"):
+        ATTENTION.get("longformer")(d_model=D, n_heads=H, max_len=64, flex_global_rows="dense")
+    m = build("sparse_lra", "flex")
+    monkeypatch.setitem(FAST_DEFAULTS["sparse"], "flex_block", 128)
+    monkeypatch.setitem(FAST_DEFAULTS["sparse"], "flex_lse_pass", "full")
+    assert m.flex_settings().block == 128 and m.flex_settings().lse_pass == "full"
+    monkeypatch.setitem(FAST_DEFAULTS["sparse"], "flex_block", 64)
+    assert m.flex_settings().block == 64 and m.flex_settings().compile_mode == "max-autotune-no-cudagraphs"
+    assert build("sparse_lra", "flex", flex_block=128).flex_settings().block == 128  # explicit wins
+    monkeypatch.setitem(FAST_DEFAULTS["sparse"], "flex_global_rows", "flex")
+    assert m.dense_row_index(40, torch.device("cpu")) is None
+    monkeypatch.setitem(FAST_DEFAULTS["sparse"], "flex_global_rows", "dense")
+    assert m.dense_row_index(40, torch.device("cpu")).tolist() == [0]
+
+
 def test_dropout_probability_outside_zero_one_is_refused():
     with pytest.raises(ValueError, match=r"attention dropout must be in \[0, 1\), got 1.0"):
         dropout_threshold(1.0)

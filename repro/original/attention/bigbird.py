@@ -33,6 +33,14 @@ Computation: each non-global query block gathers its window, global and random k
 blocks (``(window_blocks + n_global_blocks + n_random) * block_size`` keys; a global block
 that is also in the window is masked in one place so it is not counted twice); the
 query rows of global blocks are computed densely over all keys.
+
+``flex_attention`` backend (CUDA, ``_common.FlexPatternMixin``; ``_flex.py`` has the tile costs):
+the pattern is a lookup in the [H, NB, NB] block table. With 128-wide tiles nearly every tile is
+partial (the table is read per pair); with ``flex_block=64`` (= ``block_size``) every tile is
+full or absent, the pattern is never evaluated in the kernel, and the work is the pattern's own
+(~126 tiles of 128 x 128 per head at L = 4097 without the global rows, against 1089 for full
+attention). ``flex_global_rows=dense`` computes the global blocks' query rows (block 0 and the
+one holding position ``max_len``) as dense rows over all keys, as this blockwise path does.
 """
 from __future__ import annotations
 

@@ -24,7 +24,10 @@ Blockwise computation: queries in blocks of ``l``; segment 1 = the own block (``
 keys), segment 2 = all summary columns (``ceil(L/l) * n_summary`` keys, shared by every
 query block, masked to other blocks, and to earlier ones when causal), segment 3 = the
 global keys. Cost per query: ``l + (L / l) * c`` keys, not ``L``. The flex backend gathers
-the summary columns the same way (``flex_layout``).
+the summary columns the same way (``flex_layout``), and the global keys once more in front of
+them, so that neither leaves a column in every tile of the sequence; ``flex_global_rows=dense``
+computes the global query rows apart (``_common.FlexPatternMixin``), ``flex_block=64`` halves the
+area of the partial tiles the 50-wide own blocks leave along the diagonal (``_flex.py``).
 """
 from __future__ import annotations
 
