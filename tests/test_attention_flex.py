@@ -310,7 +310,7 @@ def test_flex_options_are_checked_and_auto_reads_the_defaults_table(monkeypatch)
     monkeypatch.setitem(FAST_DEFAULTS["sparse"], "flex_lse_pass", "full")
     assert m.flex_settings().block == 128 and m.flex_settings().lse_pass == "full"
     monkeypatch.setitem(FAST_DEFAULTS["sparse"], "flex_block", 64)
-    assert m.flex_settings().block == 64 and m.flex_settings().compile_mode == "max-autotune-no-cudagraphs"
+    assert m.flex_settings().block == 64 and m.flex_settings().autotune
     assert build("sparse_lra", "flex", flex_block=128).flex_settings().block == 128  # explicit wins
     monkeypatch.setitem(FAST_DEFAULTS["sparse"], "flex_global_rows", "flex")
     assert m.dense_row_index(40, torch.device("cpu")) is None

@@ -61,8 +61,9 @@ except ImportError:  # pragma: no cover - depends on the torch version
     AuxRequest = None
 
 KEEP_BITS = 24  # the keep decision compares the hash's low 24 bits with a threshold
-_COMPILED: dict = {}  # torch.compile mode -> compiled flex_attention
-RECOMPILE_LIMIT = 64  # lengths x (train, eval) x (plain, dropout) x batch sizes, each its own graph
+_COMPILED: dict = {}  # autotune (bool) -> compiled flex_attention
+# lengths x (train, eval) x (plain, dropout, log-normaliser) x batch sizes x tile sides, each its own graph
+RECOMPILE_LIMIT = 256
 
 
 # --------------------------------------------------------------------------- dropout mask
@@ -218,8 +219,9 @@ class FlexSettings:
     kernel_options: tuple = ()
 
     @property
-    def compile_mode(self) -> str | None:
-        return "max-autotune-no-cudagraphs" if self.block < 128 else None
+    def autotune(self) -> bool:
+        """Compile with inductor's ``max_autotune`` (tiles narrower than 128)."""
+        return self.block < 128
 
     @property
     def options(self) -> dict | None:
@@ -230,20 +232,27 @@ def _raise_recompile_limit() -> None:
     config = torch._dynamo.config
     name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
     setattr(config, name, max(getattr(config, name), RECOMPILE_LIMIT))
+    for name in ("accumulated_recompile_limit", "accumulated_cache_size_limit"):  # all code objects together
+        if hasattr(config, name):
+            setattr(config, name, max(getattr(config, name), 4 * RECOMPILE_LIMIT))
+            break
 
 
-def flex_fn(device: torch.device, mode: str | None = None) -> Callable:
-    """``flex_attention``, compiled on CUDA (its fused kernel; ``mode`` is torch.compile's); eager
+def flex_fn(device: torch.device, autotune: bool = False) -> Callable:
+    """``flex_attention``, compiled on CUDA (its fused kernel; ``autotune``: with inductor's
+    ``max_autotune``, which benchmarks the kernel configurations that fit the block mask and keeps
+    the fastest, without the coordinate-descent tuning of the ``max-autotune`` modes); eager
     elsewhere (a dense reference implementation, for tests). Each length, grad mode and score_mod
     is its own graph, hence the raised recompile limit (past it dynamo would fall back to eager)."""
     from torch.nn.attention.flex_attention import flex_attention
 
     if device.type != "cuda":
         return flex_attention
-    if mode not in _COMPILED:
+    if autotune not in _COMPILED:
         _raise_recompile_limit()
-        _COMPILED[mode] = torch.compile(flex_attention, dynamic=False, mode=mode)
-    return _COMPILED[mode]
+        options = {"max_autotune": True} if autotune else None
+        _COMPILED[autotune] = torch.compile(flex_attention, dynamic=False, options=options)
+    return _COMPILED[autotune]
 
 
 def dense_flex(q, k, v, score_mod, block_mask, with_lse: bool, scale: float | None = None):
@@ -275,7 +284,7 @@ def dense_flex(q, k, v, score_mod, block_mask, with_lse: bool, scale: float | No
 def _flex(q, k, v, score_mod, block_mask, with_lse: bool, settings: FlexSettings, scale: float | None = None):
     if q.device.type == "cpu" and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         return dense_flex(q, k, v, score_mod, block_mask, with_lse, scale)
-    fn = flex_fn(q.device, settings.compile_mode)
+    fn = flex_fn(q.device, settings.autotune)
     kwargs = dict(score_mod=score_mod, block_mask=block_mask, scale=scale, kernel_options=settings.options)
     if not with_lse:
         return fn(q, k, v, **kwargs), None
