@@ -10,10 +10,11 @@ untimed steps (the first one compiles what the variant compiles: its time is rep
 ``first_s``), peak GB (torch.cuda.max_memory_allocated over the timed steps), and both as ratios to
 ``lra_transformer`` timed in the same process at the same length and attention dropout.
 
-Variants (``VARIANTS``), in this order: ``lra_transformer``; the first round's fast path of each arm
-(known to run); the current ``auto`` choice (``repro/original/attention/fast_defaults.py``, marked
-``*``; the ones that compile least first); the flex arms' ``auto`` variants and ``lra_transformer``
-again with attention dropout 0 (the benchmark's ``attention_dropout=0``); the other alternatives.
+Variants (``VARIANTS``), in this order: ``lra_transformer``; the current ``auto`` choice of each arm
+(``repro/original/attention/fast_defaults.py``, marked ``*``; quick ones first, then the arms furthest
+from the target); the flex arms' ``auto`` variants and ``lra_transformer`` again with attention
+dropout 0 (the benchmark's ``attention_dropout=0``); the first round's fast path of each arm; the
+other alternatives, those that decide a default first.
 
 Correctness (``--checks default``: the ``auto`` variants; ``all``; ``none``): the arm's first mixer,
 evaluation mode (no dropout), full-length inputs: the variant under bf16 autocast against the
@@ -25,10 +26,11 @@ loss; passes at <= 2e-2 (output) and <= 5e-2 (gradients), the tolerances of
 
 Every row is printed when it finishes and the JSON (``--out``, default
 ``results/fast_variants/<device>-<time>.json``) is rewritten after each; a failing variant prints its
-error and the others go on. ``--budget-s`` (default 380) stops starting new variants after that many
-seconds (the rest are listed as skipped), so the run ends within about 8 minutes on one H200 even
-with every compile. ``--only ARM ...`` / ``--variants NAME ...`` select rows. A CPU dry run of the
-logic: ``--device cpu --lengths 64 --batch 2 --reps 1 --warmup 1``.
+error and the others go on. ``--budget-s`` (default 440) starts a row only when its rough cost
+(``estimated_s``: compiles included, 64-wide flex tiles autotune their backward) still fits before that
+many seconds; the rest are listed as skipped, so the run ends within about 8 minutes on one H200.
+``--only ARM ...`` / ``--variants NAME ...`` select rows (a second run for the skipped ones). A CPU
+dry run of the logic: ``--device cpu --lengths 64 --batch 2 --reps 1 --warmup 1``.
 """
 from __future__ import annotations
 
@@ -344,25 +346,41 @@ def spec_for(specs: dict, arm: str, changes: dict, dropout: float | None):
     return dataclasses.replace(spec, model=model)
 
 
-# the order the auto variants run in: the ones that compile least (and risk least) first, so that a
-# variant that breaks the CUDA context costs the fewest rows
-AUTO_ORDER = ("s5", "lra_reformer", "lra_sinkhorn", "lra_longformer", "mega", "lra_sparse", "lra_bigbird")
+# the order the auto variants run in: the quick ones first, then the arms furthest from the target
+AUTO_ORDER = ("s5", "lra_reformer", "lra_sinkhorn", "lra_bigbird", "lra_sparse", "mega", "lra_longformer")
+# the alternatives, most informative first: what decides a default, then the rest
+ALTERNATIVE_ORDER = ("lra_longformer", "lra_bigbird", "lra_sparse", "mega", "lra_reformer", "lra_sinkhorn", "s5")
+
+
+def estimated_s(arm: str, changes: dict, dropout: float | None = None) -> float:
+    """A rough cost of one row on an H200, compiles included: what the time budget reserves for it (a
+    dropout-0 row reuses the graphs its auto variant's check compiled)."""
+    if dropout == 0.0:
+        return 12.0
+    params = changes.get("attention_params", {})
+    key = DEFAULTS_KEY.get(arm)
+    block = params.get("flex_block", FAST_DEFAULTS.get(key, {}).get("flex_block"))
+    if arm in DROPOUT_ZERO_ARMS:
+        return 100.0 if block == 64 else 40.0  # 64-wide tiles: max-autotune compiles of the backward
+    if arm == "mega" and changes.get("attention_impl", "flex") == "flex":
+        return 40.0
+    return 25.0 if params.get("balance", "compiled") == "compiled" and arm == "lra_sinkhorn" else 12.0
 
 
 def planned_rows(args) -> list[tuple]:
     """(arm, variant name, changes, attention dropout or None = the arm's, check?) in run order: the
-    reference, the first round's variants (known to run), the auto variants, the dropout-0 rows, the
-    alternatives."""
+    reference, the auto variants, the dropout-0 rows, the first round's variants, the alternatives."""
     variants = ordered_variants(args)
     auto = sorted((v for v in variants if v.group == 0), key=lambda v: AUTO_ORDER.index(v.arm))
     rows = [(REFERENCE, "sdpa (reference)", {}, None, False)]
-    rows += [(v.arm, v.name, v.changes, None, args.checks == "all") for v in variants if v.group == 1]
     rows += [(v.arm, v.name + " *", v.changes, None, args.checks != "none") for v in auto]
     zero = [v for v in auto if v.arm in DROPOUT_ZERO_ARMS]
     if zero and not args.no_dropout_zero:
         rows.append((REFERENCE, "sdpa (reference)", {}, 0.0, False))
         rows += [(v.arm, v.name + " *", v.changes, 0.0, False) for v in zero]
-    rows += [(v.arm, v.name, v.changes, None, args.checks == "all") for v in variants if v.group == 2]
+    rows += [(v.arm, v.name, v.changes, None, args.checks == "all") for v in variants if v.group == 1]
+    alternatives = sorted((v for v in variants if v.group == 2), key=lambda v: ALTERNATIVE_ORDER.index(v.arm))
+    rows += [(v.arm, v.name, v.changes, None, args.checks == "all") for v in alternatives]
     return rows
 
 
@@ -386,7 +404,7 @@ def main(argv=None) -> int:
         references = {}
         for arm, name, changes, dropout, do_check in rows_plan:
             base = {"variant": name, "length": length, "attention_dropout": "lra" if dropout is None else dropout}
-            if time.perf_counter() - started > args.budget_s:
+            if time.perf_counter() - started + estimated_s(arm, changes, dropout) > args.budget_s:
                 results.append({**base, "arm": arm, "status": "skipped (time budget)"})
                 print_row(results[-1])
                 continue
@@ -427,7 +445,7 @@ def parse_args(argv):
     parser.add_argument("--only", nargs="+", default=None, help="arms to time (lra_transformer is always timed)")
     parser.add_argument("--variants", nargs="+", default=None, help="variant names to time")
     parser.add_argument("--no-dropout-zero", action="store_true", help="skip the attention-dropout-0 rows")
-    parser.add_argument("--budget-s", type=float, default=380.0)
+    parser.add_argument("--budget-s", type=float, default=440.0)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     if args.warmup < 1 or args.reps < 1:
