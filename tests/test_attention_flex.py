@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from repro.original.attention import ATTENTION, load_all
+from repro.original.attention._common import dense_attention
 from repro.original.attention._flex import (
     KEEP_BITS,
     dense_dropout_reference,
@@ -40,10 +41,20 @@ CASES = {
 DROPOUT_CASES = [c for c in CASES if c != "longformer_global"]
 
 
-def build(case: str, backend: str, dropout: float = 0.0):
+# how the flex call runs (the same function): the first round's settings, and every new option at once
+SETTINGS = {
+    "tile128": dict(flex_block=128, flex_global_rows="flex", flex_lse_pass="full"),
+    "tile64_dense_narrow": dict(flex_block=64, flex_global_rows="dense", flex_lse_pass="narrow"),
+}
+
+
+def build(case: str, backend: str, dropout: float = 0.0, **flex):
     name, params, max_len = CASES[case]
+    if name == "longformer" and flex.get("flex_global_rows") == "dense":
+        flex = {**flex, "flex_global_rows": "flex"}  # Longformer's global rows have their own projections
     torch.manual_seed(0)
-    m = ATTENTION.get(name)(d_model=D, n_heads=H, max_len=max_len, dropout=dropout, backend=backend, **params)
+    m = ATTENTION.get(name)(d_model=D, n_heads=H, max_len=max_len, dropout=dropout, backend=backend,
+                            **params, **flex)
     return m.double()
 
 
@@ -61,10 +72,11 @@ def step(m, x, mask):
     return y.detach(), grads
 
 
+@pytest.mark.parametrize("settings", list(SETTINGS))
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("L", [150, 160])
-def test_flex_equals_blockwise_with_padding_forward_and_gradients(case, L):
-    plain, fast = build(case, "blockwise"), build(case, "flex")
+def test_flex_equals_blockwise_with_padding_forward_and_gradients(case, L, settings):
+    plain, fast = build(case, "blockwise"), build(case, "flex", **SETTINGS[settings])
     fast.load_state_dict(plain.state_dict())
     torch.manual_seed(1)
     x = torch.randn(3, L, D, dtype=torch.float64)
@@ -97,10 +109,11 @@ def dense_dropout_forward(m, x, mask, seed: int):
     return m.proj.output(ctx) * mask[..., None]
 
 
+@pytest.mark.parametrize("lse_pass", ["full", "narrow"])
 @pytest.mark.parametrize("case", DROPOUT_CASES)
 @pytest.mark.parametrize("p", [0.1, 0.9])
-def test_flex_dropout_equals_a_dense_reference_with_the_same_keep_mask(case, p):
-    m = build(case, "flex", dropout=p).train()
+def test_flex_dropout_equals_a_dense_reference_with_the_same_keep_mask(case, p, lse_pass):
+    m = build(case, "flex", dropout=p, flex_global_rows="flex", flex_lse_pass=lse_pass).train()
     L = 150
     torch.manual_seed(2)
     x = torch.randn(3, L, D, dtype=torch.float64)
@@ -117,6 +130,93 @@ def test_flex_dropout_equals_a_dense_reference_with_the_same_keep_mask(case, p):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
     # not vacuous: without dropout the output is another one
     assert (y_fast - m.eval()(x, mask)).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("case", ["bigbird_lra", "sparse_lra"])
+def test_dense_global_rows_with_dropout(case):
+    """``flex_global_rows=dense``: the other rows are the flex call's (the hashed keep-mask), the global
+    rows a dense softmax over every key with ``F.dropout`` drawn after the hash keys, forward and
+    gradients."""
+    p, L = 0.3, 150
+    m = build(case, "flex", dropout=p, flex_global_rows="dense").train()
+    rows = torch.tensor(m.flex_global_rows(L))
+    assert len(rows) > 0
+    torch.manual_seed(2)
+    x = torch.randn(3, L, D, dtype=torch.float64)
+    mask = lengths_mask(L, [L, 99, 0])
+    torch.manual_seed(7)
+    y_fast, g_fast = step(m, x, mask)
+
+    xr = x.clone().requires_grad_(True)
+    B = x.shape[0]
+    torch.manual_seed(7)
+    row, col = draw_dropout_keys(B, H, L, L, x.device)
+    threshold = dropout_threshold(p)
+    keep = keep_mask(row[..., None], col[None, None, None, :], threshold)
+    q, k, v = m.project(xr)
+    allowed = m.dense_mask(L)
+    allowed = (allowed[None] if allowed.dim() == 2 else allowed)[None] & mask[:, None, None, :]
+    ctx = dense_dropout_reference(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), allowed, keep,
+                                  keep_probability(threshold), v)
+    dense = dense_attention(q[:, :, rows], k, v, mask[:, None, None, :], dropout_p=p, training=True)
+    y_ref = m.proj.output(ctx.index_copy(2, rows, dense)) * mask[..., None]
+    (y_ref.square().sum() + y_ref.sum()).backward()
+    g_ref = [xr.grad] + [t.grad for t in m.parameters()]
+    torch.testing.assert_close(y_fast, y_ref.detach(), atol=1e-10, rtol=0)
+    for a, b in zip(g_fast, g_ref, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+
+
+def tile_tables(block_mask, heads: int):
+    """(partial, full) tile booleans [heads, NQ, NK] of a BlockMask."""
+    nq, nk = block_mask.kv_indices.shape[-2:]
+
+    def table(num, idx):
+        out = torch.zeros(block_mask.kv_num_blocks.shape[1], nq, nk, dtype=torch.bool)
+        take = torch.arange(nk)[None, None, :] < num[0][..., None]
+        out.scatter_(2, idx[0].long(), take)
+        return out.expand(heads, -1, -1)
+
+    return (table(block_mask.kv_num_blocks, block_mask.kv_indices),
+            table(block_mask.full_kv_num_blocks, block_mask.full_kv_indices))
+
+
+@pytest.mark.parametrize("dense_rows", [False, True])
+@pytest.mark.parametrize("block", [64, 128])
+@pytest.mark.parametrize("case", list(CASES))
+def test_block_mask_tiles_are_classified_exactly(case, block, dense_rows):
+    """What the GPU kernel relies on (it skips ``mask_mod`` in full tiles and every absent tile): a full
+    tile holds only allowed pairs within the sequences, a partial one some allowed pair, and every
+    allowed pair lies in a full or a partial tile."""
+    m = build(case, "flex")
+    L = 157  # the cases' max_len is 160; the last tile is a short one
+    mask_mod, kv_len, _ = m.flex_layout(L, torch.device("cpu"), dense_rows)
+    block_mask, _ = m.flex_pattern(L, torch.device("cpu"), block, dense_rows)
+    heads = m.flex_heads() or 1
+    allowed = mask_mod(torch.tensor(0), torch.arange(heads)[:, None, None], torch.arange(L)[None, :, None],
+                       torch.arange(kv_len)[None, None, :]).expand(heads, L, kv_len)
+    partial, full = tile_tables(block_mask, heads)
+    tile_q, tile_k = torch.arange(L) // block, torch.arange(kv_len) // block
+    in_full = full[:, tile_q][:, :, tile_k]
+    in_some = in_full | partial[:, tile_q][:, :, tile_k]
+    assert not (in_full & ~allowed).any()
+    assert not (allowed & ~in_some).any()
+    per_tile = torch.zeros_like(partial, dtype=torch.long)
+    per_tile.index_put_((torch.arange(heads)[:, None, None], tile_q[None, :, None], tile_k[None, None, :]),
+                        allowed.long(), accumulate=True)
+    assert (per_tile[partial] > 0).all()
+    assert not (partial & full).any()
+
+
+def test_bigbird_at_its_own_block_width_has_no_partial_tile():
+    """LRA's BigBird (blocks of 64) under 64-wide tiles: the kernel never evaluates the pattern, also in
+    the last, shorter tiles of a length that is not a multiple of 64 (4096 + a CLS token)."""
+    m = ATTENTION.get("bigbird")(d_model=32, n_heads=4, max_len=4097, block_size=64, n_random=3)
+    for dense_rows in (False, True):
+        block_mask, _ = m.flex_pattern(4097, torch.device("cpu"), 64, dense_rows)
+        assert block_mask.kv_num_blocks.sum() == 0 and block_mask.full_kv_num_blocks.sum() > 0
+    block_mask, _ = m.flex_pattern(4097, torch.device("cpu"), 128, False)
+    assert block_mask.kv_num_blocks.sum() > 0  # 64-wide blocks leave 128-wide tiles partial
 
 
 @pytest.mark.parametrize("case", ["bigbird", "sparse_lra"])
@@ -196,6 +296,26 @@ def test_backend_choice():
         build("sparse_lra", "fast")
     first = m.flex_pattern(40, torch.device("cpu"))
     assert m.flex_pattern(40, torch.device("cpu")) is first  # built once per length and device
+
+
+def test_flex_options_are_checked_and_auto_reads_the_defaults_table(monkeypatch):
+    from repro.original.attention.fast_defaults import FAST_DEFAULTS
+
+    with pytest.raises(ValueError, match=r"bigbird: attention_params.flex_block=32 is not one of 'auto', 64, 128"):
+        build("bigbird", "flex", flex_block=32)
+    with pytest.raises(ValueError, match=r"longformer: attention_params.flex_global_rows='dense' is not one of"):
+        ATTENTION.get("longformer")(d_model=D, n_heads=H, max_len=64, flex_global_rows="dense")
+    m = build("sparse_lra", "flex")
+    monkeypatch.setitem(FAST_DEFAULTS["sparse"], "flex_block", 128)
+    monkeypatch.setitem(FAST_DEFAULTS["sparse"], "flex_lse_pass", "full")
+    assert m.flex_settings().block == 128 and m.flex_settings().lse_pass == "full"
+    monkeypatch.setitem(FAST_DEFAULTS["sparse"], "flex_block", 64)
+    assert m.flex_settings().block == 64 and m.flex_settings().autotune
+    assert build("sparse_lra", "flex", flex_block=128).flex_settings().block == 128  # explicit wins
+    monkeypatch.setitem(FAST_DEFAULTS["sparse"], "flex_global_rows", "flex")
+    assert m.dense_row_index(40, torch.device("cpu")) is None
+    monkeypatch.setitem(FAST_DEFAULTS["sparse"], "flex_global_rows", "dense")
+    assert m.dense_row_index(40, torch.device("cpu")).tolist() == [0]
 
 
 def test_dropout_probability_outside_zero_one_is_refused():

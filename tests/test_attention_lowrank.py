@@ -207,25 +207,80 @@ def test_synthesizer_backend_is_checked():
     assert build("synthesizer").backend == "auto"
 
 
+@pytest.mark.parametrize("sdpa_mask", ["bias", "fold"])
 @pytest.mark.parametrize("params", [dict(block_size=4), dict(block_size=5, combine="sum", sort_activation="softmax"),
                                     dict(block_size=7, n_iters=5)])
-def test_sinkhorn_sdpa_backend_equals_the_materialized_one(params):
+def test_sinkhorn_sdpa_backend_equals_the_materialized_one(params, sdpa_mask):
     plain = build("sinkhorn", max_len=64, backend="materialized", **params).train()  # dropout 0
-    fused = build("sinkhorn", max_len=64, backend="sdpa", **params).train()
+    fused = build("sinkhorn", max_len=64, backend="sdpa", sdpa_mask=sdpa_mask, **params).train()
     fused.load_state_dict(plain.state_dict())
     x = rand_x(3, 43)
     mask = torch.arange(43)[None, :] < torch.tensor([43, 17, 0])[:, None]  # a partial last block, padding
-    results = []
-    for module in (plain, fused):
-        xg = x.clone().requires_grad_(True)
-        y = module(xg, mask)
-        (y.square().sum() + y.sum()).backward()
-        results.append([y.detach(), xg.grad] + [p.grad for p in module.parameters()])
-    for a, b in zip(*results, strict=True):
-        assert torch.isfinite(b).all()
-        torch.testing.assert_close(b, a, rtol=0, atol=1e-10)
+    for length, lengths in ((43, mask), (35, None)):  # 35 = 5 x 7: with block 5 or 7 and no padding, no mask
+        results = []
+        for module in (plain, fused):
+            xg = x[:, :length].clone().requires_grad_(True)
+            y = module(xg, None if lengths is None else lengths[:, :length])
+            (y.square().sum() + y.sum()).backward()
+            results.append([y.detach(), xg.grad] + [p.grad for p in module.parameters()])
+            module.zero_grad()
+        for a, b in zip(*results, strict=True):
+            assert torch.isfinite(b).all()
+            torch.testing.assert_close(b, a, rtol=0, atol=1e-10)
     with pytest.raises(ValueError, match="unknown sinkhorn backend 'fast'; choose from"):
         build("sinkhorn", backend="fast")
+
+
+def test_sinkhorn_compiled_balance_equals_the_eager_one():
+    """``balance=compiled`` runs ``sinkhorn_log`` through torch.compile (on CUDA in the mixer; compiled here on
+    CPU, the same graph): forward and gradient equal the eager iterations in float64."""
+    from repro.original.attention.sinkhorn import sinkhorn_log
+
+    logits = torch.randn(2, H, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    logits[1, :, 4:, :4] = torch.finfo(torch.float64).min  # a padding block, as the mixer writes it
+    logits[1, :, :4, 4:] = torch.finfo(torch.float64).min
+    results = []
+    for fn in (sinkhorn_log, torch.compile(sinkhorn_log, dynamic=False)):
+        x = logits.clone().requires_grad_(True)
+        y = fn(x, 7)
+        (y.square() * torch.arange(6.0, dtype=torch.float64)).sum().backward()
+        results.append((y.detach(), x.grad))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=0, atol=1e-12)
+    torch.testing.assert_close(results[1][1], results[0][1], rtol=0, atol=1e-12)
+
+
+def test_sinkhorn_fold_passes_no_attn_mask(monkeypatch):
+    """``sdpa_mask=fold``: one SDPA call per block pair without an ``attn_mask`` (the flash kernel's
+    condition), the key mask in one extra feature and the values padded to the same width."""
+    import repro.original.attention.sinkhorn as sinkhorn_module
+
+    calls = []
+
+    def spy(q, k, v, attn_mask=None, **kwargs):
+        calls.append((tuple(q.shape), tuple(k.shape), tuple(v.shape), attn_mask))
+        return sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(sinkhorn_module.F, "scaled_dot_product_attention", spy)
+    module = build("sinkhorn", max_len=64, backend="sdpa", sdpa_mask="fold", block_size=4).eval()
+    module(rand_x(2, 43), torch.arange(43)[None, :] < torch.tensor([43, 17])[:, None])
+    blocks = 11  # 43 tokens in blocks of 4
+    assert calls == [((2, H * blocks, 4, 16), (2, H * blocks, 8, 16), (2, H * blocks, 8, 16), None)]
+
+
+def test_sinkhorn_auto_backend_by_length(monkeypatch):
+    from repro.original.attention.fast_defaults import FAST_DEFAULTS
+
+    module = build("sinkhorn", max_len=64)
+    monkeypatch.setitem(FAST_DEFAULTS["sinkhorn"], "sdpa_min_len", 2048)
+    assert module.resolved_backend(torch.device("cuda"), 1024) == "materialized"
+    assert module.resolved_backend(torch.device("cuda"), 4097) == "sdpa"
+    assert module.resolved_backend(torch.device("cpu"), 4097) == "materialized"
+    assert build("sinkhorn", max_len=64, sdpa_min_len=0).resolved_backend(torch.device("cuda"), 8) == "sdpa"
+    with pytest.raises(ValueError, match=r"sinkhorn: attention_params.sdpa_mask='none' is not one of 'auto', 'bias'"):
+        build("sinkhorn", sdpa_mask="none")
+    with pytest.raises(ValueError, match=r"sinkhorn: attention_params.sdpa_min_len=-1 is not auto or a length"):
+        build("sinkhorn", sdpa_min_len=-1)
 
 
 # --------------------------------------------------------------------------- approximation

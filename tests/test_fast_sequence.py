@@ -15,8 +15,16 @@ import torch
 import repro.followup.mega as mega_module
 import repro.original.attention.reformer as reformer_module
 from repro.followup.mega import MegaMixer, RelativePositionBias
-from repro.followup.s5 import S5SSM, TRUNCATED_STD, fft_states, lecun_normal, scan_time_invariant
+from repro.followup.s5 import (
+    S5SSM,
+    TRUNCATED_STD,
+    fft_states,
+    fft_states_channels_last,
+    lecun_normal,
+    scan_time_invariant,
+)
 from repro.original.attention import load_all
+from repro.original.attention.fast_defaults import FAST_DEFAULTS
 
 ATTN = load_all()
 
@@ -68,17 +76,48 @@ def test_s5_fft_states_equal_the_scan(length, bidirectional):
         torch.testing.assert_close(states[:, :, direction], want, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("length", [1, 2, 7, 40])
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_s5_channels_last_fft_states_are_the_transposed_states(length, bidirectional):
+    g = torch.Generator().manual_seed(length)
+    log_lam = torch.complex(-torch.rand(5, generator=g, dtype=torch.float64) * 0.3,
+                            torch.randn(5, generator=g, dtype=torch.float64))
+    bu = torch.randn(3, length, 5, generator=g, dtype=torch.complex128)
+    want = fft_states(log_lam, bu, bidirectional)  # [B, L, dirs, P]
+    got = fft_states_channels_last(log_lam, bu.transpose(1, 2).contiguous(), bidirectional)  # [B, dirs, P, L]
+    torch.testing.assert_close(got.permute(0, 3, 1, 2), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("fft_layout", ["time_major", "channels_last"])
 @pytest.mark.parametrize("bidirectional", [False, True])
 @pytest.mark.parametrize("clip_eigs", [False, True])
-def test_s5_fft_equals_scan_forward_and_gradients(bidirectional, clip_eigs):
+def test_s5_fft_equals_scan_forward_and_gradients(bidirectional, clip_eigs, fft_layout):
     torch.manual_seed(0)
     scan = S5SSM(d_model=6, d_state=8, blocks=2, bidirectional=bidirectional, clip_eigs=clip_eigs,
                  dt_min=0.01, dt_max=0.5, impl="scan").double()
     fft = S5SSM(d_model=6, d_state=8, blocks=2, bidirectional=bidirectional, clip_eigs=clip_eigs,
-                dt_min=0.01, dt_max=0.5, impl="fft").double()
+                dt_min=0.01, dt_max=0.5, impl="fft", fft_layout=fft_layout, proj_dtype="autocast").double()
     fft.load_state_dict(scan.state_dict())
     x, mask = padded_batch(3, 37, 6, lengths=[37, 20, 1])
     assert_same(outputs_and_grads(fft, x, mask), outputs_and_grads(scan, x, mask))
+
+
+@pytest.mark.parametrize("fft_layout", ["time_major", "channels_last"])
+def test_s5_projections_in_the_autocast_dtype(fft_layout):
+    """``proj_dtype=autocast``: under bf16 autocast the two projections run in bf16 (the output moves by
+    bf16 rounding, no more), the FFT in float32; ``float32`` keeps the autocast-free result exactly."""
+    torch.manual_seed(0)
+    ssm = S5SSM(d_model=16, d_state=16, blocks=2, impl="fft", fft_layout=fft_layout, proj_dtype="float32")
+    low = S5SSM(d_model=16, d_state=16, blocks=2, impl="fft", fft_layout=fft_layout, proj_dtype="autocast")
+    low.load_state_dict(ssm.state_dict())
+    x = torch.randn(2, 50, 16, generator=torch.Generator().manual_seed(3))
+    exact = ssm(x, None)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        same, rounded = ssm(x, None), low(x, None)
+    assert same.dtype == rounded.dtype == torch.float32
+    torch.testing.assert_close(same, exact, rtol=1e-6, atol=1e-6)
+    error = ((rounded - exact).norm() / exact.norm()).item()
+    assert 1e-5 < error < 2e-2, error
 
 
 def test_s5_impl_choice():
@@ -88,6 +127,10 @@ def test_s5_impl_choice():
     assert S5SSM(d_model=4, d_state=4, impl="fft").resolved_impl(torch.device("cpu")) == "fft"
     with pytest.raises(ValueError, match=r"model.ssm_impl='parallel': choose one of auto, scan, fft"):
         S5SSM(d_model=4, d_state=4, impl="parallel")
+    with pytest.raises(ValueError, match=r"s5: model.ssm_fft_layout='rows' is not one of 'auto', 'time_major'"):
+        S5SSM(d_model=4, d_state=4, fft_layout="rows")
+    with pytest.raises(ValueError, match=r"s5: model.ssm_proj_dtype='bf16' is not one of 'auto', 'float32'"):
+        S5SSM(d_model=4, d_state=4, proj_dtype="bf16")
 
 
 # ------------------------------------------------------------------ S5: initialisation as the release
@@ -139,12 +182,22 @@ REFORMER_CASES = [
 ]
 
 
+REFORMER_LAYOUTS = {
+    "concat-per_tensor": dict(windows="concat", gather="per_tensor"),
+    "unfold-fused": dict(windows="unfold", gather="fused"),
+    "unfold-per_tensor": dict(windows="unfold", gather="per_tensor"),
+    "unfold-fused-math": dict(windows="unfold", gather="fused", sdpa_backends=["MATH"]),  # a kernel choice
+}
+
+
+@pytest.mark.parametrize("layout", list(REFORMER_LAYOUTS))
 @pytest.mark.parametrize("params", REFORMER_CASES, ids=lambda p: "-".join(f"{k}={v}" for k, v in p.items()))
-def test_reformer_sdpa_equals_materialized_forward_and_gradients(params):
+def test_reformer_sdpa_equals_materialized_forward_and_gradients(params, layout):
     """Training mode (fixed rotations, dropout off): same outputs, input and parameter gradients, with
-    padding, a single real token and a sample with no real token at all."""
-    plain = reformer("materialized", redraw=False, **params).train()
-    fast = reformer("sdpa", redraw=False, **params).train()
+    padding, a single real token and a sample with no real token at all; every window layout and gather
+    against the materialised path with the first round's (concatenated windows, one gather per tensor)."""
+    plain = reformer("materialized", redraw=False, windows="concat", gather="per_tensor", **params).train()
+    fast = reformer("sdpa", redraw=False, **REFORMER_LAYOUTS[layout], **params).train()
     fast.load_state_dict(plain.state_dict())
     x, mask = padded_batch(4, 37, 16, lengths=[37, 13, 1, 0])
     assert_same(outputs_and_grads(fast, x, mask), outputs_and_grads(plain, x, mask))
@@ -160,10 +213,29 @@ def test_reformer_sdpa_runs_one_fused_call_with_a_broadcast_mask(monkeypatch):
 
     sdpa = torch.nn.functional.scaled_dot_product_attention
     monkeypatch.setattr(reformer_module.F, "scaled_dot_product_attention", spy)
-    module = reformer("sdpa", n_buckets=4, n_hashes=1, chunk_len=5).eval()
     x, mask = padded_batch(3, 37, 16, lengths=[37, 20, 5])
-    module(x, mask)
-    assert calls == [((3 * 2, 8, 5, 16), (3 * 2, 8, 10, 16), (5, 10))]  # head dim 8 + 1 folded, padded to 16
+    for windows in ("concat", "unfold"):
+        calls.clear()
+        reformer("sdpa", n_buckets=4, n_hashes=1, chunk_len=5, windows=windows).eval()(x, mask)
+        assert calls == [((3 * 2, 8, 5, 16), (3 * 2, 8, 10, 16), (5, 10))]  # head dim 8 + 1 folded, padded to 16
+
+
+def test_reformer_unfold_windows_are_views_of_the_sorted_keys():
+    """``windows=unfold``: window i is [chunk i - 1, chunk i] read in place (no copy), chunk 0's first half
+    the prepended masked chunk."""
+    t = torch.arange(4 * 3 * 2, dtype=torch.float64).view(4 * 3, 2)  # 4 chunks of 3 (the first the mask's)
+    windows = reformer_module._unfold_windows(t, 3)
+    assert windows.shape == (3, 6, 2) and windows.data_ptr() == t.data_ptr()
+    for i in range(3):
+        torch.testing.assert_close(windows[i], t[3 * i: 3 * i + 6], rtol=0, atol=0)
+
+
+def test_reformer_layout_options_are_checked():
+    with pytest.raises(ValueError, match=r"reformer: attention_params.windows='roll' is not one of 'auto', 'concat'"):
+        reformer("sdpa", windows="roll")
+    with pytest.raises(ValueError, match=r"attention_params.sdpa_backends=\['FLASH'\]: give null or a list of"):
+        reformer("sdpa", sdpa_backends=["FLASH"])
+    assert reformer("sdpa", sdpa_backends=["MATH"]).sdpa_backends == ("MATH",)
 
 
 def test_reformer_backend_choice():
@@ -233,6 +305,38 @@ def test_mega_sdpa_equals_materialized_forward_and_gradients(chunk_size):
     assert_same(outputs_and_grads(fast, x_full, None), outputs_and_grads(plain, x_full, None))
 
 
+@pytest.mark.parametrize("value_split", [1, 2])
+@pytest.mark.parametrize("chunk_size", [None, 8])
+def test_mega_flex_equals_materialized_forward_and_gradients(chunk_size, value_split):
+    """The flex path (its differentiable emulation on CPU, ``_flex.dense_flex``: the same score_mod, the
+    relative bias read per score): same outputs, input and parameter gradients (the relative bias's
+    included), with padding and chunks made only of padding."""
+    plain = mega("materialized", chunk_size=chunk_size).train()
+    fast = mega("flex", chunk_size=chunk_size, flex_value_split=value_split).train()
+    fast.load_state_dict(plain.state_dict())
+    x, mask = padded_batch(3, 30, 6, lengths=[30, 13, 1])
+    assert_same(outputs_and_grads(fast, x, mask), outputs_and_grads(plain, x, mask))
+    x_full = x[:1]
+    assert_same(outputs_and_grads(fast, x_full, None), outputs_and_grads(plain, x_full, None))
+    with torch.no_grad():  # eval: flex_attention itself (eager on CPU), score_mod and key bias included
+        torch.testing.assert_close(fast.eval()(x, mask), plain.eval()(x, mask), rtol=1e-10, atol=1e-10)
+
+
+def test_mega_flex_dropout_keeps_one_mask_across_value_splits():
+    """With attention dropout the value halves of ``flex_value_split=2`` see the same keep-mask: the output
+    equals the unsplit call's with the same random draws."""
+    whole = mega("flex", attention_dropout=0.3).train()
+    split = mega("flex", attention_dropout=0.3, flex_value_split=2).train()
+    split.load_state_dict(whole.state_dict())
+    x, mask = padded_batch(2, 30, 6, lengths=[30, 13])
+    torch.manual_seed(5)
+    y_whole = whole(x, mask)
+    torch.manual_seed(5)
+    y_split = split(x, mask)
+    torch.testing.assert_close(y_split, y_whole, rtol=1e-10, atol=1e-10)
+    assert (y_whole - whole.eval()(x, mask)).abs().max() > 1e-7  # dropout acted (float64 rounding is ~1e-16)
+
+
 def test_mega_sdpa_shares_one_bias_matrix_across_the_batch(monkeypatch):
     calls = []
 
@@ -247,12 +351,19 @@ def test_mega_sdpa_shares_one_bias_matrix_across_the_batch(monkeypatch):
     assert calls == [((3 * 4, 1, 8, 8), (8, 8))]  # qkv_dim 4 + the folded padding feature, padded to 8
 
 
-def test_mega_attention_impl_choice():
+def test_mega_attention_impl_choice(monkeypatch):
     mixer = MegaMixer(d_model=4, d_hidden=4, qkv_dim=4, max_len=8)
     assert mixer.resolved_attention_impl(torch.device("cpu")) == "materialized"
+    monkeypatch.setitem(FAST_DEFAULTS["mega"], "attention_impl", "sdpa")  # the one-line switch
     assert mixer.resolved_attention_impl(torch.device("cuda")) == "sdpa"
-    with pytest.raises(ValueError, match=r"model.attention_impl='flex': choose one of auto, materialized, sdpa"):
-        MegaMixer(d_model=4, d_hidden=4, qkv_dim=4, max_len=8, attention_impl="flex")
+    monkeypatch.setitem(FAST_DEFAULTS["mega"], "attention_impl", "flex")
+    assert mixer.resolved_attention_impl(torch.device("cuda")) == "flex"
+    with pytest.raises(ValueError, match=r"model.attention_impl='fused': choose one of auto, materialized, sdpa, flex"):
+        MegaMixer(d_model=4, d_hidden=4, qkv_dim=4, max_len=8, attention_impl="fused")
+    with pytest.raises(ValueError, match=r"mega: model.flex_value_split=3 is not one of 'auto', 1, 2, 4"):
+        MegaMixer(d_model=4, d_hidden=4, qkv_dim=4, max_len=8, flex_value_split=3)
+    with pytest.raises(ValueError, match=r"model.flex_kernel_options=64: give auto, null or a mapping"):
+        MegaMixer(d_model=4, d_hidden=4, qkv_dim=4, max_len=8, flex_kernel_options=64)
 
 
 def test_mega_relative_bias_is_the_toeplitz_matrix_of_its_offsets():

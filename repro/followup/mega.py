@@ -39,7 +39,18 @@ settings use laplace on image, Pathfinder and Path-X, not modelled), so it runs 
 - ``sdpa``: ``scaled_dot_product_attention`` with the [c, c] relative bias as a float
   ``attn_mask`` broadcast over the batch (never one matrix per sample) and the key padding
   folded into one extra query/key feature (``repro/original/attention/_folded_mask.py``).
-- ``auto`` (default): ``sdpa`` on CUDA, ``materialized`` elsewhere.
+- ``flex``: ``flex_attention`` with the relative bias as a score_mod term (one learned scalar per
+  offset read per score; its gradient accumulated inside the kernel), the key padding a -inf key
+  bias. Why: with a float ``attn_mask`` that needs a gradient SDPA runs the memory-efficient kernel,
+  which writes the bias gradient as one [c, c] matrix per sample and head (32 x 4096^2 values a
+  layer at LRA text size) and is slow with 256-wide values; measured on an H200 at 4K the whole
+  model was slower on ``sdpa`` than ``materialized``. The flex kernel reads the 2c - 1 scalars
+  and adds each score's gradient to one of them. The 256-wide values (``d_hidden``) need kernel
+  options with a 64-row query tile and 8 warps (``flex_kernel_options``) or the value width cut into
+  ``flex_value_split`` calls; attention dropout, where set, is the flex path's exact one
+  (``repro/original/attention/_flex.py``: same distribution as ``F.dropout``, other draws).
+- ``auto`` (default): ``repro/original/attention/fast_defaults.py``'s choice on CUDA, ``materialized``
+  elsewhere.
 
 Padded keys get no weight; a chunk made only of padding (its queries are padding too) attends
 over itself unmasked, as Mega's release does (``padding_mask_all`` in ``softmax_attention``).
@@ -63,10 +74,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..original.attention._common import open_fully_masked
+from ..original.attention._flex import FlexSettings, flex_pattern_attention
 from ..original.attention._folded_mask import fold_key_mask
+from ..original.attention.fast_defaults import check_choice, choose
 from .fftconv import fft_conv, two_sided
 
-ATTENTION_IMPLS = ("auto", "materialized", "sdpa")
+ATTENTION_IMPLS = ("auto", "materialized", "sdpa", "flex")
 
 
 class MultiDimEMA(nn.Module):
@@ -128,16 +142,23 @@ class RelativePositionBias(nn.Module):
 class MegaMixer(nn.Module):
     """Mega's moving-average gated attention sublayer; returns phi * (H - X) (see the module doc)."""
 
+    PLAIN_PATH = ("attention_impl", "materialized")  # what FLOP counting runs (repro/bench/flops.py)
+
     def __init__(self, d_model: int, d_hidden: int, qkv_dim: int, max_len: int, ema_dim: int = 16,
                  bidirectional: bool = True, ema_truncation: int | None = None, chunk_size: int | None = None,
                  dropout: float = 0.0, attention_dropout: float = 0.0, hidden_dropout: float = 0.0,
-                 attention_impl: str = "auto"):
+                 attention_impl: str = "auto", flex_value_split="auto", flex_kernel_options="auto"):
         super().__init__()
         if attention_impl not in ATTENTION_IMPLS:
             raise ValueError(f"model.attention_impl={attention_impl!r}: choose one of {', '.join(ATTENTION_IMPLS)}")
         self.d_model, self.d_hidden, self.qkv_dim = d_model, d_hidden, qkv_dim
         self.chunk_size = chunk_size
         self.attention_impl = attention_impl
+        self.flex_value_split = check_choice("mega", "flex_value_split", flex_value_split, "model.flex_value_split")
+        if flex_kernel_options != "auto" and not isinstance(flex_kernel_options, (dict, type(None))):
+            raise ValueError(f"model.flex_kernel_options={flex_kernel_options!r}: give auto, null or a mapping of "
+                             "flex_attention kernel options")
+        self.flex_kernel_options = flex_kernel_options
         self.ema = MultiDimEMA(d_model, ema_dim, bidirectional, ema_truncation)
         self.omega = nn.Parameter(torch.randn(d_model))
         self.v_proj = nn.Linear(d_model, d_hidden)
@@ -154,10 +175,34 @@ class MegaMixer(nn.Module):
             nn.init.zeros_(linear.bias)
 
     def resolved_attention_impl(self, device: torch.device) -> str:
-        """``materialized`` or ``sdpa``: ``auto`` is ``sdpa`` on CUDA."""
+        """``materialized``, ``sdpa`` or ``flex``: ``auto`` is ``fast_defaults``' choice on CUDA, ``materialized``
+        elsewhere."""
         if self.attention_impl != "auto":
             return self.attention_impl
-        return "sdpa" if device.type == "cuda" else "materialized"
+        return choose("mega", "attention_impl", "auto") if device.type == "cuda" else "materialized"
+
+    def flex_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor | None,
+                       scale: float, dropout: float) -> torch.Tensor:
+        """The same attention through ``flex_attention``: the relative bias is a score_mod term reading one
+        scalar per offset (its gradient accumulated by the kernel, never a dense [c, c] bias or its
+        gradient), the key padding a -inf key bias (a chunk of padding only attends over itself
+        unmasked, as ``materialized_attention``), dropout the flex path's exact one (``_flex``)."""
+        length = q.shape[2]
+        table = self.rel_bias.bias
+        centre = self.rel_bias.max_len - 1
+        if length > self.rel_bias.max_len:
+            raise ValueError(f"MEGA: attention span {length} exceeds max_len {self.rel_bias.max_len}")
+
+        def relative_bias(score, b, h, q_idx, kv_idx):
+            return score + table[kv_idx - q_idx + centre]  # entry (i, j): the bias of offset j - i
+
+        key_mask = torch.ones(q.shape[0], length, dtype=torch.bool, device=q.device) if keys is None else (
+            open_fully_masked(keys[:, 0]))
+        options = choose("mega", "flex_kernel_options", self.flex_kernel_options)
+        settings = FlexSettings(kernel_options=tuple(sorted((options or {}).items())))
+        split = choose("mega", "flex_value_split", self.flex_value_split)
+        return flex_pattern_attention(q, k, v, key_mask, None, dropout_p=dropout, settings=settings,
+                                      bias_mod=relative_bias, scale=scale, value_split=split)
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """Single-head softmax attention with the relative bias, within chunks when ``chunk_size`` is set."""
@@ -174,10 +219,14 @@ class MegaMixer(nn.Module):
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else q.dtype
         q, k, v = (t.to(dtype).reshape(batch * chunks, 1, chunk, t.shape[-1]) for t in (q, k, v))
         keys = None if mask is None else mask.reshape(batch * chunks, 1, chunk)
-        bias = self.rel_bias(chunk).to(dtype)  # [c, c], shared by every chunk and sample
         dropout = self.attention_dropout if self.training else 0.0
         scale = 1.0 / math.sqrt(self.qkv_dim)
-        if self.resolved_attention_impl(q.device) == "sdpa":
+        impl = self.resolved_attention_impl(q.device)
+        if impl == "flex":
+            out = self.flex_attention(q, k, v, keys, scale, dropout)
+            return out.reshape(batch, chunks * chunk, -1)[:, :length]
+        bias = self.rel_bias(chunk).to(dtype)  # [c, c], shared by every chunk and sample
+        if impl == "sdpa":
             if keys is not None:
                 q, k = fold_key_mask(q, k, keys, scale)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout, scale=scale)
@@ -245,6 +294,8 @@ def build_mega_layers(cfg: dict, max_len: int) -> list[nn.Module]:
             attention_dropout=cfg.get("attention_dropout", 0.0),
             hidden_dropout=cfg.get("hidden_dropout", 0.0),
             attention_impl=cfg.get("attention_impl", "auto"),
+            flex_value_split=cfg.get("flex_value_split", "auto"),
+            flex_kernel_options=cfg.get("flex_kernel_options", "auto"),
         ))
         layers.append(MegaFeedForward(cfg["d_model"], cfg["d_ff"], cfg.get("hidden_dropout", 0.0)))
     return layers

@@ -44,6 +44,19 @@ x_t = sum_{j<=t} Lambda_bar^j B_bar u_{t-j} (the backward pass: sum_{j>=0} Lambd
 
 Both run in complex64 with autocast off (complex128 for float64 reference tests).
 
+Two choices of the ``fft`` path, the same function (``"auto"``: ``repro/original/attention/
+fast_defaults.py``, model keys ``ssm_fft_layout`` and ``ssm_proj_dtype``):
+
+- ``fft_layout``: ``time_major`` keeps the states [B, L, P/2] and transforms along axis 1 (at the
+  text setting a 96-channel stride, which torch's cuFFT plans serve by reordering the batch);
+  ``channels_last`` projects straight into [B, P/2, L] (the input projection as B_bar @ u^T) and
+  transforms along the contiguous last axis; the output contraction then reads the states as
+  [B, L, dirs P/2 2] through one permuted copy.
+- ``proj_dtype``: ``float32`` runs the input projection (u @ B_bar^T) and the output contraction
+  (2 Re(C x)) in float32, as the release does; ``autocast`` runs those two products in the autocast
+  dtype (bf16 on GPU), like every other linear layer of the model, and keeps the FFT, the kernel
+  and the states in float32. Outside autocast the two are the same.
+
 Padding: padded inputs are zeroed first; the system is linear, so the backward scan reads
 zeros there and real outputs do not depend on appended padding.
 
@@ -59,6 +72,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops.fft import fft_size
+from ..original.attention.fast_defaults import check_choice, choose
 
 C_INITS = ("trunc_standard_normal", "lecun_normal", "complex_normal")
 ACTIVATIONS = ("gelu", "half_glu1", "half_glu2", "full_glu")
@@ -141,6 +155,22 @@ def fft_states(log_lam_bar: torch.Tensor, bu: torch.Tensor, bidirectional: bool)
     return states[:, :length]
 
 
+def fft_states_channels_last(log_lam_bar: torch.Tensor, bu: torch.Tensor, bidirectional: bool) -> torch.Tensor:
+    """``fft_states`` with the time axis last: ``bu`` [B, P, L] (complex) -> states [B, dirs, P, L], every
+    FFT over the contiguous last axis (the transposed layout of ``fft_states``, same values)."""
+    length = bu.shape[-1]
+    n = fft_size(2 * length - 1)
+    steps = torch.arange(length, device=bu.device, dtype=log_lam_bar.real.dtype)
+    causal = torch.zeros(log_lam_bar.shape[0], n, dtype=bu.dtype, device=bu.device)
+    causal[:, :length] = torch.exp(log_lam_bar[:, None] * steps)  # [P, n]: Lambda_bar^l at index l
+    kernels = [causal]
+    if bidirectional:
+        kernels.append(torch.roll(causal.flip(-1), 1, dims=-1))  # offset -l at index (n - l) % n
+    spectra = torch.fft.fft(torch.stack(kernels), dim=-1)  # [dirs, P, n]
+    states = torch.fft.ifft(torch.fft.fft(bu, n=n, dim=-1).unsqueeze(1) * spectra, dim=-1)
+    return states[..., :length]
+
+
 def _real_pair(t: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(t).clone()
 
@@ -150,12 +180,15 @@ class S5SSM(nn.Module):
 
     def __init__(self, d_model: int, d_state: int, blocks: int = 1, c_init: str = "trunc_standard_normal",
                  bidirectional: bool = True, dt_min: float = 0.001, dt_max: float = 0.1, clip_eigs: bool = False,
-                 ssm_lr: float | None = 0.001, impl: str = "auto"):
+                 ssm_lr: float | None = 0.001, impl: str = "auto", fft_layout: str = "auto",
+                 proj_dtype: str = "auto"):
         super().__init__()
         if c_init not in C_INITS:
             raise ValueError(f"model.c_init={c_init!r}: choose one of {', '.join(C_INITS)}")
         if impl not in SSM_IMPLS:
             raise ValueError(f"model.ssm_impl={impl!r}: choose one of {', '.join(SSM_IMPLS)}")
+        self.fft_layout = check_choice("s5", "fft_layout", fft_layout, "model.ssm_fft_layout")
+        self.proj_dtype = check_choice("s5", "proj_dtype", proj_dtype, "model.ssm_proj_dtype")
         lam, v = block_hippo_n(d_state, blocks)  # [P/2], [P, P/2]
         half = lam.shape[0]
         self.bidirectional = bidirectional
@@ -211,21 +244,38 @@ class S5SSM(nn.Module):
         if mask is not None:
             u = u.masked_fill(~mask.unsqueeze(-1), 0.0)
         dtype = torch.float64 if u.dtype == torch.float64 else torch.float32
-        with torch.autocast(device_type=u.device.type, enabled=False):
+        device = u.device.type
+        autocast = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+        with torch.autocast(device_type=device, enabled=False):
             u = u.to(dtype)
             lam_bar, b_bar = self.discrete()
-            bu = torch.complex(u @ b_bar.real.T, u @ b_bar.imag.T)  # [B, L, P/2]
             y = self.D * u
             if self.resolved_impl(u.device) == "fft":
-                states = torch.view_as_real(fft_states(self.log_lambda_bar(), bu, self.bidirectional))
-                # 2 Re(C x) = 2 (C_re x_re - C_im x_im), every direction and state in one product
-                weight = torch.stack([c * c.new_tensor([2.0, -2.0]) for c in self.C], dim=1)  # [H, dirs, P/2, 2]
-                return y + states.flatten(2) @ weight.flatten(1).T
+                low = choose("s5", "proj_dtype", self.proj_dtype) == "autocast" and autocast is not None
+                return y + self._fft_path(u, b_bar, autocast if low else dtype).to(dtype)
+            bu = torch.complex(u @ b_bar.real.T, u @ b_bar.imag.T)  # [B, L, P/2]
             for direction, c in enumerate(self.C):
                 x = scan_time_invariant(lam_bar, bu, reverse=direction == 1)
                 c = torch.view_as_complex(c)  # [H, P/2]
                 y = y + 2 * (x.real @ c.real.T - x.imag @ c.imag.T)
         return y
+
+    def _fft_path(self, u: torch.Tensor, b_bar: torch.Tensor, mm_dtype: torch.dtype) -> torch.Tensor:
+        """sum over directions of 2 Re(C x) by FFT (``fft_layout``), the two projections in ``mm_dtype``
+        (``proj_dtype``), the FFT and the states in ``u``'s dtype."""
+        # 2 Re(C x) = 2 (C_re x_re - C_im x_im), every direction and state in one product
+        weight = torch.stack([c * c.new_tensor([2.0, -2.0]) for c in self.C], dim=1)  # [H, dirs, P/2, 2]
+        low = u.to(mm_dtype)
+        b_re, b_im = b_bar.real.to(mm_dtype), b_bar.imag.to(mm_dtype)
+        if choose("s5", "fft_layout", self.fft_layout) == "channels_last":
+            ut = low.transpose(1, 2)  # [B, H, L]
+            bu = torch.complex((b_re @ ut).to(u.dtype), (b_im @ ut).to(u.dtype))  # [B, P/2, L]
+            states = torch.view_as_real(fft_states_channels_last(self.log_lambda_bar(), bu, self.bidirectional))
+            states = states.permute(0, 3, 1, 2, 4).flatten(2)  # [B, L, dirs P/2 2]
+        else:
+            bu = torch.complex((low @ b_re.T).to(u.dtype), (low @ b_im.T).to(u.dtype))  # [B, L, P/2]
+            states = torch.view_as_real(fft_states(self.log_lambda_bar(), bu, self.bidirectional)).flatten(2)
+        return states.to(mm_dtype) @ weight.flatten(1).T.to(mm_dtype)
 
 
 class S5Mixer(nn.Module):
@@ -271,6 +321,8 @@ def build_s5_layers(cfg: dict, max_len: int) -> list[nn.Module]:
             clip_eigs=cfg.get("clip_eigs", False),
             ssm_lr=cfg.get("ssm_lr", 0.001),
             impl=cfg.get("ssm_impl", "auto"),
+            fft_layout=cfg.get("ssm_fft_layout", "auto"),
+            proj_dtype=cfg.get("ssm_proj_dtype", "auto"),
         )
         for _ in range(cfg["depth"])
     ]

@@ -29,7 +29,8 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from ._flex import flex_pattern_attention
+from ._flex import FlexSettings, flex_pattern_attention, tile_block_mask
+from .fast_defaults import check_choice, choose
 
 # One segment of keys: (k, v, masks). ``k``/``v`` are [B|1, H|1, NQ|1, K, Dh] (a size-1
 # query-block axis means the same keys for every query block); every mask is a bool
@@ -275,11 +276,19 @@ BLOCKSPARSE_BACKENDS = ("auto", "blockwise", "flex")
 class FlexPatternMixin:
     """The ``flex_attention`` backend of the position-pattern mixers (torch >= 2.5).
 
-    The structural pattern is a ``BlockMask`` built once per (length, device) from the
+    The structural pattern is a ``BlockMask`` built once per (length, device, tile side) from the
     subclass's ``flex_mask_mod(device)`` (``(b, h, q, kv) -> bool``, broadcast over the
     batch; ``flex_heads()`` heads or ``None``), or from ``flex_layout(L, device)`` when the
-    keys are gathered into another axis. Padding, the key layout and LRA's attention
-    dropout (exact, through two passes and their log-sum-exps) are ``_flex``'s.
+    keys are gathered into another axis; ``_flex.tile_block_mask`` classifies its tiles exactly.
+    Padding, the key layout and LRA's attention dropout (exact, through two passes and their
+    log-sum-exps) are ``_flex``'s.
+
+    How it runs (``fast_defaults.FAST_DEFAULTS[FLEX_MECHANISM]`` for ``"auto"``): ``flex_block``
+    (tile side, 64 or 128), ``flex_global_rows`` (``dense``: the rows returned by
+    ``flex_global_rows`` -- queries that attend to every key -- are left out of the flex call and
+    computed as dense rows over all keys, as the blockwise backend computes them; at a tile side
+    of 128 such a row otherwise makes every tile of its row band partial), ``flex_lse_pass``
+    (``_flex.FlexSettings``).
 
     Speed (H200, torch 2.11, B=8, L=4096, D=256, H=4, fwd+bwd, no dropout, peak memory):
     under bf16 autocast flex beats the blockwise path (bigbird 2.3 vs 5.8 ms, sparse 2.5 vs
@@ -288,33 +297,72 @@ class FlexPatternMixin:
     """
 
     PLAIN_PATH = ("backend", "blockwise")  # what FLOP counting runs (repro/bench/flops.py)
+    FLEX_MECHANISM = ""  # the mechanism's row of fast_defaults.FAST_DEFAULTS
 
-    def flex_mask_mod(self, device):  # pragma: no cover - abstract
+    def init_flex(self, backend: str, flex_block="auto", flex_global_rows="auto", flex_lse_pass="auto") -> None:
+        """Check and keep the backend and the flex options (constructor arguments)."""
+        if backend not in BLOCKSPARSE_BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; choose from {BLOCKSPARSE_BACKENDS}")
+        self.backend = backend
+        name = self.FLEX_MECHANISM
+        self.flex_block = check_choice(name, "flex_block", flex_block, "attention_params.flex_block")
+        self.flex_global_rows_mode = check_choice(name, "flex_global_rows", flex_global_rows,
+                                                  "attention_params.flex_global_rows")
+        self.flex_lse_pass = check_choice(name, "flex_lse_pass", flex_lse_pass, "attention_params.flex_lse_pass")
+
+    def flex_settings(self) -> FlexSettings:
+        name = self.FLEX_MECHANISM
+        if not name:  # a mixer without fast-path options (local attention): the defaults
+            return FlexSettings()
+        return FlexSettings(block=int(choose(name, "flex_block", self.flex_block)),
+                            lse_pass=choose(name, "flex_lse_pass", self.flex_lse_pass))
+
+    def flex_mask_mod(self, device, dense_rows: bool = False):  # pragma: no cover - abstract
         raise NotImplementedError
 
     def flex_heads(self) -> int | None:
         return None
 
-    def flex_layout(self, L: int, device) -> tuple:
-        """(mask_mod, key-axis length, key_index or None) of the block mask at length ``L``."""
-        return self.flex_mask_mod(device), L, None
+    def flex_global_rows(self, L: int) -> list[int]:
+        """Query rows that attend to every key (none by default)."""
+        return []
+
+    def flex_layout(self, L: int, device, dense_rows: bool = False) -> tuple:
+        """(mask_mod, key-axis length, key_index or None) of the block mask at length ``L``;
+        ``dense_rows``: the rows of ``flex_global_rows`` allowed nothing (computed apart)."""
+        return self.flex_mask_mod(device, dense_rows), L, None
 
     def use_flex(self, t: Tensor) -> bool:
         return self.backend == "flex" or (self.backend == "auto" and t.device.type == "cuda")
 
-    def flex_pattern(self, L: int, device) -> tuple:
-        """(BlockMask, key_index), built once per (length, device) and cached on the module."""
-        from torch.nn.attention.flex_attention import create_block_mask
+    def dense_row_index(self, L: int, device) -> Tensor | None:
+        """The global rows computed apart (``flex_global_rows=dense``), or None."""
+        name = self.FLEX_MECHANISM
+        if not name or choose(name, "flex_global_rows", self.flex_global_rows_mode) != "dense":
+            return None
+        rows = self.flex_global_rows(L)
+        return torch.tensor(rows, dtype=torch.long, device=device) if rows else None
 
+    def flex_pattern(self, L: int, device, block: int = 128, dense_rows: bool = False) -> tuple:
+        """(BlockMask, key_index), built once per (length, device, tile side, dense rows) and cached on
+        the module."""
         cache = self.__dict__.setdefault("_flex_cache", {})
-        key = (L, str(device))
+        key = (L, str(device), block, dense_rows)
         if key not in cache:
-            mask_mod, kv_len, key_index = self.flex_layout(L, device)
-            block_mask = create_block_mask(mask_mod, None, self.flex_heads(), L, kv_len, device=device)
+            mask_mod, kv_len, key_index = self.flex_layout(L, device, dense_rows)
+            block_mask = tile_block_mask(mask_mod, self.flex_heads(), L, kv_len, block, device)
             cache[key] = (block_mask, key_index)
         return cache[key]
 
     def flex_attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
-        block_mask, key_index = self.flex_pattern(q.shape[2], q.device)
+        settings = self.flex_settings()
+        L = q.shape[2]
+        rows = self.dense_row_index(L, q.device)
+        block_mask, key_index = self.flex_pattern(L, q.device, settings.block, rows is not None)
         p = self.dropout if self.training else 0.0
-        return flex_pattern_attention(q, k, v, mask, block_mask, key_index, dropout_p=p)
+        out = flex_pattern_attention(q, k, v, mask, block_mask, key_index, dropout_p=p, settings=settings)
+        if rows is None:
+            return out
+        dense = dense_attention(q.index_select(2, rows), k, v, mask[:, None, None, :], dropout_p=p,
+                                training=self.training)
+        return out.index_copy(2, rows, dense.to(out.dtype))

@@ -33,17 +33,24 @@ Computation: each non-global query block gathers its window, global and random k
 blocks (``(window_blocks + n_global_blocks + n_random) * block_size`` keys; a global block
 that is also in the window is masked in one place so it is not counted twice); the
 query rows of global blocks are computed densely over all keys.
+
+``flex_attention`` backend (CUDA, ``_common.FlexPatternMixin``; ``_flex.py`` has the tile costs):
+the pattern is a lookup in the [H, NB, NB] block table. With 128-wide tiles nearly every tile is
+partial (the table is read per pair); with ``flex_block=64`` (= ``block_size``) every tile is
+full or absent, the pattern is never evaluated in the kernel, and the work is the pattern's own
+(~126 tiles of 128 x 128 per head at L = 4097 without the global rows, against 1089 for full
+attention). ``flex_global_rows=dense`` computes the global blocks' query rows (block 0 and the
+one holding position ``max_len``) as dense rows over all keys, as this blockwise path does.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
 from . import ATTENTION
 from ._common import (
-    BLOCKSPARSE_BACKENDS,
     AttentionMixer,
     FlexPatternMixin,
     dense_attention,
@@ -70,7 +77,7 @@ def draw_random_blocks(
     window_blocks: int,
     global_blocks: Sequence[int],
     seed: int,
-    random_max_len: Optional[int] = 1024,
+    random_max_len: int | None = 1024,
 ) -> Tensor:
     """[H, NB, n_random] long: random key blocks per head and query block (-1 = none);
     ``NB`` covers every block that can hold a position ``< max_len`` plus the last global
@@ -135,6 +142,8 @@ def dense_mask(
 
 @ATTENTION.register("bigbird")
 class BigBirdAttention(FlexPatternMixin, AttentionMixer):
+    FLEX_MECHANISM = "bigbird"
+
     def __init__(
         self,
         d_model: int,
@@ -146,9 +155,12 @@ class BigBirdAttention(FlexPatternMixin, AttentionMixer):
         window_blocks: int = 3,
         n_global: int = 1,
         global_last: bool = True,
-        random_max_len: Optional[int] = 1024,
+        random_max_len: int | None = 1024,
         seed: int = 0,
         backend: str = "auto",
+        flex_block="auto",
+        flex_global_rows: str = "auto",
+        flex_lse_pass: str = "auto",
     ):
         super().__init__(d_model, n_heads, max_len, dropout)
         if block_size < 1 or n_random < 0 or n_global < 0:
@@ -159,9 +171,7 @@ class BigBirdAttention(FlexPatternMixin, AttentionMixer):
         self.window_blocks = int(window_blocks)
         self.n_global, self.global_last, self.seed = int(n_global), bool(global_last), int(seed)
         self.random_max_len = random_max_len
-        if backend not in BLOCKSPARSE_BACKENDS:
-            raise ValueError(f"unknown backend {backend!r}; choose from {BLOCKSPARSE_BACKENDS}")
-        self.backend = backend
+        self.init_flex(backend, flex_block, flex_global_rows, flex_lse_pass)
         self.global_blocks = global_blocks_for(max_len, self.block_size, self.n_global,
                                                self.global_last)
         rb = draw_random_blocks(n_heads, max_len, self.block_size, self.n_random,
@@ -178,12 +188,20 @@ class BigBirdAttention(FlexPatternMixin, AttentionMixer):
     def flex_heads(self) -> int:
         return self.n_heads
 
-    def flex_mask_mod(self, device):
+    def flex_global_rows(self, L: int) -> list[int]:
+        S = self.block_size
+        return [pos for blk in self.global_blocks for pos in range(blk * S, min(L, (blk + 1) * S))]
+
+    def flex_mask_mod(self, device, dense_rows: bool = False):
+        """The block-level pattern [H, NB, NB] over the blocks of max_len, looked up per pair (at a
+        tile side of 64 = ``block_size`` every tile is full or absent and the kernel never calls
+        it); ``dense_rows``: the global blocks' query rows allowed nothing (computed apart)."""
         S = self.block_size
         nb = self.rand_blocks.shape[1]
-        # block-level pattern [H, NB, NB] over the blocks of max_len
         table = block_pattern(nb, self.rand_blocks, self.global_blocks, self.window_blocks,
                               device)
+        if dense_rows:
+            table[:, [b for b in self.global_blocks if b < nb]] = False
 
         def mask_mod(b, h, qi, kv):
             return table[h, qi // S, kv // S]
@@ -240,4 +258,5 @@ class BigBirdAttention(FlexPatternMixin, AttentionMixer):
         return (super().extra_repr() + f", block_size={self.block_size}, "
                 f"n_random={self.n_random}, window_blocks={self.window_blocks}, "
                 f"global_blocks={self.global_blocks}, random_max_len={self.random_max_len}, "
-                f"seed={self.seed}, backend={self.backend!r}")
+                f"seed={self.seed}, backend={self.backend!r}, flex_block={self.flex_block!r}, "
+                f"flex_global_rows={self.flex_global_rows_mode!r}, flex_lse_pass={self.flex_lse_pass!r}")

@@ -69,7 +69,7 @@ class LocalAttention(FlexPatternMixin, AttentionMixer):
     def dense_mask(self, L: int, device=None) -> Tensor:
         return dense_mask(L, self.block_size, self.look_backward, self.look_forward, device)
 
-    def flex_mask_mod(self, device):
+    def flex_mask_mod(self, device, dense_rows: bool = False):
         S, back, fwd = self.block_size, self.look_backward, self.look_forward
 
         def mask_mod(b, h, qi, kv):

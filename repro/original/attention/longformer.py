@@ -29,7 +29,6 @@ from torch import Tensor
 
 from . import ATTENTION
 from ._common import (
-    BLOCKSPARSE_BACKENDS,
     AttentionMixer,
     FlexPatternMixin,
     QKVOut,
@@ -60,6 +59,8 @@ def dense_mask(L: int, window: int = 512, n_global: int = 0, device=None) -> Ten
 
 @ATTENTION.register("longformer")
 class LongformerAttention(FlexPatternMixin, AttentionMixer):
+    FLEX_MECHANISM = "longformer"
+
     def __init__(
         self,
         d_model: int,
@@ -71,15 +72,16 @@ class LongformerAttention(FlexPatternMixin, AttentionMixer):
         separate_global_proj: bool = True,
         chunk_size: int | None = None,
         backend: str = "auto",
+        flex_block="auto",
+        flex_global_rows: str = "auto",
+        flex_lse_pass: str = "auto",
     ):
         super().__init__(d_model, n_heads, max_len, dropout)
         if window < 1 or n_global < 0:
             raise ValueError("window must be >= 1 and n_global >= 0")
         self.window, self.n_global = int(window), int(n_global)
         self.left, self.right = window_sides(self.window)
-        if backend not in BLOCKSPARSE_BACKENDS:
-            raise ValueError(f"unknown backend {backend!r}; choose from {BLOCKSPARSE_BACKENDS}")
-        self.backend = backend
+        self.init_flex(backend, flex_block, flex_global_rows, flex_lse_pass)
         self.chunk_size = int(chunk_size) if chunk_size else max(1, self.window // 2)
         self.separate_global_proj = bool(separate_global_proj) and self.n_global > 0
         # global q/k/v (its out projection is unused: both paths share ``proj.out``)
@@ -89,7 +91,7 @@ class LongformerAttention(FlexPatternMixin, AttentionMixer):
     def dense_mask(self, L: int, device=None) -> Tensor:
         return dense_mask(L, self.window, self.n_global, device)
 
-    def flex_mask_mod(self, device):
+    def flex_mask_mod(self, device, dense_rows: bool = False):
         left, right, g = self.left, self.right, self.n_global
 
         def mask_mod(b, h, qi, kv):
@@ -162,4 +164,4 @@ class LongformerAttention(FlexPatternMixin, AttentionMixer):
     def extra_repr(self) -> str:
         return (super().extra_repr() + f", window={self.window}, n_global={self.n_global}, "
                 f"separate_global_proj={self.separate_global_proj}, chunk_size={self.chunk_size}, "
-                f"backend={self.backend!r}")
+                f"backend={self.backend!r}, flex_block={self.flex_block!r}, flex_lse_pass={self.flex_lse_pass!r}")

@@ -60,6 +60,18 @@ Backends (``backend``), the same function on the same sorted chunks:
   return it), so that case saves only the probabilities.
 * ``auto`` (default): ``sdpa`` on CUDA, ``materialized`` elsewhere.
 
+How the SDPA path lays its chunks out (each the same function; ``"auto"`` reads
+``fast_defaults.FAST_DEFAULTS``): ``windows=concat`` builds each chunk's keys and values as its own
+chunk followed by the previous one (a roll and a concatenation: two copies of [B, H, L, d] per
+tensor, forward and backward); ``windows=unfold`` prepends one masked chunk to the sorted sequence
+and takes the windows [previous, own] as overlapping views (``Tensor.unfold``; its backward sums
+the overlaps), the padding folded once per sorted position rather than once per window slot.
+``gather=per_tensor`` gathers q, the normalised keys and v by the sort order one at a time (each
+``torch.gather`` reading an index per element); ``gather=fused`` gathers the rows of [q | v] once
+(``index_select`` on [B H L, 2 d]) and normalises the keys after. ``sdpa_backends``: None lets
+torch pick the SDPA kernel (on an H200 it took cuDNN's for the [c, 2c] float mask); a list of
+``torch.nn.attention.SDPBackend`` names restricts it (``[EFFICIENT_ATTENTION]``, ...).
+
 Attention dropout (LRA's 0.1): both backends drop entries of the normalised probabilities
 and scale the kept ones by 1/(1-p), without renormalising (the materialised path through
 ``nn.Dropout`` after the softmax, SDPA through ``dropout_p``); same distribution, different
@@ -67,6 +79,7 @@ random draws.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import NamedTuple
 
@@ -76,8 +89,10 @@ import torch.nn.functional as F
 from . import ATTENTION
 from ._folded_mask import fold_key_mask
 from ._lowrank_common import SELF_MASK_VALUE, HeadedMixer, neg_fill, pad_to_multiple
+from .fast_defaults import check_choice, choose
 
 BACKENDS = ("auto", "materialized", "sdpa")
+SDPA_BACKEND_NAMES = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")
 
 
 class SortedChunks(NamedTuple):
@@ -112,6 +127,26 @@ def _window_mask(chunk_mask: torch.Tensor) -> torch.Tensor:
     return torch.cat([chunk_mask, previous], dim=4)
 
 
+def _unfold_windows(t: torch.Tensor, chunk: int) -> torch.Tensor:
+    """``t`` [..., (nc + 1) c, d] (a masked chunk first) -> windows [..., nc, 2c, d]: chunk i's window is
+    [chunk i - 1, chunk i] of the original, an overlapping view (no copy)."""
+    return t.unfold(-2, 2 * chunk, chunk).transpose(-1, -2)
+
+
+def _swap_halves(t: torch.Tensor, chunk: int) -> torch.Tensor:
+    """[..., own c | previous c] -> [..., previous c | own c] along the last axis."""
+    return torch.cat([t[..., chunk:], t[..., :chunk]], dim=-1)
+
+
+def sdpa_backend_list(names) -> list | None:
+    """``torch.nn.attention.SDPBackend`` members for ``names`` (None: torch picks)."""
+    if names is None:
+        return None
+    from torch.nn.attention import SDPBackend
+
+    return [getattr(SDPBackend, name) for name in names]
+
+
 @ATTENTION.register("reformer")
 class ReformerAttention(HeadedMixer):
     def __init__(
@@ -128,6 +163,9 @@ class ReformerAttention(HeadedMixer):
         redraw: bool = True,
         bias: bool = False,
         backend: str = "auto",
+        windows: str = "auto",
+        gather: str = "auto",
+        sdpa_backends="auto",
     ):
         super().__init__(d_model, n_heads, max_len, dropout, ("q", "v"), bias)
         if n_buckets < 1 or (n_buckets > 1 and n_buckets % 2):
@@ -135,6 +173,15 @@ class ReformerAttention(HeadedMixer):
         if backend not in BACKENDS:
             raise ValueError(f"unknown reformer backend {backend!r}; choose from {BACKENDS}")
         self.backend = backend
+        self.windows = check_choice("reformer", "windows", windows, "attention_params.windows")
+        self.gather = check_choice("reformer", "gather", gather, "attention_params.gather")
+        if sdpa_backends not in ("auto", None):
+            sdpa_backends = tuple(sdpa_backends)
+            unknown = [name for name in sdpa_backends if name not in SDPA_BACKEND_NAMES]
+            if unknown or not sdpa_backends:
+                raise ValueError(f"reformer: attention_params.sdpa_backends={list(sdpa_backends)!r}: give null or "
+                                 f"a list of {', '.join(SDPA_BACKEND_NAMES)}")
+        self.sdpa_backends = sdpa_backends
         self.n_hashes = n_hashes
         self.n_buckets = n_buckets
         self.chunk_len = chunk_len or max(1, math.ceil(max_len / n_buckets))
@@ -215,11 +262,18 @@ class ReformerAttention(HeadedMixer):
         if self.training and self.redraw and self.n_buckets > 1:
             rotations = self.draw_rotations(dtype=q.dtype, device=q.device)
         perm, inv = self.sort_order(self.hash_buckets(q, mask, rotations))
-        keys = F.normalize(q, dim=-1, eps=1e-6) if self.normalize_keys else q
+        if choose("reformer", "gather", self.gather) == "fused":
+            rows = (perm + torch.arange(b * h, device=q.device).view(b, h, 1, 1) * lp).flatten()
+            qv = torch.cat([q, v.to(q.dtype)], dim=-1).flatten(0, 2).index_select(0, rows)
+            sq, sv = qv.view(b, h, r, nc, c, 2 * dh).split(dh, dim=-1)
+            sk = F.normalize(sq, dim=-1, eps=1e-6) if self.normalize_keys else sq
+        else:
+            keys = F.normalize(q, dim=-1, eps=1e-6) if self.normalize_keys else q
+            sq, sk, sv = (_gather_positions(t, perm).view(b, h, r, nc, c, dh) for t in (q, keys, v))
         return SortedChunks(
-            q=_gather_positions(q, perm).view(b, h, r, nc, c, dh),
-            k=_gather_positions(keys, perm).view(b, h, r, nc, c, dh),
-            v=_gather_positions(v, perm).view(b, h, r, nc, c, dh),
+            q=sq,
+            k=sk,
+            v=sv,
             mask=torch.gather(mask[:, None, None, :].expand(b, h, r, lp), 3, perm).view(b, h, r, nc, c),
             pos=perm.view(b, h, r, nc, c),
             inv=inv,
@@ -254,20 +308,32 @@ class ReformerAttention(HeadedMixer):
         keys (``fold_key_mask``). With ``n_hashes > 1`` the duplicate correction makes the mask one
         [c, 2c] matrix per chunk, and the rounds' log-normalisers, which SDPA does not return, come
         from the logits computed once more (no dropout there, as in the materialised path).
+        Window layout: ``windows`` (module docstring).
         """
         b, h, r, nc, c, dh = s.q.shape
         dtype = s.v.dtype
         scale = self._scale(dh)
-        wv = _with_previous(s.v)
-        q, k = fold_key_mask(s.q.to(dtype), _with_previous(s.k).to(dtype), _window_mask(s.mask), scale)
+        unfold = choose("reformer", "windows", self.windows) == "unfold"
+        if unfold:  # windows [previous, own] as views of the sorted sequence behind one masked chunk
+            key_mask = F.pad(s.mask.flatten(3), (c, 0), value=False)
+            q, k = fold_key_mask(s.q.to(dtype), F.pad(s.k.flatten(3, 4), (0, 0, c, 0)).to(dtype), key_mask, scale)
+            k, wv = _unfold_windows(k, c), _unfold_windows(F.pad(s.v.flatten(3, 4), (0, 0, c, 0)), c)
+            own = slice(c, 2 * c)
+        else:
+            wv = _with_previous(s.v)
+            q, k = fold_key_mask(s.q.to(dtype), _with_previous(s.k).to(dtype), _window_mask(s.mask), scale)
+            own = slice(0, c)
         bias = torch.zeros(c, 2 * c, dtype=dtype, device=q.device)
-        bias[:, :c].fill_diagonal_(SELF_MASK_VALUE)
+        bias[:, own].fill_diagonal_(SELF_MASK_VALUE)
         if self.dedup_rounds and r > 1:
-            bias = bias - self._dedup_log_counts(s).to(dtype)
+            counts = self._dedup_log_counts(s).to(dtype)  # [own | previous] order
+            bias = bias - (_swap_halves(counts, c) if unfold else counts)
         flat_bias = bias.flatten(0, 2) if bias.dim() > 2 else bias
         dropout = self.attn_dropout.p if self.training else 0.0
-        out = F.scaled_dot_product_attention(q.flatten(0, 2), k.flatten(0, 2), wv.flatten(0, 2),
-                                             attn_mask=flat_bias, dropout_p=dropout, scale=scale)
+        backends = sdpa_backend_list(choose("reformer", "sdpa_backends", self.sdpa_backends))
+        with _sdpa_kernels(backends):
+            out = F.scaled_dot_product_attention(q.flatten(0, 2), k.flatten(0, 2), wv.flatten(0, 2),
+                                                 attn_mask=flat_bias, dropout_p=dropout, scale=scale)
         lse = None
         if r > 1:
             lse = torch.logsumexp(torch.matmul(q, k.transpose(-1, -2)) * scale + bias, dim=-1)
@@ -283,3 +349,12 @@ class ReformerAttention(HeadedMixer):
             ck = torch.gather(table, 2, wpos.flatten(2)).view_as(wpos).unsqueeze(-2)
             counts += ((cq == ck) | (cq - 1 == ck)).long()
         return counts.clamp_min(1)
+
+
+def _sdpa_kernels(backends):
+    """``torch.nn.attention.sdpa_kernel(backends)``, or nothing when ``backends`` is None."""
+    if backends is None:
+        return contextlib.nullcontext()
+    from torch.nn.attention import sdpa_kernel
+
+    return sdpa_kernel(backends)

@@ -24,7 +24,10 @@ Blockwise computation: queries in blocks of ``l``; segment 1 = the own block (``
 keys), segment 2 = all summary columns (``ceil(L/l) * n_summary`` keys, shared by every
 query block, masked to other blocks, and to earlier ones when causal), segment 3 = the
 global keys. Cost per query: ``l + (L / l) * c`` keys, not ``L``. The flex backend gathers
-the summary columns the same way (``flex_layout``).
+the summary columns the same way (``flex_layout``), and the global keys once more in front of
+them, so that neither leaves a column in every tile of the sequence; ``flex_global_rows=dense``
+computes the global query rows apart (``_common.FlexPatternMixin``), ``flex_block=64`` halves the
+area of the partial tiles the 50-wide own blocks leave along the diagonal (``_flex.py``).
 """
 from __future__ import annotations
 
@@ -33,7 +36,6 @@ from torch import Tensor
 
 from . import ATTENTION
 from ._common import (
-    BLOCKSPARSE_BACKENDS,
     AttentionMixer,
     FlexPatternMixin,
     dense_attention,
@@ -72,6 +74,8 @@ def dense_mask(L: int, stride: int = 128, c: int = 32, causal: bool = True,
 
 @ATTENTION.register("sparse")
 class SparseAttention(FlexPatternMixin, AttentionMixer):
+    FLEX_MECHANISM = "sparse"
+
     def __init__(
         self,
         d_model: int,
@@ -84,6 +88,9 @@ class SparseAttention(FlexPatternMixin, AttentionMixer):
         block_start_summary: bool = True,
         n_global: int = 0,
         backend: str = "auto",
+        flex_block="auto",
+        flex_global_rows: str = "auto",
+        flex_lse_pass: str = "auto",
     ):
         super().__init__(d_model, n_heads, max_len, dropout)
         if stride < 1 or not 0 <= c <= stride or n_global < 0:
@@ -91,9 +98,7 @@ class SparseAttention(FlexPatternMixin, AttentionMixer):
         self.stride, self.c = int(stride), int(c)
         self.causal, self.block_start_summary = bool(causal), bool(block_start_summary)
         self.n_global = int(n_global)
-        if backend not in BLOCKSPARSE_BACKENDS:
-            raise ValueError(f"unknown backend {backend!r}; choose from {BLOCKSPARSE_BACKENDS}")
-        self.backend = backend
+        self.init_flex(backend, flex_block, flex_global_rows, flex_lse_pass)
         offs = summary_offsets(self.stride, self.c, self.block_start_summary)
         self.register_buffer("_summary", torch.tensor(offs, dtype=torch.long), persistent=False)
 
@@ -101,19 +106,25 @@ class SparseAttention(FlexPatternMixin, AttentionMixer):
         return dense_mask(L, self.stride, self.c, self.causal, self.block_start_summary,
                           self.n_global, device)
 
-    def flex_layout(self, L: int, device) -> tuple:
-        """Keys in two regions: positions ``0..L-1`` (own block, causal, and the global rows
-        and columns), then the summary columns gathered once (``key_index``), allowed for the
-        query blocks after theirs (causal) or other than theirs. Every allowed pair lies in
-        one slot, and the summary columns become a few dense key blocks instead of a column
-        in every block of the sequence (which would leave no block of the mask empty)."""
+    def flex_global_rows(self, L: int) -> list[int]:
+        return list(range(min(self.n_global, L)))
+
+    def flex_layout(self, L: int, device, dense_rows: bool = False) -> tuple:
+        """Keys in three regions: positions ``0..L-1`` (own block, causal; all of them for the
+        global rows), then the ``g`` global keys gathered once more, then the summary columns
+        gathered (``key_index``), allowed for the query blocks after theirs (causal) or other than
+        theirs. Every allowed pair lies in one slot; the global keys and the summary columns form
+        a few dense key tiles instead of a column in every tile of the sequence (which would leave
+        no tile of the mask full and none empty). ``dense_rows``: the global rows allowed nothing
+        (computed apart)."""
         S, causal = self.stride, self.causal
         g = min(self.n_global, L)
         offs = self._summary.tolist()
         ns = len(offs)
         slots = [g + blk * S + off for blk in range(n_blocks(L - g, S)) for off in offs]
         slots = [pos for pos in slots if pos < L]  # ascending: the cut ones are a suffix
-        key_index = torch.cat([torch.arange(L), torch.tensor(slots, dtype=torch.long)]).to(device)
+        key_index = torch.cat([torch.arange(L), torch.arange(g), torch.tensor(slots, dtype=torch.long)]).to(device)
+        first_summary = L + g
 
         def mask_mod(b, h, qi, kv):
             qq, kk = qi - g, kv - g
@@ -121,14 +132,16 @@ class SparseAttention(FlexPatternMixin, AttentionMixer):
             near = (qq // S) == (kk // S)
             if causal:
                 near = near & (kk <= qq)
-            m = own & (near | (kv < g))
+            m = own & (kv >= g) & near
+            if g:
+                m = m | ((kv >= L) & (kv < first_summary))
             if ns:
-                kb = (kv - L) // ns  # the summary slot's block (meaningless in region 1)
+                kb = (kv - first_summary) // ns  # the summary slot's block (meaningless elsewhere)
                 far = (kb < qq // S) if causal else (kb != qq // S)
-                m = m | (~own & far)
-            return torch.where(qi < g, own, m)
+                m = m | ((kv >= first_summary) & far)
+            return torch.where(qi < g, own & (not dense_rows), m)
 
-        return mask_mod, L + len(slots), key_index
+        return mask_mod, first_summary + len(slots), key_index
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
         if self.use_flex(q):
@@ -174,4 +187,5 @@ class SparseAttention(FlexPatternMixin, AttentionMixer):
     def extra_repr(self) -> str:
         return (super().extra_repr() + f", stride={self.stride}, c={self.c}, "
                 f"causal={self.causal}, block_start_summary={self.block_start_summary}, "
-                f"n_global={self.n_global}, backend={self.backend!r}")
+                f"n_global={self.n_global}, backend={self.backend!r}, flex_block={self.flex_block!r}, "
+                f"flex_global_rows={self.flex_global_rows_mode!r}, flex_lse_pass={self.flex_lse_pass!r}")

@@ -1,0 +1,85 @@
+"""What ``auto`` runs, per mechanism: every fast variant's default in one table.
+
+Each mechanism keeps its plain path and one or more fast variants that compute the same function
+(the equivalence tests prove each against the plain path in float64 on CPU). A constructor option
+set to ``"auto"`` (the default) reads its value here when the layer runs, so one edit switches
+what every run and the benchmark use, e.g. after a GPU measurement
+(``experiments/time_fast_variants.py``)::
+
+    FAST_DEFAULTS["bigbird"]["flex_block"] = 128
+
+An explicit option (``model.attention_params.flex_block=64`` for an attention mixer,
+``model.ssm_fft_layout=channels_last`` for S5, ...) overrides the table for one model.
+
+Options, by mechanism:
+
+* ``bigbird``, ``sparse``, ``longformer`` (``flex_attention`` backend, ``_flex.py``):
+  ``flex_block`` (64 or 128: the side of the block mask's tiles; 64 fits BigBird's 64-wide blocks,
+  so no tile needs the pattern evaluated inside it; with torch 2.11 on sm90 the backward kernel
+  has no default configuration for 64-wide tiles and is compiled with max-autotune),
+  ``flex_global_rows`` (``flex``: the global query rows inside the flex call; ``dense``: computed
+  apart over all keys, as the blockwise backend does, which leaves the flex call their tiles),
+  ``flex_lse_pass`` (``full``: the dropout's second pass, for its log-normaliser, runs with the
+  values; ``narrow``: with a 16-wide zero value tensor, the same log-normaliser and gradients for
+  about a third less work).
+* ``sinkhorn``: ``sdpa_min_len`` (``backend=auto`` runs SDPA from this sequence length on, the
+  materialised path below it), ``sdpa_mask`` (``bias``: masked keys as a float ``attn_mask``, which
+  rules out the flash kernel; ``fold``: the key mask folded into one extra query/key feature, no
+  ``attn_mask``), ``balance`` (``eager`` or ``compiled``: the Sinkhorn iterations through
+  ``torch.compile``, a few fused kernels instead of hundreds of small ones).
+* ``reformer``: ``windows`` (``concat``: each chunk's keys as its own chunk concatenated with the
+  previous one, a copy; ``unfold``: overlapping views of the sorted sequence, no copy),
+  ``gather`` (``per_tensor``: q, keys and values gathered one by one; ``fused``: one row gather of
+  the concatenated [q | v], keys normalised after), ``sdpa_backends`` (None: torch picks;
+  or a tuple of ``torch.nn.attention.SDPBackend`` names tried in order).
+* ``mega``: ``attention_impl`` (``sdpa`` or ``flex``: ``flex_attention`` with the relative bias
+  added in a score_mod, its gradient accumulated in the kernel, no dense [L, L] bias),
+  ``flex_value_split`` (the value width is cut into this many flex calls: 256-wide values
+  need register room a 64-wide query does not), ``flex_kernel_options`` (passed to flex_attention).
+* ``s5``: ``fft_layout`` (``time_major``: the FFT along axis 1 of [B, L, P/2]; ``channels_last``:
+  states laid out [B, P/2, L] so every FFT runs over the contiguous last axis),
+  ``proj_dtype`` (``float32`` or ``autocast``: the input and output projections around the FFT in
+  the autocast dtype, like every other linear layer; the FFT and the states stay float32).
+
+The values below are the expected fastest on an H100/H200 with torch 2.11 (the reasoning is in each
+module's docstring); ``experiments/time_fast_variants.py`` measures every variant.
+"""
+from __future__ import annotations
+
+FAST_DEFAULTS: dict[str, dict] = {
+    "bigbird": {"flex_block": 64, "flex_global_rows": "dense", "flex_lse_pass": "narrow"},
+    "sparse": {"flex_block": 64, "flex_global_rows": "dense", "flex_lse_pass": "narrow"},
+    "longformer": {"flex_block": 128, "flex_global_rows": "flex", "flex_lse_pass": "narrow"},
+    "sinkhorn": {"sdpa_min_len": 0, "sdpa_mask": "fold", "balance": "compiled"},
+    "reformer": {"windows": "unfold", "gather": "fused", "sdpa_backends": None},
+    "mega": {"attention_impl": "flex", "flex_value_split": 1,
+             "flex_kernel_options": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2,
+                                     "BLOCK_M1": 32, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 32}},
+    "s5": {"fft_layout": "channels_last", "proj_dtype": "autocast"},
+}
+
+# The values each option accepts besides "auto" (constructor arguments are checked against them).
+CHOICES: dict[str, dict[str, tuple]] = {
+    "bigbird": {"flex_block": (64, 128), "flex_global_rows": ("flex", "dense"), "flex_lse_pass": ("full", "narrow")},
+    "sparse": {"flex_block": (64, 128), "flex_global_rows": ("flex", "dense"), "flex_lse_pass": ("full", "narrow")},
+    "longformer": {"flex_block": (64, 128), "flex_global_rows": ("flex",), "flex_lse_pass": ("full", "narrow")},
+    "sinkhorn": {"sdpa_mask": ("bias", "fold"), "balance": ("eager", "compiled")},
+    "reformer": {"windows": ("concat", "unfold"), "gather": ("per_tensor", "fused")},
+    "mega": {"flex_value_split": (1, 2, 4)},
+    "s5": {"fft_layout": ("time_major", "channels_last"), "proj_dtype": ("float32", "autocast")},
+}
+
+
+def check_choice(mechanism: str, option: str, value, key: str | None = None):
+    """``value`` if it is ``"auto"`` or one of the option's choices; else a ValueError naming the
+    config key (``key``, default ``option``) and the valid values."""
+    valid = CHOICES[mechanism][option]
+    if value == "auto" or value in valid:
+        return value
+    names = ", ".join(repr(v) for v in ("auto", *valid))
+    raise ValueError(f"{mechanism}: {key or option}={value!r} is not one of {names}")
+
+
+def choose(mechanism: str, option: str, value):
+    """The value ``auto`` stands for (``FAST_DEFAULTS``), or ``value`` itself."""
+    return FAST_DEFAULTS[mechanism][option] if value == "auto" else value
