@@ -49,7 +49,8 @@ def _plan(tmp_path, shared_cache, *args):
     grid = tmp_path / "grid.yaml"
     grid.write_text("common: [" + ", ".join(["profile=smoke", *SHORT_LISTOPS_OVERRIDES]) + "]\n"
                     "cells:\n  - {arms: [locality_k5], tasks: [listops], seeds: [0, 1]}\n")
-    extra = ["--", f"output_dir={tmp_path / 'out'}", f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'none'}"]
+    extra = ["--", f"output_dir={tmp_path / 'out'}", f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'none'}",
+             "task.source=generated"]
     done = subprocess.run([sys.executable, str(GRID), str(grid), "--plan", *args, *extra], capture_output=True,
                           text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -65,7 +66,8 @@ def test_plan_from_a_probe_then_from_the_records(tmp_path, shared_cache):
     assert "2 over the 0.001-minute slot" in out and out.count("OVER SLOT") == 2
     assert not (tmp_path / "out" / "runs").exists()  # the probe trained in a scratch folder
     record = run_cli("arm=locality_k5", "task=listops", "profile=smoke", *SHORT_LISTOPS_OVERRIDES, "progress=false",
-                     f"output_dir={tmp_path / 'out'}", f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'none'}")
+                     f"output_dir={tmp_path / 'out'}", f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'none'}",
+                     "task.source=generated")
     assert record.returncode == 0, record.stderr[-2000:]
     metrics = read_json(tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / "seed0" / "metrics.json")
     assert [int(row["planned_steps"]) for row in rows] == [metrics["planned_steps"]] * 2

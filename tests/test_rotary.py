@@ -162,9 +162,9 @@ def test_fused_rotation_tables_follow_the_frequencies():
 def test_rotary_impl_is_checked_and_passed_by_the_builder():
     with pytest.raises(ValueError, match="model.rotary_impl='fast': choose one of auto, fused, library"):
         RotarySelfAttention(32, 2, 64, impl="fast")
-    layers = build_rotary_transformer_layers({**small_cfg(rotary_impl="library"), "max_len": 64})
+    layers = build_rotary_transformer_layers(small_cfg(rotary_impl="library"), max_len=64)
     assert layers[0].impl == "library"
-    auto = build_rotary_transformer_layers({**small_cfg(), "max_len": 64})[0]
+    auto = build_rotary_transformer_layers(small_cfg(), max_len=64)[0]
     assert auto.impl == "auto" and not auto.fused(torch.zeros(1))  # auto: fused on CUDA only
 
 

@@ -136,7 +136,7 @@ def test_a_slot_stopped_mid_run_resumes_from_its_archives_to_the_uninterrupted_r
     grid = tmp_path / "grid.yaml"
     grid.write_text("common: [" + ", ".join(["profile=smoke", *SHORT_LISTOPS_OVERRIDES, "+train.max_steps=6"]) + "]\n"
                     "cells:\n  - {arms: [locality_k5], tasks: [listops], seeds: [0]}\n")
-    shared = [f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'none'}"]
+    shared = [f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'none'}", "task.source=generated"]
 
     def grid_command(*args, output):
         return [sys.executable, str(GRID), str(grid), "--gpus", "0", *args, "--", f"output_dir={output}", *shared]

@@ -212,7 +212,7 @@ def test_mlm_needs_a_padded_token_task():
 def pathfinder_tasks(tmp_path_factory):
     cache = tmp_path_factory.mktemp("pf_cache")
     base = {"name": "pathfinder", "source": "generated", "resolution": 32, "official_subdir": "pathfinder32",
-            "data_seed": 0, "max_len": 1024, "generate": {"n_per_difficulty": 60}}
+            "data_seed": 0, "max_len": 1024, "generate": {"render": "release", "n_per_difficulty": 60}}
     return {d: build_pathfinder({**base, "difficulty": d}, Path("/nonexistent"), cache, workers=1)
             for d in ("easy", "intermediate", "hard", "all")}
 
