@@ -63,14 +63,35 @@ def validation_rows(history: Path) -> int:
         return sum(1 for row in csv.DictReader(handle) if row.get("val_acc") not in (None, ""))
 
 
-def cost_from_run(metrics: dict, history: Path, beyond_elapsed_s: float, source: str) -> Cost:
-    """The cost a finished run shows: its ``metrics.json``, ``history.csv`` and seconds beyond ``elapsed_s``."""
+def steady_step_s(history: Path) -> tuple[float, float] | None:
+    """(seconds per step after the first logged row, the seconds the steps before it took beyond that
+    rate) from the training-loss rows of a run that validated only at its end (a probe); None when it
+    logged fewer than two such rows. The first steps carry the one-off costs (kernel compilation, cuDNN
+    autotuning, caches warming), which a short probe must not spread over a whole run's steps."""
+    with Path(history).open(newline="") as handle:
+        rows = [(int(r["step"]), float(r["elapsed_s"])) for r in csv.DictReader(handle)
+                if r.get("train_loss") not in (None, "") and r.get("val_acc") in (None, "")]
+    if len(rows) < 2 or rows[-1][0] <= rows[0][0]:
+        return None
+    (first_step, first_s), (last_step, last_s) = rows[0], rows[-1]
+    step_s = (last_s - first_s) / (last_step - first_step)
+    return step_s, max(0.0, first_s - first_step * step_s)
+
+
+def cost_from_run(metrics: dict, history: Path, beyond_elapsed_s: float, source: str, steady: bool = False) -> Cost:
+    """The cost a finished run shows: its ``metrics.json``, ``history.csv`` and seconds beyond ``elapsed_s``.
+    ``steady`` (a probe): seconds per step from the rows after the first (``steady_step_s``), the first
+    steps' extra seconds counted once, in the fixed part."""
     steps = int(metrics["steps"])
     if steps < 1 or not metrics.get("train_time_s"):
         raise ValueError(f"{source}: the run trained no step (steps {steps}); nothing to time")
     train_s, elapsed_s = float(metrics["train_time_s"]), float(metrics.get("elapsed_s", metrics["train_time_s"]))
     passes = validation_rows(history)
     per_epoch = metrics.get("steps_per_epoch") or max(1, round(steps / float(metrics["epochs"])))
-    return Cost(step_s=train_s / steps, val_pass_s=max(0.0, elapsed_s - train_s) / max(passes, 1),
-                fixed_s=max(0.0, beyond_elapsed_s), steps_per_epoch=int(per_epoch),
+    step_s, warm_up_s = train_s / steps, 0.0
+    measured = steady_step_s(history) if steady else None
+    if measured is not None:
+        step_s, warm_up_s = measured
+    return Cost(step_s=step_s, val_pass_s=max(0.0, elapsed_s - train_s) / max(passes, 1),
+                fixed_s=max(0.0, beyond_elapsed_s) + warm_up_s, steps_per_epoch=int(per_epoch),
                 device=str(metrics.get("device", "?")), source=source)

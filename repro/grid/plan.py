@@ -79,7 +79,7 @@ def probe_cost(folder: Path, wall_s: float, steps: int) -> Cost:
         raise GridError(f"{folder}: the probe left {len(found)} records, not 1; see {folder / 'probe.log'}")
     metrics = json.loads(found[0].read_text())
     return cost_from_run(metrics, found[0].parent / "history.csv", wall_s - float(metrics["elapsed_s"]),
-                         f"probe of {metrics['steps']} steps")
+                         f"probe of {metrics['steps']} steps", steady=True)
 
 
 def run_probes(todo: list[CellRun], gpus: list, deadline, runner_path: Path, common: list[str], extra: list[str],
