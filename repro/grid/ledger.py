@@ -4,7 +4,7 @@ A cell is done when ``DIR`` holds its complete record with the grid's settings (
 driver skips it). GPU-minutes spent per cell: the GPU seconds ``grid_log.csv`` charged to it over
 every attempt (interrupted and failed ones too; a GPU shared by k cells charges each 1/k),
 for rows of older grid versions their wall seconds, and for a done cell without any row the
-record's ``max(elapsed_s, wall_time_s)``. GPU-minutes left per cell: the plan file's
+record's ``max(elapsed_s, wall_time_s)``. GPU-minutes left per cell: the plan file's row for the cell, or for another seed of its arm and task
 (``--plan-file``, written by ``--plan``), else the cost a record of the same arm, task and
 settings shows (``costs``), else none (counted as such). Columns are (task, seed) in the
 grid's order; optional blocks are counted apart.
@@ -45,8 +45,10 @@ def cell_status(cell_run: CellRun, spent: dict, plan: dict, out: Path, overhead_
     status = {"cell": cell_run.cell, "done": done, "spent": minutes, "left": None, "source": ""}
     if done:
         return status
-    if key in plan:
-        return {**status, "left": plan[key]["minutes"], "source": "plan"}
+    planned = plan.get(key) or next((row for (arm, task, _), row in plan.items()
+                                     if (arm, task) == (cell_run.cell.arm, cell_run.cell.task)), None)
+    if planned is not None:  # a cell's cost does not depend on its seed: another seed's plan row serves
+        return {**status, "left": planned["minutes"], "source": "plan"}
     cost = record_cost(cell_run, out, [], overhead_s)
     if cost is not None:
         return {**status, "left": cell_seconds(cost, cell_run.train)[2] / 60.0, "source": "records"}
