@@ -95,14 +95,14 @@ def builtin_choice(kernel_size: int, length: int, groups: int) -> str:
 
     K <= 31: cuDNN bf16. Grouped K=61 (Pathfinder, Path-X: groups 32): ``toeplitz``, 1.54 ms
     against cuDNN bf16's 3.00 (fwd+bwd, batch 128, L=1,024, 128->256;
-    results/v0.2-perf/bench/conv_k61_toeplitz.json; its cost is linear in L like the
+    results/bench/2026-11-26_nvidia-h200_conv_k61_toeplitz/bench_conv.json; its cost is linear in L like the
     direct sums', so Path-X's L=16,384 takes it too). Ungrouped K=61: the FFT up to L=1,088,
     ``bf16_flip_tf32w`` above (whatever the task: the image task's L=1,024 takes the FFT too).
     At L <= 1,024 cuDNN picks slow kernels for the flipped and weight-gradient convolutions
     (``bf16_flip_tf32w`` 3.8-7.4 ms at L=512-1,024 against the FFT's 1.8-2.4); from L=1,152 up
     the flipped path is faster (2.53 vs 2.74 ms at 1,152; 3.51 vs 3.86 at 2,000; 3.59 vs 6.99
     at 4,096, batch 16). Lengths 512-2,000 in steps of 128:
-    results/v0.2-perf/bench/conv_k61_lengths.json.
+    results/bench/2026-11-26_nvidia-h200_conv_k61_lengths/bench_conv.json.
     """
     if kernel_size <= 31:
         return "bf16"
