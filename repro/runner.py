@@ -254,6 +254,9 @@ def _record_decision(cfg: DictConfig, run: dict, run_dir: Path) -> tuple[int | N
     elif complete and not cfg.force:
         print(f"[{run['arm']}/{task_name}] record complete in {run_dir}; skipping (force=true reruns it)")
         return 0, resume
+    elif complete:  # a complete run's last.pt is its final step: resuming it would train nothing
+        print(f"[{run['arm']}/{task_name}] force=true: rerunning the complete record in {run_dir} from step 0")
+        resume = False
     return None, resume
 
 

@@ -261,6 +261,9 @@ def test_a_record_folder_holding_other_settings_is_refused_and_force_starts_over
     assert done.returncode == 143 and not (folder / "metrics.json").exists()
     assert run_cli(*args, "++train.lr=0.003").returncode == 0  # resumes the lr 0.003 run
     assert read_json(folder / "metrics.json")["steps"] == 32
+    done = run_cli(*args, "++train.lr=0.003", "force=true")  # the same settings, complete: trained again
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "force=true: rerunning the complete record" in done.stdout and "resuming" not in done.stdout
 
 
 def test_a_run_that_died_before_its_first_checkpoint_is_not_guarded(tmp_path, shared_cache):
