@@ -109,6 +109,17 @@ def test_what_does_not_fit_is_left_out_whole_and_named(tmp_path, capsys):
         assert tar.getnames() == pieces
 
 
+def test_a_unit_that_opened_archives_before_it_ran_out_of_room_leaves_none_behind(tmp_path):
+    # one 0.5 MB checkpoint cut in 0.1 MB pieces: three more archives of 0.15 MiB open, then no room
+    root = _output(tmp_path / "out")
+    manifest = pack(root, tmp_path / "slot", max_files=4, max_mib=0.15, piece_bytes=100_000)
+    assert [u["unit"] for u in manifest["left_out"]] == [f"checkpoint {UNFINISHED}"]
+    names = {p["archive"] for u in manifest["units"] for e in u["files"] for p in e["pieces"]}
+    assert sorted(a["name"] for a in manifest["archives"]) == sorted(names)  # no archive of the left-out unit
+    unpack(tmp_path / "slot", tmp_path / "next")
+    assert not (tmp_path / "next" / UNFINISHED).exists()
+
+
 def test_a_changed_archive_is_refused(tmp_path):
     pack(_output(tmp_path / "out"), tmp_path / "slot")
     path = tmp_path / "slot" / "grid-01.tar.gz"

@@ -46,7 +46,7 @@ def test_the_ledger_counts_done_cells_minutes_spent_and_minutes_left(tmp_path):
                          "  - {arms: [lra_transformer], tasks: [text], seeds: [0], optional: true}\n")
     folder = tmp_path / "records"
     grid = load_grid(grid_path, include_optional=True)
-    runs = {cr.cell.key: cr for cr in resolve_cells(grid.cells, ["profile=paper", f"output_dir={folder}"], "test")}
+    runs = {cr.cell.key: cr for cr in resolve_cells(grid.cells, ["profile=paper"], [f"output_dir={folder}"], "test")}
     _record(folder, runs["lra_transformer", "listops", 0], elapsed_s=3.5)
     local0 = _record(folder, runs["lra_local", "listops", 0], elapsed_s=3.5)
     _record(folder, runs["lra_transformer", "listops", 1], elapsed_s=3.5, wall_time_s=9.0)  # no grid_log row
@@ -78,6 +78,24 @@ def test_the_ledger_counts_done_cells_minutes_spent_and_minutes_left(tmp_path):
     assert _table(ledger, "text (optional)")[-1] == "lra_transformer"
 
 
+def test_a_block_s_overrides_come_after_the_common_ones_and_before_the_command_line_s(tmp_path):
+    from repro.grid.cells import command
+
+    path = tmp_path / "grid.yaml"
+    path.write_text("common: [profile=paper]\ncells:\n"
+                    "  - {arms: [lra_transformer], tasks: [listops], seeds: [0], overrides: [task.source=generated]}\n"
+                    "  - {arms: [lra_transformer], tasks: [text], seeds: [0]}\n")
+    grid = load_grid(path)
+    listops, text = grid.cells
+    line = command(GRID, listops, grid.common, ["task.source=official"])
+    assert line[-3:] == ["profile=paper", "task.source=generated", "task.source=official"]
+    assert command(GRID, text, grid.common, [])[-1] == "profile=paper"
+    runs = resolve_cells(grid.cells, grid.common, [f"output_dir={tmp_path}"], "test")
+    assert runs[0].run["task"]["source"] == "generated" and runs[1].run["task"]["source"] == "auto"
+    wins = resolve_cells([listops], grid.common, ["task.source=official"], "test")
+    assert wins[0].run["task"]["source"] == "official"
+
+
 def test_the_ledger_needs_an_existing_records_folder(tmp_path):
     done = subprocess.run([sys.executable, str(GRID), "ledger", str(ROOT / "experiments" / "grids" / "v0.2-lra.yaml"),
                            "--records", str(tmp_path / "nowhere")], capture_output=True, text=True, cwd=ROOT)
@@ -102,6 +120,8 @@ def test_the_campaign_grid_holds_whole_columns_seed_by_seed():
     ("{arms: [a], tasks: [t], seeds: [0], per_gpu: 0}", "cells[0].per_gpu must be a whole number >= 1, not 0"),
     ("{arms: [a], tasks: [t], seeds: [0], per-gpu: 2}", "cells[0] has unknown key(s) per-gpu; known: arms"),
     ("{arms: [a], tasks: [t], seeds: [zero]}", "cells[0].seeds must be whole numbers, not 'zero'"),
+    ("{arms: [a], tasks: [t], seeds: [0], overrides: task.source=generated}",
+     "cells[0].overrides must be a list of KEY=VALUE settings, e.g. [task.source=generated], not 'task.source"),
 ])
 def test_a_bad_grid_block_names_its_key(tmp_path, block, message):
     from repro.grid.cells import GridError

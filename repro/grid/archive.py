@@ -117,7 +117,9 @@ class _Packer:
                 blob = _member(member, chunk)
                 index = self._place(len(blob))
                 if index is None:
-                    self.archives = [a[:n] for a, n in zip(self.archives, mark[0], strict=True)]
+                    # back to the mark: drop the archives this unit opened, trim the others
+                    opened = len(mark[0])
+                    self.archives = [a[:n] for a, n in zip(self.archives[:opened], mark[0], strict=True)]
                     self.sizes = mark[1]
                     return None
                 self.archives[index].append(blob)

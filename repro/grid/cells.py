@@ -8,10 +8,12 @@ A grid file (YAML)::
     cells:                           # blocks, expanded arms x tasks x seeds, in this order
       - {arms: [a, b], tasks: [text], seeds: [0, 1, 2], per_gpu: 3}
       - {arms: [a], tasks: [pathfinder], seeds: [0], optional: true}
+      - {arms: [a], tasks: [listops], seeds: [0], overrides: [task.source=generated]}
 
 ``per_gpu`` (a block's): at most that many runs on one GPU while one of its cells runs there
 (``--per-gpu`` gives it for blocks without one). ``optional`` blocks run only with
-``--include-optional``.
+``--include-optional``. ``overrides`` (a block's): its cells' own settings, after ``common`` and
+before the command line's.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from pathlib import Path
 import yaml
 
 GRID_KEYS = ("common", "minutes_per_run", "overhead_minutes", "cells")
-BLOCK_KEYS = ("arms", "tasks", "seeds", "optional", "per_gpu")
+BLOCK_KEYS = ("arms", "tasks", "seeds", "optional", "per_gpu", "overrides")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RUNNER = REPO_ROOT / "experiments" / "run.py"
 CONF_DIR = REPO_ROOT / "experiments" / "conf"
@@ -35,13 +37,15 @@ class GridError(ValueError):
 
 @dataclass(frozen=True)
 class Cell:
-    """One run of the grid. ``per_gpu``: the block's packing limit (None: the command line's)."""
+    """One run of the grid. ``per_gpu``: the block's packing limit (None: the command line's);
+    ``overrides``: the block's own settings."""
 
     arm: str
     task: str
     seed: int
     per_gpu: int | None = None
     optional: bool = False
+    overrides: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -97,8 +101,12 @@ def _block_cells(block, i: int, path: Path) -> list[Cell]:
     bad_seeds = [s for s in block["seeds"] if isinstance(s, bool) or not isinstance(s, int)]
     if bad_seeds:
         raise GridError(f"{path}: cells[{i}].seeds must be whole numbers, not {bad_seeds[0]!r}")
+    overrides = block.get("overrides", [])
+    if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
+        raise GridError(f"{path}: cells[{i}].overrides must be a list of KEY=VALUE settings, e.g. "
+                        f"[task.source=generated], not {overrides!r}")
     optional = bool(block.get("optional", False))
-    return [Cell(str(arm), str(task), int(seed), per_gpu, optional)
+    return [Cell(str(arm), str(task), int(seed), per_gpu, optional, tuple(overrides))
             for arm, task, seed in itertools.product(block["arms"], block["tasks"], block["seeds"])]
 
 
@@ -132,9 +140,9 @@ def load_grid(path: Path, include_optional: bool = False) -> Grid:
 
 
 def command(runner: Path, cell: Cell, common: list[str], extra: list[str]) -> list[str]:
-    """The cell's command line: ``python RUNNER arm=A task=T seed=S progress=false <common> <extra>``."""
+    """The cell's command line: ``python RUNNER arm=A task=T seed=S progress=false <common> <block's> <extra>``."""
     return [sys.executable, str(runner), f"arm={cell.arm}", f"task={cell.task}", f"seed={cell.seed}", "progress=false",
-            *common, *extra]
+            *common, *cell.overrides, *extra]
 
 
 def override_value(overrides: list[str], key: str, default: str | None = None) -> str | None:

@@ -205,7 +205,7 @@ def run_grid(args, grid: Grid, extra: list[str], runner: Path, started: float) -
     if args.resume_from is not None:
         for line in unpack(args.resume_from, out):
             print(f"[grid] {line}")
-    cell_runs = resolve_cells(grid.cells, [*grid.common, *extra], str(grid.path))
+    cell_runs = resolve_cells(grid.cells, grid.common, extra, str(grid.path))
     plan = read_plan(args.plan_file) if args.plan_file else {}
     gpus = gpu_list(args.gpus)
     campaign = Campaign(grid, out, out / "grid_log.csv", args.claim_dir)
@@ -234,7 +234,7 @@ def plan_grid(args, grid: Grid, extra: list[str], runner: Path, started: float) 
     if args.resume_from is not None:
         for line in unpack(args.resume_from, out):
             print(f"[grid] {line}")
-    cell_runs = resolve_cells(grid.cells, [*grid.common, *extra], str(grid.path))
+    cell_runs = resolve_cells(grid.cells, grid.common, extra, str(grid.path))
     gpus, deadline = gpu_list(args.gpus), deadline_of(args, started)
 
     def probe(todo):

@@ -108,8 +108,7 @@ def ledger_command(args, extra: list[str]) -> int:
     if not args.records.is_dir():
         raise GridError(f"--records {args.records}: no such folder (the output folder holding runs/ and grid_log.csv)")
     grid = load_grid(args.grid, include_optional=True)
-    overrides = [*grid.common, *extra, f"output_dir={args.records}"]
-    cell_runs = resolve_cells(grid.cells, overrides, str(args.grid))
+    cell_runs = resolve_cells(grid.cells, grid.common, [*extra, f"output_dir={args.records}"], str(args.grid))
     logs = args.grid_log or ([args.records / "grid_log.csv"] if (args.records / "grid_log.csv").exists() else [])
     log_rows = [row for path in logs for row in read_rows(path)]
     plan = read_plan(args.plan_file) if args.plan_file else {}

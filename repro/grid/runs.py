@@ -39,18 +39,21 @@ def _compose(arm: str, task: str, overrides: list[str], where: str) -> tuple[dic
     return run, runner.run_dir_for(cfg, run).parent
 
 
-def resolve_cells(cells: list[Cell], overrides: list[str], where: str, conf_dir: Path = CONF_DIR) -> list[CellRun]:
-    """Each cell's resolved settings and record folder (``overrides``: the grid's common ones, then the command's)."""
+def resolve_cells(cells: list[Cell], common: list[str], extra: list[str], where: str,
+                  conf_dir: Path = CONF_DIR) -> list[CellRun]:
+    """Each cell's resolved settings and record folder: the grid's ``common`` overrides, the cell's block's, then
+    the command line's ``extra`` (the order of ``cells.command``)."""
     from hydra import initialize_config_dir
 
-    by_pair: dict[tuple[str, str], tuple[dict, Path]] = {}
+    by_pair: dict[tuple, tuple[dict, Path]] = {}
     with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
         for cell in cells:
-            if (cell.arm, cell.task) not in by_pair:
-                by_pair[cell.arm, cell.task] = _compose(cell.arm, cell.task, overrides, where)
+            key = (cell.arm, cell.task, cell.overrides)
+            if key not in by_pair:
+                by_pair[key] = _compose(cell.arm, cell.task, [*common, *cell.overrides, *extra], where)
     out = []
     for cell in cells:
-        run, parent = by_pair[cell.arm, cell.task]
+        run, parent = by_pair[cell.arm, cell.task, cell.overrides]
         out.append(CellRun(cell, {**run, "seed": cell.seed}, parent / f"seed{cell.seed}"))
     return out
 
