@@ -7,6 +7,7 @@ convolution (CUDA events, warm-up excluded), the achieved TFLOP/s (2*MACs forwar
 3x that for forward+backward), and the bf16 8192^3 matmul rate measured in the
 same process as the ceiling. Prints a table and the fastest impl per shape.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,7 +23,9 @@ from repro.bench.timing import matmul_peak_tflops, time_ms  # noqa: E402
 from repro.ops.conv import CONV_IMPLS, conv1d_same  # noqa: E402
 
 
-def bench_shape(batch: int, c_in: int, c_out: int, kernel: int, length: int, groups: int, impls=CONV_IMPLS) -> list[dict]:
+def bench_shape(
+    batch: int, c_in: int, c_out: int, kernel: int, length: int, groups: int, impls=CONV_IMPLS
+) -> list[dict]:
     rows = []
     macs = batch * length * c_out * (c_in // groups) * kernel
     for impl in impls:
@@ -40,11 +43,23 @@ def bench_shape(batch: int, c_in: int, c_out: int, kernel: int, length: int, gro
         with torch.no_grad():
             fwd_ms, fwd_spread = time_ms(forward)
         fb_ms, fb_spread = time_ms(forward_backward)
-        rows.append({
-            "impl": impl, "batch": batch, "c_in": c_in, "c_out": c_out, "kernel": kernel, "length": length, "groups": groups,
-            "fwd_ms": fwd_ms, "fwd_spread_ms": fwd_spread, "fwd_tflops": 2 * macs / (fwd_ms * 1e-3) / 1e12,
-            "fwd_bwd_ms": fb_ms, "fwd_bwd_spread_ms": fb_spread, "fwd_bwd_tflops": 6 * macs / (fb_ms * 1e-3) / 1e12,
-        })
+        rows.append(
+            {
+                "impl": impl,
+                "batch": batch,
+                "c_in": c_in,
+                "c_out": c_out,
+                "kernel": kernel,
+                "length": length,
+                "groups": groups,
+                "fwd_ms": fwd_ms,
+                "fwd_spread_ms": fwd_spread,
+                "fwd_tflops": 2 * macs / (fwd_ms * 1e-3) / 1e12,
+                "fwd_bwd_ms": fb_ms,
+                "fwd_bwd_spread_ms": fb_spread,
+                "fwd_bwd_tflops": 6 * macs / (fb_ms * 1e-3) / 1e12,
+            }
+        )
     return rows
 
 
@@ -53,8 +68,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench_conv.json"))
     parser.add_argument("--kernels", type=int, nargs="+", default=[5, 31, 61])
     parser.add_argument("--impls", nargs="+", default=list(CONV_IMPLS), choices=CONV_IMPLS, help="only these")
-    parser.add_argument("--lengths", type=int, nargs="+", default=None,
-                        help="only ListOps-width shapes (batch 32, 128->256, groups 1) at these lengths, for each --kernels")
+    parser.add_argument(
+        "--lengths",
+        type=int,
+        nargs="+",
+        default=None,
+        help="only ListOps-width shapes (batch 32, 128->256, groups 1) at these lengths, for each --kernels",
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_conv needs a CUDA GPU")
@@ -72,17 +92,28 @@ def main() -> None:
             shapes += [(16, 128, 256, 61, 4096, 1)]  # text
     for shape in shapes:
         rows += bench_shape(*shape, impls=args.impls)
-    record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
-              "bf16_matmul_peak_tflops": peak, "rows": rows}
+    record = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "bf16_matmul_peak_tflops": peak,
+        "rows": rows,
+    }
     args.out.write_text(json.dumps(record, indent=2))
     print(f"device {record['device']}, bf16 matmul peak {peak:.0f} TFLOP/s")
-    print(f"{'impl':12} {'B':>4} {'K':>3} {'L':>5} {'g':>3} {'fwd ms':>8} {'fwd TF/s':>9} {'f+b ms':>8} {'f+b TF/s':>9}")
+    print(
+        f"{'impl':12} {'B':>4} {'K':>3} {'L':>5} {'g':>3} {'fwd ms':>8} {'fwd TF/s':>9} {'f+b ms':>8} {'f+b TF/s':>9}"
+    )
     for r in rows:
-        print(f"{r['impl']:12} {r['batch']:4} {r['kernel']:3} {r['length']:5} {r['groups']:3} {r['fwd_ms']:8.3f} {r['fwd_tflops']:9.1f} {r['fwd_bwd_ms']:8.3f} {r['fwd_bwd_tflops']:9.1f}")
+        print(
+            f"{r['impl']:12} {r['batch']:4} {r['kernel']:3} {r['length']:5} {r['groups']:3} {r['fwd_ms']:8.3f} {r['fwd_tflops']:9.1f} {r['fwd_bwd_ms']:8.3f} {r['fwd_bwd_tflops']:9.1f}"
+        )
     for shape in shapes:
         same = [r for r in rows if (r["batch"], r["c_in"], r["c_out"], r["kernel"], r["length"], r["groups"]) == shape]
         best = min(same, key=lambda r: r["fwd_bwd_ms"])
-        print(f"fastest for {shape}: {best['impl']} ({best['fwd_bwd_tflops']:.0f} TFLOP/s fwd+bwd, {best['fwd_bwd_tflops'] / peak:.0%} of the bf16 matmul peak)")
+        print(
+            f"fastest for {shape}: {best['impl']} ({best['fwd_bwd_tflops']:.0f} TFLOP/s fwd+bwd, {best['fwd_bwd_tflops'] / peak:.0%} of the bf16 matmul peak)"
+        )
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ not a failure); rows are printed as they finish. The first call of each flex_att
 compiles (tens of seconds each, untimed); ``--no-timing`` / ``--no-checks`` split the run in two
 commands. ``--device cpu --lengths 64 --check-length 64`` runs the logic on CPU.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,10 +69,16 @@ PATHS = {
     "lra_longformer": FastPath("lra_longformer", {"backend": "blockwise"}, {"backend": "flex"}, flex=True),
     "lra_sparse": FastPath("lra_sparse", {"backend": "blockwise"}, {"backend": "flex"}, flex=True),
     "lra_synthesizer": FastPath("lra_synthesizer", {"backend": "materialized"}, {"backend": "sdpa"}),
-    "lra_synthesizer_factorized": FastPath("lra_synthesizer", {"backend": "materialized"}, {"backend": "sdpa"},
-                                           {"variant": "factorized_random", "k": 32}, timed=False),
-    "lra_synthesizer_dense": FastPath("lra_synthesizer", {"backend": "materialized"}, {"backend": "sdpa"},
-                                      {"variant": "dense"}, timed=False),
+    "lra_synthesizer_factorized": FastPath(
+        "lra_synthesizer",
+        {"backend": "materialized"},
+        {"backend": "sdpa"},
+        {"variant": "factorized_random", "k": 32},
+        timed=False,
+    ),
+    "lra_synthesizer_dense": FastPath(
+        "lra_synthesizer", {"backend": "materialized"}, {"backend": "sdpa"}, {"variant": "dense"}, timed=False
+    ),
     "lra_sinkhorn": FastPath("lra_sinkhorn", {"backend": "materialized"}, {"backend": "sdpa"}),
     "rotary_transformer": FastPath("rotary_transformer", {"impl": "library"}, {"impl": "fused"}),
 }
@@ -92,16 +99,22 @@ def build(name: str, length: int, kind: str | None, dropout: float | None, devic
     chosen = {"plain": path.plain, "fast": path.fast, None: {}}[kind]
     torch.manual_seed(0)
     if path.arm == "rotary_transformer":
-        mixer = RotarySelfAttention(int(model["d_model"]), int(model["n_heads"]), length,
-                                    base=float(model["rotary_base"]),
-                                    disable_half=bool(model["rotary_disable_half"]), **chosen)
+        mixer = RotarySelfAttention(
+            int(model["d_model"]),
+            int(model["n_heads"]),
+            length,
+            base=float(model["rotary_base"]),
+            disable_half=bool(model["rotary_disable_half"]),
+            **chosen,
+        )
         return mixer.to(device), length
     seq = length + (1 if model.get("cls_token") else 0)
     width = int(model.get("qkv_dim") or model["d_model"])
     params = {**model["attention_params"], **path.params, **chosen}
     p = float(model.get("attention_dropout", 0.0)) if dropout is None else dropout
-    mixer = ATTENTION.get(model["attention"])(d_model=width, n_heads=int(model["n_heads"]), max_len=seq,
-                                              dropout=p, **params)
+    mixer = ATTENTION.get(model["attention"])(
+        d_model=width, n_heads=int(model["n_heads"]), max_len=seq, dropout=p, **params
+    )
     return mixer.to(device), seq
 
 
@@ -218,8 +231,14 @@ def check_dropout(name: str, args, device) -> dict:
     errors = relative_errors(got, [y.detach(), xg.grad, grads])
     finite = all(bool(torch.isfinite(t).all()) for t in got)
     ok = finite and verdict(errors, None, args)
-    return {"path": name, "check": f"dropout {p:g}", "errors": errors, "base": None, "ok": ok,
-            "note": "" if finite else "non-finite values"}
+    return {
+        "path": name,
+        "check": f"dropout {p:g}",
+        "errors": errors,
+        "base": None,
+        "ok": ok,
+        "note": "" if finite else "non-finite values",
+    }
 
 
 def check_auto(name: str, args, device) -> dict:
@@ -233,8 +252,14 @@ def check_auto(name: str, args, device) -> dict:
     else:
         fast = mixer.backend == "sdpa" or (mixer.backend == "auto" and device.type == "cuda")
     ok = fast or device.type != "cuda"
-    return {"path": name, "check": "auto = fast", "errors": None, "base": None, "ok": ok,
-            "note": "" if fast else "the arm runs the plain path here"}
+    return {
+        "path": name,
+        "check": "auto = fast",
+        "errors": None,
+        "base": None,
+        "ok": ok,
+        "note": "" if fast else "the arm runs the plain path here",
+    }
 
 
 # --------------------------------------------------------------------------- timing
@@ -282,18 +307,22 @@ def fmt(value, digits: str = ".2e") -> str:
     return "" if value is None else format(value, digits)
 
 
-CHECK_HEADER = (f"{'path':28} {'check':13} {'out':>9} {'d input':>9} {'d params':>9} {'plain bf16 (out/dx/dw)':>28}"
-                "  result")
-TIMING_HEADER = (f"{'path':28} {'L':>6} {'plain ms':>10} {'fast ms':>10} {'speedup':>8} {'plain GB':>9} {'fast GB':>9}"
-                 "  result")
+CHECK_HEADER = (
+    f"{'path':28} {'check':13} {'out':>9} {'d input':>9} {'d params':>9} {'plain bf16 (out/dx/dw)':>28}  result"
+)
+TIMING_HEADER = (
+    f"{'path':28} {'L':>6} {'plain ms':>10} {'fast ms':>10} {'speedup':>8} {'plain GB':>9} {'fast GB':>9}  result"
+)
 
 
 def check_line(r: dict) -> str:
     errors = r["errors"] or [None] * 3
     base = "/".join(fmt(b) for b in r["base"]) if r["base"] else ""
     result = ("ok" if r["ok"] else "FAIL") + (f" ({r['note']})" if r["note"] else "")
-    return (f"{r['path']:28} {r['check']:13} {fmt(errors[0]):>9} {fmt(errors[1]):>9} {fmt(errors[2]):>9} "
-            f"{base:>28}  {result}")
+    return (
+        f"{r['path']:28} {r['check']:13} {fmt(errors[0]):>9} {fmt(errors[1]):>9} {fmt(errors[2]):>9} "
+        f"{base:>28}  {result}"
+    )
 
 
 def timing_line(r: dict) -> str:
@@ -302,8 +331,10 @@ def timing_line(r: dict) -> str:
     result = "ok" if r["ok"] else f"FAIL ({fs})"
     if ps != "ok":
         result += f"; plain: {ps}"
-    return (f"{r['path']:28} {r['length']:>6} {fmt(pm, '.2f'):>10} {fmt(fm, '.2f'):>10} {speedup:>8} "
-            f"{fmt(pg, '.2f'):>9} {fmt(fg, '.2f'):>9}  {result}")
+    return (
+        f"{r['path']:28} {r['length']:>6} {fmt(pm, '.2f'):>10} {fmt(fm, '.2f'):>10} {speedup:>8} "
+        f"{fmt(pg, '.2f'):>9} {fmt(fg, '.2f'):>9}  {result}"
+    )
 
 
 def heading(title: str, header: str) -> None:
@@ -332,8 +363,14 @@ def attempt(fn, name: str, check: str) -> dict:
     try:
         return fn()
     except Exception as err:  # noqa: BLE001 - reported as a failed check
-        return {"path": name, "check": check, "errors": None, "base": None, "ok": False,
-                "note": f"{type(err).__name__}: {err}"[:300]}
+        return {
+            "path": name,
+            "check": check,
+            "errors": None,
+            "base": None,
+            "ok": False,
+            "note": f"{type(err).__name__}: {err}"[:300],
+        }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -349,8 +386,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device {name}, torch {torch.__version__}, paths: {', '.join(args.paths)}", flush=True)
     checks, timings = [], []
     if not args.no_checks:
-        heading(f"checks (pass: error <= {args.fwd_tol:g} forward, <= {args.grad_tol:g} gradients, or <= 2x the "
-                "plain path's own bf16 error)", CHECK_HEADER)
+        heading(
+            f"checks (pass: error <= {args.fwd_tol:g} forward, <= {args.grad_tol:g} gradients, or <= 2x the "
+            "plain path's own bf16 error)",
+            CHECK_HEADER,
+        )
         for path in args.paths:
             todo = [(check_bf16, "bf16 vs fp32")] + ([(check_dropout, "dropout")] if PATHS[path].flex else [])
             for check, label in todo + [(check_auto, "auto = fast")]:
@@ -362,8 +402,11 @@ def main(argv: list[str] | None = None) -> int:
         torch.backends.cudnn.allow_tf32 = True
         lra = args.attention_dropout == "lra"
         dropout = "the arm's attention dropout" if lra else f"attention dropout {args.attention_dropout}"
-        heading(f"timing: forward + backward of one layer, training, {dropout}, bf16, batch {args.batch}, "
-                f"median of {args.reps} (ms); peak GB", TIMING_HEADER)
+        heading(
+            f"timing: forward + backward of one layer, training, {dropout}, bf16, batch {args.batch}, "
+            f"median of {args.reps} (ms); peak GB",
+            TIMING_HEADER,
+        )
         for path in (p for p in args.paths if PATHS[p].timed):
             for row in timing_rows(path, args, device):
                 timings.append(row)

@@ -31,6 +31,7 @@ Exit status: 0 when every correctness check passes and no fast path raised while
 otherwise (2: no CUDA device); an error is a row of the tables with its message. A CPU dry
 run of the logic: ``--device cpu --lengths 64 --batch 2``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -119,8 +120,13 @@ def sdpa_ops(mixer, x, mask) -> str:
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         run_mixer(mixer, x, mask, autocast=True, seed=0)
-    names = sorted({e.key.removeprefix("aten::") for e in prof.key_averages()
-                    if e.key.startswith("aten::_scaled_dot_product") or "efficient_attention" in e.key})
+    names = sorted(
+        {
+            e.key.removeprefix("aten::")
+            for e in prof.key_averages()
+            if e.key.startswith("aten::_scaled_dot_product") or "efficient_attention" in e.key
+        }
+    )
     return ",".join(names) or "-"
 
 
@@ -142,8 +148,15 @@ def check_correctness(arm: str, model, length: int, batch: int, device: torch.de
     try:
         return compare_paths(arm, model, length, batch, device)
     except Exception as err:  # noqa: BLE001 - report it in the table and go on with the other arms
-        return {"arm": arm, "length": length, "out": float("nan"), "grad": float("nan"),
-                "worst": f"{type(err).__name__}: {err}"[:300], "ops": "-", "ok": False}
+        return {
+            "arm": arm,
+            "length": length,
+            "out": float("nan"),
+            "grad": float("nan"),
+            "worst": f"{type(err).__name__}: {err}"[:300],
+            "ops": "-",
+            "ok": False,
+        }
 
 
 def compare_paths(arm: str, model, length: int, batch: int, device: torch.device) -> dict:
@@ -267,30 +280,41 @@ def main(argv=None) -> int:
 
 
 def print_tables(checks: list[dict], timings: list[tuple], args) -> None:
-    print(f"Correctness: bf16 fast vs float32 plain, one mixer, batch {args.batch}, dropout off; "
-          f"tolerance {OUT_TOL:g} (output), {GRAD_TOL:g} (gradients)")
+    print(
+        f"Correctness: bf16 fast vs float32 plain, one mixer, batch {args.batch}, dropout off; "
+        f"tolerance {OUT_TOL:g} (output), {GRAD_TOL:g} (gradients)"
+    )
     print("| arm | L | out rel err | worst grad rel err | worst grad | sdpa ops (fast) | check |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for c in checks:
-        print(f"| {c['arm']} | {c['length']} | {c['out']:.2e} | {c['grad']:.2e} | {c['worst']} | {c['ops']} | "
-              f"{'ok' if c['ok'] else 'FAILED'} |")
+        print(
+            f"| {c['arm']} | {c['length']} | {c['out']:.2e} | {c['grad']:.2e} | {c['worst']} | {c['ops']} | "
+            f"{'ok' if c['ok'] else 'FAILED'} |"
+        )
     clock = "CUDA events" if args.device.startswith("cuda") else "wall clock"
-    print(f"\nTiming: whole model, forward + backward, bf16 autocast, dropout on, batch {args.batch}, "
-          f"median of {args.reps} ({clock})")
+    print(
+        f"\nTiming: whole model, forward + backward, bf16 autocast, dropout on, batch {args.batch}, "
+        f"median of {args.reps} ({clock})"
+    )
     print("| arm | L | plain ms | fast ms | speed-up | plain GB | fast GB | x transformer | status |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for t in timings:
         fast_ms, fast_gb, fast_status = t["fast"]
         if t["arm"] == REFERENCE:
-            print(f"| {t['arm']} | {t['length']} | - | {fmt(fast_ms, '.1f')} | - | - | {fmt(fast_gb, '.2f')} | 1.00 | "
-                  f"{fast_status} |")
+            print(
+                f"| {t['arm']} | {t['length']} | - | {fmt(fast_ms, '.1f')} | - | - | {fmt(fast_gb, '.2f')} | 1.00 | "
+                f"{fast_status} |"
+            )
             continue
         plain_ms, plain_gb, plain_status = t["plain"]
         speedup = plain_ms / fast_ms if plain_ms and fast_ms else None
         vs_ref = t["reference_ms"] / fast_ms if t["reference_ms"] and fast_ms else None
-        print(f"| {t['arm']} | {t['length']} | {fmt(plain_ms, '.1f')} | {fmt(fast_ms, '.1f')} | "
-              f"{fmt(speedup, '.2f')} | {fmt(plain_gb, '.2f')} | {fmt(fast_gb, '.2f')} | {fmt(vs_ref, '.2f')} | "
-              f"plain {plain_status}, fast {fast_status} |")
+        print(
+            f"| {t['arm']} | {t['length']} | {fmt(plain_ms, '.1f')} | {fmt(fast_ms, '.1f')} | "
+            f"{fmt(speedup, '.2f')} | {fmt(plain_gb, '.2f')} | {fmt(fast_gb, '.2f')} | {fmt(vs_ref, '.2f')} | "
+            f"plain {plain_status}, fast {fast_status} |"
+        )
+
 
 if __name__ == "__main__":
     sys.exit(main())

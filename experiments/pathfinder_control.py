@@ -16,6 +16,7 @@ generator's images on the CPU and prints its validation accuracy per epoch. Path
 known to be hard for CNNs too (Linsley et al. 2018), so expect a plateau at chance first.
 Writes a JSON record (settings, per-epoch curve) to ``--out``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,7 +55,10 @@ def control_net(width: int = 32) -> nn.Sequential:
 def generated_images(difficulty: str, n_images: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``n_images`` (a multiple of the generator's chunk) images [N, 1, 32, 32] in [0, 1] and labels."""
     spec = render.lra_spec(32, difficulty)
-    chunks = [render.generate_chunk(seed, difficulty, c, CHUNK, spec) for c in tqdm(range(n_images // CHUNK), desc="generating")]
+    chunks = [
+        render.generate_chunk(seed, difficulty, c, CHUNK, spec)
+        for c in tqdm(range(n_images // CHUNK), desc="generating")
+    ]
     pixels = np.concatenate([p for p, _ in chunks]).reshape(-1, 1, 32, 32)
     labels = np.concatenate([l for _, l in chunks])
     return torch.from_numpy(pixels).float().div_(255.0), torch.from_numpy(labels)
@@ -73,13 +77,19 @@ def task_split_images(difficulty: str, cache_dir: Path, workers: int) -> tuple[t
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--difficulty", default="easy", choices=render.DIFFICULTIES)
-    parser.add_argument("--images", type=int, default=20000, help=f"generated images (multiple of {CHUNK}); 10%% held out")
+    parser.add_argument(
+        "--images", type=int, default=20000, help=f"generated images (multiple of {CHUNK}); 10%% held out"
+    )
     parser.add_argument("--minutes", type=float, default=20.0, help="stop after the epoch that passes this")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--task-cache", type=Path, default=None,
-                        help="train on the task's cached split in this cache_dir instead of --images fresh images")
+    parser.add_argument(
+        "--task-cache",
+        type=Path,
+        default=None,
+        help="train on the task's cached split in this cache_dir instead of --images fresh images",
+    )
     parser.add_argument("--workers", type=int, default=1, help="generation processes on a cache miss")
     parser.add_argument("--out", type=Path, default=Path("pathfinder_control.json"))
     args = parser.parse_args()
@@ -110,19 +120,40 @@ def main() -> None:
             loss_sum += loss.item() * len(idx)
         net.eval()
         with torch.no_grad():
-            hits = sum((net(images[i : i + 1000]).argmax(1) == labels[i : i + 1000]).sum().item()
-                       for i in range(n_train, len(images), 1000))
+            hits = sum(
+                (net(images[i : i + 1000]).argmax(1) == labels[i : i + 1000]).sum().item()
+                for i in range(n_train, len(images), 1000)
+            )
             val_acc = hits / (len(images) - n_train)
-        curve.append({"epoch": epoch + 1, "train_loss": loss_sum / n_train, "val_acc": val_acc,
-                      "elapsed_s": time.monotonic() - start})
-        print(f"{args.difficulty} epoch {epoch + 1}: train loss {loss_sum / n_train:.4f}, val acc {val_acc:.4f}", flush=True)
+        curve.append(
+            {
+                "epoch": epoch + 1,
+                "train_loss": loss_sum / n_train,
+                "val_acc": val_acc,
+                "elapsed_s": time.monotonic() - start,
+            }
+        )
+        print(
+            f"{args.difficulty} epoch {epoch + 1}: train loss {loss_sum / n_train:.4f}, val acc {val_acc:.4f}",
+            flush=True,
+        )
         if time.monotonic() - start > 60.0 * args.minutes:
             break
     source = f"task cache {args.task_cache}" if args.task_cache is not None else "fresh"
-    record = {"difficulty": args.difficulty, "source": source, "images": len(images), "held_out": len(images) - n_train,
-              "seed": args.seed, "device": str(device),
-              "batch_size": args.batch_size, "lr": args.lr, "dilations": DILATIONS, "curve": curve,
-              "best_val_acc": max(c["val_acc"] for c in curve), "torch": torch.__version__}
+    record = {
+        "difficulty": args.difficulty,
+        "source": source,
+        "images": len(images),
+        "held_out": len(images) - n_train,
+        "seed": args.seed,
+        "device": str(device),
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "dilations": DILATIONS,
+        "curve": curve,
+        "best_val_acc": max(c["val_acc"] for c in curve),
+        "torch": torch.__version__,
+    }
     args.out.write_text(json.dumps(record, indent=1))
     print(f"best val acc {record['best_val_acc']:.4f}; record {args.out}")
 

@@ -13,6 +13,7 @@
     # generation speed only (the data pipeline's own path: chunks of 1,000 over worker processes)
     python experiments/pathfinder_stats.py --generate 200000 --size 32 --difficulty hard --workers 16 --time-only
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,8 +59,10 @@ def _chunk_stats(job) -> tuple[list, list, list]:
 
 def generated_stats(args) -> tuple[list, list, list]:
     spec = spec_for(args)
-    jobs = [(args.seed, args.difficulty, c, min(STATS_CHUNK, args.generate - c * STATS_CHUNK), spec)
-            for c in range(-(-args.generate // STATS_CHUNK))]
+    jobs = [
+        (args.seed, args.difficulty, c, min(STATS_CHUNK, args.generate - c * STATS_CHUNK), spec)
+        for c in range(-(-args.generate // STATS_CHUNK))
+    ]
     per_image, layers, images = [], [], []
     for a, b, c in pf.ordered_map(_chunk_stats, jobs, args.workers):
         per_image += a
@@ -74,8 +77,10 @@ def time_only(args) -> None:
     x, _ = pf.generate(args.generate, args.seed, args.difficulty, spec, workers=args.workers)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     rate = len(x) / seconds
-    print(f"{len(x)} images {args.size}x{args.size} {args.difficulty} (render {args.render}) in {seconds:.1f} s "
-          f"with {args.workers} worker(s): {rate:.1f} images/s, {rate / max(args.workers, 1):.1f} images/s per worker")
+    print(
+        f"{len(x)} images {args.size}x{args.size} {args.difficulty} (render {args.render}) in {seconds:.1f} s "
+        f"with {args.workers} worker(s): {rate:.1f} images/s, {rate / max(args.workers, 1):.1f} images/s per worker"
+    )
     if args.workers <= 1:  # generated in this process: its CPU time excludes other programs sharing the core
         print(f"CPU time {cpu:.1f} s: {len(x) / cpu:.1f} images/s per core")
 
@@ -100,8 +105,13 @@ def main(argv=None) -> None:
     parser.add_argument("--difficulty", default="hard", choices=pf.DIFFICULTIES)
     parser.add_argument("--render", default=pf.DEFAULT_RENDER, choices=sorted(pf.RENDERS))
     parser.add_argument("--distractor-budget", type=int, default=None, help="distractor contours = budget // length")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a generator setting (task.generate.KEY), e.g. --set rounding=half; repeatable")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a generator setting (task.generate.KEY), e.g. --set rounding=half; repeatable",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--time-only", action="store_true", help="print the generation speed only")

@@ -3,6 +3,7 @@
 A thin wrapper around ``repro.cli.run`` (installed as ``lra-run``); its docstring has the options.
 Needs the checkout installed (``pip install -e .``).
 """
+
 import sys
 
 try:
@@ -10,8 +11,9 @@ try:
 except ModuleNotFoundError as err:
     if err.name != "repro":
         raise
-    print("experiments/run.py: cannot import the repro package: run `pip install -e .` in this checkout",
-          file=sys.stderr)
+    print(
+        "experiments/run.py: cannot import the repro package: run `pip install -e .` in this checkout", file=sys.stderr
+    )
     sys.exit(2)
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ for 30 minutes, e.g.::
 
 and ``python experiments/run_grid.py ledger GRID.yaml --records DIR`` for the grid's LEDGER.md.
 """
+
 from __future__ import annotations
 
 import sys

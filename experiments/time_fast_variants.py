@@ -32,6 +32,7 @@ many seconds; the rest are listed as skipped, so the run ends within about 8 min
 ``--only ARM ...`` / ``--variants NAME ...`` select rows (a second run for the skipped ones). A CPU
 dry run of the logic: ``--device cpu --lengths 64 --batch 2 --reps 1 --warmup 1``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -88,10 +89,14 @@ VARIANTS = [
     Variant("lra_longformer", "flex64 lse-narrow", _flex(64, "flex", "narrow")),
     Variant("lra_reformer", "concat per_tensor", _attn(windows="concat", gather="per_tensor", sdpa_backends=None), 1),
     Variant("lra_reformer", "unfold fused", _attn(windows="unfold", gather="fused", sdpa_backends=None)),
-    Variant("lra_reformer", "unfold fused cudnn", _attn(windows="unfold", gather="fused",
-                                                        sdpa_backends=["CUDNN_ATTENTION"])),
-    Variant("lra_reformer", "unfold fused efficient", _attn(windows="unfold", gather="fused",
-                                                            sdpa_backends=["EFFICIENT_ATTENTION"])),
+    Variant(
+        "lra_reformer", "unfold fused cudnn", _attn(windows="unfold", gather="fused", sdpa_backends=["CUDNN_ATTENTION"])
+    ),
+    Variant(
+        "lra_reformer",
+        "unfold fused efficient",
+        _attn(windows="unfold", gather="fused", sdpa_backends=["EFFICIENT_ATTENTION"]),
+    ),
     Variant("lra_sinkhorn", "sdpa bias eager", _attn(sdpa_min_len=0, sdpa_mask="bias", balance="eager"), 1),
     Variant("lra_sinkhorn", "sdpa fold compiled", _attn(sdpa_min_len=0, sdpa_mask="fold", balance="compiled")),
     Variant("lra_sinkhorn", "sdpa fold eager", _attn(sdpa_min_len=0, sdpa_mask="fold", balance="eager")),
@@ -102,15 +107,29 @@ VARIANTS = [
     Variant("s5", "channels_last float32", {"ssm_fft_layout": "channels_last", "ssm_proj_dtype": "float32"}),
     Variant("s5", "time_major autocast", {"ssm_fft_layout": "time_major", "ssm_proj_dtype": "autocast"}),
     Variant("mega", "sdpa", {"attention_impl": "sdpa"}, 1),
-    Variant("mega", "flex options split1", {"attention_impl": "flex", "flex_value_split": 1,
-                                            "flex_kernel_options": FAST_DEFAULTS["mega"]["flex_kernel_options"]}),
+    Variant(
+        "mega",
+        "flex options split1",
+        {
+            "attention_impl": "flex",
+            "flex_value_split": 1,
+            "flex_kernel_options": FAST_DEFAULTS["mega"]["flex_kernel_options"],
+        },
+    ),
     Variant("mega", "flex split4", {"attention_impl": "flex", "flex_value_split": 4, "flex_kernel_options": None}),
     Variant("mega", "materialized", {"attention_impl": "materialized"}),
 ]
 DROPOUT_ZERO_ARMS = ("lra_bigbird", "lra_longformer", "lra_sparse")
 # the key of FAST_DEFAULTS and the model keys of each arm's variant settings
-DEFAULTS_KEY = {"lra_bigbird": "bigbird", "lra_sparse": "sparse", "lra_longformer": "longformer",
-                "lra_reformer": "reformer", "lra_sinkhorn": "sinkhorn", "s5": "s5", "mega": "mega"}
+DEFAULTS_KEY = {
+    "lra_bigbird": "bigbird",
+    "lra_sparse": "sparse",
+    "lra_longformer": "longformer",
+    "lra_reformer": "reformer",
+    "lra_sinkhorn": "sinkhorn",
+    "s5": "s5",
+    "mega": "mega",
+}
 MODEL_KEY_OF = {"ssm_fft_layout": "fft_layout", "ssm_proj_dtype": "proj_dtype"}
 
 
@@ -125,8 +144,9 @@ def is_auto(variant: Variant) -> bool:
 
 
 def ordered_variants(args) -> list[Variant]:
-    chosen = [v for v in VARIANTS if (not args.only or v.arm in args.only)
-              and (not args.variants or v.name in args.variants)]
+    chosen = [
+        v for v in VARIANTS if (not args.only or v.arm in args.only) and (not args.variants or v.name in args.variants)
+    ]
     for v in chosen:
         if is_auto(v):
             chosen[chosen.index(v)] = dataclasses.replace(v, group=0)
@@ -231,8 +251,11 @@ def first_mixer(model):
 def set_plain(mixer, plain: bool, saved: dict) -> None:
     """Switch ``mixer`` to its plain path (``plain``) or back to what it was."""
     target = mixer.ssm if isinstance(mixer, S5Mixer) else mixer
-    attribute, value = ("impl", "scan") if isinstance(mixer, S5Mixer) else next(
-        (a, v) for cls, a, v in PLAIN if isinstance(mixer, cls))
+    attribute, value = (
+        ("impl", "scan")
+        if isinstance(mixer, S5Mixer)
+        else next((a, v) for cls, a, v in PLAIN if isinstance(mixer, cls))
+    )
     if plain:
         saved[attribute] = getattr(target, attribute)
         setattr(target, attribute, value)
@@ -327,13 +350,19 @@ def fmt(value, spec: str) -> str:
 
 def print_row(row: dict) -> None:
     check = row.get("check")
-    verdict = "-" if not check else (f"{'ok' if check['ok'] else 'FAILED'} out {check['out']:.1e} "
-                                     f"grad {check['grad']:.1e} ({check['worst']})")
-    print(f"{row['arm']:15s} {row['variant'][:34]:34s} {row['length']:5d} p={row['attention_dropout']:<4} "
-          f"{fmt(row.get('ms'), '8.1f')} ms {fmt(row.get('steps_per_s'), '6.2f')}/s "
-          f"{fmt(row.get('speed_x_transformer'), '5.2f')}x {fmt(row.get('peak_gb'), '6.2f')} GB "
-          f"{fmt(row.get('memory_x_transformer'), '5.2f')}x first {fmt(row.get('first_s'), '5.1f')} s  "
-          f"check {verdict}  {row['status'] if row['status'] != 'ok' else ''}", flush=True)
+    verdict = (
+        "-"
+        if not check
+        else (f"{'ok' if check['ok'] else 'FAILED'} out {check['out']:.1e} grad {check['grad']:.1e} ({check['worst']})")
+    )
+    print(
+        f"{row['arm']:15s} {row['variant'][:34]:34s} {row['length']:5d} p={row['attention_dropout']:<4} "
+        f"{fmt(row.get('ms'), '8.1f')} ms {fmt(row.get('steps_per_s'), '6.2f')}/s "
+        f"{fmt(row.get('speed_x_transformer'), '5.2f')}x {fmt(row.get('peak_gb'), '6.2f')} GB "
+        f"{fmt(row.get('memory_x_transformer'), '5.2f')}x first {fmt(row.get('first_s'), '5.1f')} s  "
+        f"check {verdict}  {row['status'] if row['status'] != 'ok' else ''}",
+        flush=True,
+    )
     for line in row.get("kernels") or []:
         print(f"      {line}", flush=True)
 
@@ -394,11 +423,19 @@ def main(argv=None) -> int:
     arms = sorted({arm for arm, *_ in rows_plan})
     specs = {s.name: s for s in plan(arms, variants={}, task="text")[0]}
     out_path = Path(args.out) if args.out else default_out(device)
-    header = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "torch": torch.__version__, "batch": args.batch, "reps": args.reps, "warmup": args.warmup,
-              "fast_defaults": FAST_DEFAULTS}
-    print(f"# {header['device']}, torch {header['torch']}, batch {args.batch}, median of {args.reps} after "
-          f"{args.warmup} warm-up steps; * = the auto variant (fast_defaults.py)", flush=True)
+    header = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "batch": args.batch,
+        "reps": args.reps,
+        "warmup": args.warmup,
+        "fast_defaults": FAST_DEFAULTS,
+    }
+    print(
+        f"# {header['device']}, torch {header['torch']}, batch {args.batch}, median of {args.reps} after "
+        f"{args.warmup} warm-up steps; * = the auto variant (fast_defaults.py)",
+        flush=True,
+    )
     started, results = time.perf_counter(), []
     for length in args.lengths:
         references = {}

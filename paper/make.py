@@ -3,6 +3,7 @@
 A thin wrapper of ``lra-paper`` (repro/paper/cli.py), kept for its command line; ``--help`` lists
 the options and the tables and figures written.
 """
+
 from __future__ import annotations
 
 import sys

@@ -8,6 +8,7 @@ configs: ``repro.tasks.pathfinder_release``; ``contour_v3``:
 ``repro.tasks.pathfinder_render``) exactly as the model sees them (uint8 pixels,
 nearest-neighbour upscaling by matplotlib).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,11 @@ def draw_grid(resolution: int, difficulty: str, seed: int, out: Path, render_nam
         ax.set_title(f"label {sample.label}: {word}", fontsize=8, color="tab:green" if sample.label else "tab:red")
         ax.set_xticks([])
         ax.set_yticks([])
-    fig.suptitle(f"{TITLES[resolution]}, {difficulty} (contour length {render.CONTOUR_LENGTH[difficulty]}), "
-                 f"generated (render {render_name}), seed {seed}", fontsize=10)
+    fig.suptitle(
+        f"{TITLES[resolution]}, {difficulty} (contour length {render.CONTOUR_LENGTH[difficulty]}), "
+        f"generated (render {render_name}), seed {seed}",
+        fontsize=10,
+    )
     fig.tight_layout()
     path = out / FILES[resolution]
     fig.savefig(path, dpi=110)

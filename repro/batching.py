@@ -15,6 +15,7 @@ convolution zeroes padded positions before each convolution); tests check trimme
 for each model that claims it. LRA pads every batch to the task length (Tay et al. 2021, section 2.2),
 so the paper profile keeps ``train.length_bucketing=off``; the budget profile uses ``auto``.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,9 @@ def sequence_lengths(inputs: np.ndarray, pad_id: int, chunk_rows: int = 8192) ->
     return lengths
 
 
-def bucketed_order(order: torch.Tensor, lengths: torch.Tensor, batch_size: int, pool_batches: int,
-                   generator: torch.Generator) -> torch.Tensor:
+def bucketed_order(
+    order: torch.Tensor, lengths: torch.Tensor, batch_size: int, pool_batches: int, generator: torch.Generator
+) -> torch.Tensor:
     """``order`` (a multiple of ``batch_size`` long) regrouped into batches of similar length.
 
     Each run of ``pool_batches`` consecutive batches is sorted by length (stably) and cut into
@@ -92,7 +94,9 @@ def resolve_bucketing(mode: str, model: torch.nn.Module, pad_id: int | None, has
     if pad_id is None:
         reasons.append("the task has no padding (every sequence is full length)")
     if not model_is_length_flexible(model):
-        reasons.append("the model's mixers do not declare length_flexible (their output may depend on the padded length)")
+        reasons.append(
+            "the model's mixers do not declare length_flexible (their output may depend on the padded length)"
+        )
     if has_augment:
         reasons.append("training techniques transform the padded batch")
     if not reasons:
@@ -124,8 +128,13 @@ def check_resume_batching(trained_with: dict, wanted: dict, mode, source) -> Non
     def describe(b: dict) -> str:
         return f"on (pools of {b['pool_batches']} batches)" if b["bucketing"] else "off"
 
-    same = ("++train.length_bucketing=off" if not trained_with["bucketing"] else
-            f"++train.length_bucketing=on ++train.bucket_pool_batches={trained_with['pool_batches']}")
-    raise RuntimeError(f"{source} was trained with length bucketing {describe(trained_with)} and this run would train "
-                       f"with it {describe(wanted)} (train.length_bucketing={mode_name(mode)}): add {same} to continue it, "
-                       f"or resume=false to start over")
+    same = (
+        "++train.length_bucketing=off"
+        if not trained_with["bucketing"]
+        else f"++train.length_bucketing=on ++train.bucket_pool_batches={trained_with['pool_batches']}"
+    )
+    raise RuntimeError(
+        f"{source} was trained with length bucketing {describe(trained_with)} and this run would train "
+        f"with it {describe(wanted)} (train.length_bucketing={mode_name(mode)}): add {same} to continue it, "
+        f"or resume=false to start over"
+    )

@@ -16,6 +16,7 @@ Either replaces the wall-clock cap: the run trains ``round(examples / batch)`` o
 ``budget_examples``. Both are read by ``profile=budget``; ``+train.budget_fraction`` and
 ``+train.budget_examples`` set them under any profile.
 """
+
 from __future__ import annotations
 
 import math
@@ -43,6 +44,10 @@ def apply_example_budget(run: dict, task: TaskData) -> dict:
         examples = fraction * protocol_examples(run, task)
     batch, steps_per_epoch = int(train["batch_size"]), len(task.train) // int(train["batch_size"])
     steps = max(1, round(examples / batch))
-    train.update(max_steps=steps, budget_minutes=None, budget_examples=steps * batch,
-                 epochs=max(int(train["epochs"]), math.ceil(steps / max(steps_per_epoch, 1))))
+    train.update(
+        max_steps=steps,
+        budget_minutes=None,
+        budget_examples=steps * batch,
+        epochs=max(int(train["epochs"]), math.ceil(steps / max(steps_per_epoch, 1))),
+    )
     return train

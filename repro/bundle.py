@@ -41,6 +41,7 @@ figures then say "not run".
 extra file; ``cite`` prints a BibTeX entry and a one-line citation with the version and
 the manifest's hash (after verifying).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -101,7 +102,9 @@ def manifest_hash(bundle: Path) -> str:
     """The bundle's hash: sha256 of its MANIFEST.json bytes."""
     path = Path(bundle) / MANIFEST
     if not path.exists():
-        raise BundleError(f"{path} does not exist: {bundle} is not a bundle (freeze one with `python -m repro.bundle freeze`)")
+        raise BundleError(
+            f"{path} does not exist: {bundle} is not a bundle (freeze one with `python -m repro.bundle freeze`)"
+        )
     return sha256_file(path)
 
 
@@ -162,8 +165,12 @@ def find_records(runs_root: Path, arms=None, tasks=None, profiles=None, seeds=No
             continue
         rel = path.relative_to(runs_root).as_posix()
         arm, task, profile, seed_dir = rel.split("/")
-        if not (_matches(arm, arms) and _matches(task, tasks) and _matches(profile, profiles)
-                and _matches(seed_dir.removeprefix("seed"), seeds)):
+        if not (
+            _matches(arm, arms)
+            and _matches(task, tasks)
+            and _matches(profile, profiles)
+            and _matches(seed_dir.removeprefix("seed"), seeds)
+        ):
             continue
         found.append(_check_record(path, rel))
     return found
@@ -237,24 +244,50 @@ def _stage_runs(chosen: list[Candidate], staging: Path) -> list[dict]:
         for name in records.RECORD_FILES:
             shutil.copyfile(cand.path / name, target / name)
         m = cand.metrics
-        runs.append({"path": cand.dest, **({"label": cand.label} if cand.label else {}), "arm": m["arm"],
-                     "task": m["task"], "profile": m["profile"], "seed": m["seed"], "test_acc": m.get("test_acc"),
-                     "device": m.get("device"), "budget_minutes": m.get("budget_minutes"),
-                     "git_commit": m.get("git_commit"), "versions": m.get("versions")})
+        runs.append(
+            {
+                "path": cand.dest,
+                **({"label": cand.label} if cand.label else {}),
+                "arm": m["arm"],
+                "task": m["task"],
+                "profile": m["profile"],
+                "seed": m["seed"],
+                "test_acc": m.get("test_acc"),
+                "device": m.get("device"),
+                "budget_minutes": m.get("budget_minutes"),
+                "git_commit": m.get("git_commit"),
+                "versions": m.get("versions"),
+            }
+        )
     return runs
 
 
-def _manifest(version: str, title: str, authors: list[str], created: datetime, commit: str, runs: list[dict],
-              staging: Path, **parts) -> dict:
+def _manifest(
+    version: str,
+    title: str,
+    authors: list[str],
+    created: datetime,
+    commit: str,
+    runs: list[dict],
+    staging: Path,
+    **parts,
+) -> dict:
     """MANIFEST.json's content: what the bundle holds, where it came from, every file's sha256."""
-    files = [{"path": rel, "sha256": sha256_file(staging / rel), "size": (staging / rel).stat().st_size}
-             for rel in bundle_files(staging)]
+    files = [
+        {"path": rel, "sha256": sha256_file(staging / rel), "size": (staging / rel).stat().st_size}
+        for rel in bundle_files(staging)
+    ]
     return {
-        "format": FORMAT, "version": version, "title": title, "authors": authors,
-        "created": created.isoformat(), "git_commit": commit,
+        "format": FORMAT,
+        "version": version,
+        "title": title,
+        "authors": authors,
+        "created": created.isoformat(),
+        "git_commit": commit,
         "record_git_commits": sorted({str(r["git_commit"]) for r in runs}),
-        "package_versions": [json.loads(v) for v in
-                             sorted({json.dumps(r["versions"], sort_keys=True) for r in runs if r["versions"]})],
+        "package_versions": [
+            json.loads(v) for v in sorted({json.dumps(r["versions"], sort_keys=True) for r in runs if r["versions"]})
+        ],
         "devices": sorted({str(r["device"]) for r in runs}),
         "profiles": sorted({r["profile"] for r in runs}),
         "budget_minutes": sorted({r["budget_minutes"] for r in runs if r["budget_minutes"] is not None}),
@@ -264,11 +297,25 @@ def _manifest(version: str, title: str, authors: list[str], created: datetime, c
     }
 
 
-def freeze(version: str, runs_root: Path | list = Path("outputs/runs"), results_root: Path = Path("results"),
-           arms=None, tasks=None, profiles=None, seeds=None, bench: list[Path] | None = None,
-           analysis: bool = True, data_dir: Path = Path("data"), cache_dir: Path = Path(".cache/lra-repro"),
-           workers: int = 1, authors: list[str] | None = None, title: str | None = None,
-           notes: Path | None = None, extra: list[Path] | None = None, log=print) -> Path:
+def freeze(
+    version: str,
+    runs_root: Path | list = Path("outputs/runs"),
+    results_root: Path = Path("results"),
+    arms=None,
+    tasks=None,
+    profiles=None,
+    seeds=None,
+    bench: list[Path] | None = None,
+    analysis: bool = True,
+    data_dir: Path = Path("data"),
+    cache_dir: Path = Path(".cache/lra-repro"),
+    workers: int = 1,
+    authors: list[str] | None = None,
+    title: str | None = None,
+    notes: Path | None = None,
+    extra: list[Path] | None = None,
+    log=print,
+) -> Path:
     """Freeze the chosen complete records into ``results_root/version``; returns the bundle folder.
 
     ``extra``: files or folders that back a finding but are no run record or benchmark (a probe's
@@ -284,8 +331,11 @@ def freeze(version: str, runs_root: Path | list = Path("outputs/runs"), results_
     if final.exists():
         raise BundleError(f"{final} already exists: bundles are never overwritten; choose another --version")
     roots = parse_runs_roots(runs_root if isinstance(runs_root, list) else [runs_root])
-    candidates = [replace(c, label=label) for label, root in roots.items()
-                  for c in find_records(root, arms, tasks, profiles, seeds)]
+    candidates = [
+        replace(c, label=label)
+        for label, root in roots.items()
+        for c in find_records(root, arms, tasks, profiles, seeds)
+    ]
     chosen = [c for c in candidates if c.problem is None]
     left_out = [{"path": c.dest.removeprefix("runs/"), "reason": c.problem} for c in candidates if c.problem]
     for item in left_out:
@@ -293,8 +343,10 @@ def freeze(version: str, runs_root: Path | list = Path("outputs/runs"), results_
     if notes is not None and not Path(notes).is_file():
         raise BundleError(f"--notes {notes}: no such file; give a Markdown file to copy into the bundle as {NOTES}")
     if not chosen and not bench and not extra:
-        raise BundleError(f"nothing to freeze: no complete record under {', '.join(map(str, roots.values()))} "
-                          "matches the filters" + (f" ({len(left_out)} incomplete left out)" if left_out else ""))
+        raise BundleError(
+            f"nothing to freeze: no complete record under {', '.join(map(str, roots.values()))} "
+            "matches the filters" + (f" ({len(left_out)} incomplete left out)" if left_out else "")
+        )
     results_root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{version}.partial-", dir=results_root))
     try:
@@ -303,8 +355,9 @@ def freeze(version: str, runs_root: Path | list = Path("outputs/runs"), results_
         extra_files = _copy_files(list(extra or []), staging, "extra")
         analysed, analysis_missing = [], []
         if analysis:
-            analysed, analysis_missing = listops_roots.analyse_records(chosen, staging, data_dir, cache_dir, workers,
-                                                                       log)
+            analysed, analysis_missing = listops_roots.analyse_records(
+                chosen, staging, data_dir, cache_dir, workers, log
+            )
         created = datetime.now(timezone.utc).replace(microsecond=0)
         commit = records.git_commit()
         title = title or f"LRA-repro results, bundle {version}"
@@ -312,21 +365,36 @@ def freeze(version: str, runs_root: Path | list = Path("outputs/runs"), results_
         records.write_atomic(staging / CITATION, _citation(version, created, commit, authors, title, len(runs)))
         if notes is not None:
             shutil.copyfile(notes, staging / NOTES)
-        manifest = _manifest(version, title, authors, created, commit, runs, staging, bench=bench_files,
-                             extra=extra_files, analysis=analysed, analysis_missing=analysis_missing,
-                             left_out=left_out)
+        manifest = _manifest(
+            version,
+            title,
+            authors,
+            created,
+            commit,
+            runs,
+            staging,
+            bench=bench_files,
+            extra=extra_files,
+            analysis=analysed,
+            analysis_missing=analysis_missing,
+            left_out=left_out,
+        )
         records.write_json(staging / MANIFEST, manifest)
         records.write_atomic(staging / MANIFEST_HASH, f"{sha256_file(staging / MANIFEST)}  {MANIFEST}\n")
         os.chmod(staging, 0o777 & ~_umask())  # mkdtemp made it 0700: a bundle is shared like any folder
         try:
             os.rename(staging, final)
         except OSError:
-            raise BundleError(f"{final} appeared while freezing: bundles are never overwritten; choose another --version") from None
+            raise BundleError(
+                f"{final} appeared while freezing: bundles are never overwritten; choose another --version"
+            ) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    log(f"froze {len(runs)} record(s), {len(bench_files)} benchmark file(s) into {final} "
-        f"({len(left_out)} left out); manifest sha256 {manifest_hash(final)}")
+    log(
+        f"froze {len(runs)} record(s), {len(bench_files)} benchmark file(s) into {final} "
+        f"({len(left_out)} left out); manifest sha256 {manifest_hash(final)}"
+    )
     return final
 
 
@@ -342,7 +410,9 @@ def _umask() -> int:
 def load_manifest(bundle: Path) -> dict:
     path = Path(bundle) / MANIFEST
     if not path.exists():
-        raise BundleError(f"{path} does not exist: {bundle} is not a bundle (freeze one with `python -m repro.bundle freeze`)")
+        raise BundleError(
+            f"{path} does not exist: {bundle} is not a bundle (freeze one with `python -m repro.bundle freeze`)"
+        )
     try:
         manifest = json.loads(path.read_text())
     except json.JSONDecodeError as err:
@@ -395,18 +465,22 @@ def citation(bundle: Path) -> tuple[str, str]:
     version, year = manifest["version"], manifest["created"][:4]
     authors = manifest.get("authors") or ["LRA-repro contributors"]
     title = manifest.get("title") or f"LRA-repro results, bundle {version}"
-    line = (f"{', '.join(authors)} ({year}). {title}. Version {version}, MANIFEST.json sha256 {digest}, "
-            f"git commit {manifest['git_commit']}. {len(manifest['runs'])} run records.")
+    line = (
+        f"{', '.join(authors)} ({year}). {title}. Version {version}, MANIFEST.json sha256 {digest}, "
+        f"git commit {manifest['git_commit']}. {len(manifest['runs'])} run records."
+    )
     key = "lrarepro_" + re.sub(r"[^A-Za-z0-9]", "_", version)
-    bibtex = "\n".join([
-        f"@misc{{{key},",
-        f"  title = {{{title}}},",
-        f"  author = {{{' and '.join('{' + a + '}' for a in authors)}}},",
-        f"  year = {{{year}}},",
-        f"  version = {{{version}}},",
-        f"  note = {{Bundle version {version}; MANIFEST.json sha256 {digest}; git commit {manifest['git_commit']}}},",
-        "}",
-    ])
+    bibtex = "\n".join(
+        [
+            f"@misc{{{key},",
+            f"  title = {{{title}}},",
+            f"  author = {{{' and '.join('{' + a + '}' for a in authors)}}},",
+            f"  year = {{{year}}},",
+            f"  version = {{{version}}},",
+            f"  note = {{Bundle version {version}; MANIFEST.json sha256 {digest}; git commit {manifest['git_commit']}}},",
+            "}",
+        ]
+    )
     return line, bibtex
 
 
@@ -418,21 +492,33 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     fr = sub.add_parser("freeze", help="copy complete records into results/<version> with a manifest")
     fr.add_argument("--version", required=True, help="bundle version, e.g. v1")
-    fr.add_argument("--runs", action="append", help="run records root (default outputs/runs); repeat as LABEL=DIR to "
-                    "keep records of several roots apart under their labels")
+    fr.add_argument(
+        "--runs",
+        action="append",
+        help="run records root (default outputs/runs); repeat as LABEL=DIR to "
+        "keep records of several roots apart under their labels",
+    )
     fr.add_argument("--results", type=Path, default=Path("results"), help="bundles root (default results)")
     for name in ("arm", "task", "profile", "seed"):
         fr.add_argument(f"--{name}", action="append", help=f"only these {name}s (glob; repeatable)")
-    fr.add_argument("--bench", type=Path, action="append", help="benchmark record file or folder to include (repeatable)")
+    fr.add_argument(
+        "--bench", type=Path, action="append", help="benchmark record file or folder to include (repeatable)"
+    )
     fr.add_argument("--no-analysis", action="store_true", help="skip the ListOps root-operator analysis")
     fr.add_argument("--data-dir", type=Path, default=Path(os.environ.get("LRA_DATA_DIR", "data")))
     fr.add_argument("--cache-dir", type=Path, default=Path(os.environ.get("LRA_CACHE_DIR", ".cache/lra-repro")))
     fr.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     fr.add_argument("--author", action="append", help="author for CITATION.cff (repeatable)")
     fr.add_argument("--title", help="title for CITATION.cff")
-    fr.add_argument("--extra", type=Path, action="append",
-                    help="file or folder backing a finding that is no run record or benchmark (repeatable)")
-    fr.add_argument("--notes", type=Path, help=f"Markdown file copied into the bundle as {NOTES} (budget, how it was run)")
+    fr.add_argument(
+        "--extra",
+        type=Path,
+        action="append",
+        help="file or folder backing a finding that is no run record or benchmark (repeatable)",
+    )
+    fr.add_argument(
+        "--notes", type=Path, help=f"Markdown file copied into the bundle as {NOTES} (budget, how it was run)"
+    )
     for name, text in (("verify", "recompute every checksum"), ("cite", "print BibTeX and a one-line citation")):
         p = sub.add_parser(name, help=text)
         p.add_argument("bundle", type=Path)
@@ -445,12 +531,29 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "freeze":
+
             def log(message, file=sys.stdout):
                 print(message, file=file)
-            freeze(args.version, args.runs or [Path("outputs/runs")], args.results, args.arm, args.task, args.profile, args.seed, args.bench,
-                   analysis=not args.no_analysis, data_dir=args.data_dir, cache_dir=args.cache_dir,
-                   workers=args.workers, authors=args.author, title=args.title, notes=args.notes,
-                   extra=args.extra, log=log)
+
+            freeze(
+                args.version,
+                args.runs or [Path("outputs/runs")],
+                args.results,
+                args.arm,
+                args.task,
+                args.profile,
+                args.seed,
+                args.bench,
+                analysis=not args.no_analysis,
+                data_dir=args.data_dir,
+                cache_dir=args.cache_dir,
+                workers=args.workers,
+                authors=args.author,
+                title=args.title,
+                notes=args.notes,
+                extra=args.extra,
+                log=log,
+            )
         elif args.command == "verify":
             problems = verify(args.bundle)
             if problems:
@@ -472,7 +575,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"no bundles under {args.results}")
             for path in bundles:
                 m = load_manifest(path)
-                print(f"{m['version']}\t{m['created']}\t{len(m['runs'])} runs\t{', '.join(m['profiles'])}\tsha256 {manifest_hash(path)[:16]}")
+                print(
+                    f"{m['version']}\t{m['created']}\t{len(m['runs'])} runs\t{', '.join(m['profiles'])}\tsha256 {manifest_hash(path)[:16]}"
+                )
     except BundleError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

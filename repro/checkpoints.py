@@ -6,6 +6,7 @@ Writing a new ``last.pt`` keeps the one before as ``last.prev.pt``, each with it
 checkpoint holds is the training loop's business (repro/training/loop.py); this module
 only stores and finds the files.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -63,8 +64,9 @@ def load_checkpoint(path: Path, device: torch.device) -> dict:
     if digest_file.exists():
         expected = digest_file.read_text().strip()
         if hashlib.sha256(data).hexdigest() != expected:
-            raise CorruptCheckpoint(f"{path}: sha256 differs from {digest_file.name} "
-                                    f"(corrupt or truncated, {len(data)} bytes)")
+            raise CorruptCheckpoint(
+                f"{path}: sha256 differs from {digest_file.name} (corrupt or truncated, {len(data)} bytes)"
+            )
     try:
         return torch.load(io.BytesIO(data), map_location=device, weights_only=False)
     except Exception as err:  # truncated zip, unpickling errors: all mean the file is unusable
@@ -83,8 +85,12 @@ def load_resume_checkpoint(last_path: Path, device: torch.device) -> tuple[dict 
             then = f"falling back to {candidates[i + 1]}" if later else "no earlier checkpoint is readable"
             print(f"warning: checkpoint {err}; {then}", file=sys.stderr, flush=True)
     if candidates:
-        print(f"warning: no readable checkpoint among {', '.join(p.name for p in candidates)} in {last_path.parent}; "
-              f"starting this run from step 0", file=sys.stderr, flush=True)
+        print(
+            f"warning: no readable checkpoint among {', '.join(p.name for p in candidates)} in {last_path.parent}; "
+            f"starting this run from step 0",
+            file=sys.stderr,
+            flush=True,
+        )
     return None, None
 
 
@@ -123,13 +129,18 @@ def load_best_checkpoint(path: Path, device: torch.device, step: int) -> dict:
             problems.append(f"{candidate}: " + ("missing" if best is None else f"holds step {best.get('step')}"))
             continue
         for damaged in problems:
-            print(f"warning: checkpoint {damaged}; using {candidate.name} (the same step {step}) and writing it again",
-                  file=sys.stderr, flush=True)
+            print(
+                f"warning: checkpoint {damaged}; using {candidate.name} (the same step {step}) and writing it again",
+                file=sys.stderr,
+                flush=True,
+            )
         if problems:
             save_best_checkpoint(path, best)
         return best
-    raise CorruptCheckpoint(f"no usable best-validation checkpoint (step {step}): {'; '.join(problems)}; the weights "
-                            "to test are lost: rerun with force=true to train this run again")
+    raise CorruptCheckpoint(
+        f"no usable best-validation checkpoint (step {step}): {'; '.join(problems)}; the weights "
+        "to test are lost: rerun with force=true to train this run again"
+    )
 
 
 def remove_checkpoint(path: Path) -> None:

@@ -11,6 +11,7 @@ What the training loop must agree on every step (stop by time budget, by signal,
 evaluation and checkpoints) goes through one :func:`agree_max` per step on CPU tensors over a
 gloo group, so it never waits on the GPU stream.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -52,7 +53,9 @@ def world_from_env() -> int:
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"environment variable WORLD_SIZE={value!r} is not an integer (torchrun sets it; unset it for one process)") from None
+        raise ValueError(
+            f"environment variable WORLD_SIZE={value!r} is not an integer (torchrun sets it; unset it for one process)"
+        ) from None
 
 
 def setup(device: torch.device) -> DistContext:
@@ -69,20 +72,26 @@ def setup(device: torch.device) -> DistContext:
     if world <= 1:
         tasks = os.environ.get("SLURM_STEP_NUM_TASKS", "1")
         if "WORLD_SIZE" not in os.environ and tasks.isdigit() and int(tasks) > 1:
-            raise RuntimeError(f"this Slurm step runs {tasks} tasks but no torchrun environment (WORLD_SIZE): each task would "
-                               f"train and write the same run; use one task per run (hydra.launcher.tasks_per_node=1) or "
-                               f"start torchrun --nproc_per_node=N inside a one-task step")
+            raise RuntimeError(
+                f"this Slurm step runs {tasks} tasks but no torchrun environment (WORLD_SIZE): each task would "
+                f"train and write the same run; use one task per run (hydra.launcher.tasks_per_node=1) or "
+                f"start torchrun --nproc_per_node=N inside a one-task step"
+            )
         _CONTEXT = DistContext(device=device)
         return _CONTEXT
     missing = [key for key in ENV_KEYS + ("MASTER_ADDR", "MASTER_PORT") if key not in os.environ]
     if missing:
-        raise RuntimeError(f"WORLD_SIZE={world} but {', '.join(missing)} not set: start several processes with "
-                           f"torchrun --nproc_per_node=N experiments/run.py ..., or unset WORLD_SIZE for one")
+        raise RuntimeError(
+            f"WORLD_SIZE={world} but {', '.join(missing)} not set: start several processes with "
+            f"torchrun --nproc_per_node=N experiments/run.py ..., or unset WORLD_SIZE for one"
+        )
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     if device.type == "cuda":
         if local_rank >= torch.cuda.device_count():
-            raise RuntimeError(f"LOCAL_RANK={local_rank} but only {torch.cuda.device_count()} CUDA device(s) are visible; "
-                               f"use --nproc_per_node={torch.cuda.device_count()} or fewer")
+            raise RuntimeError(
+                f"LOCAL_RANK={local_rank} but only {torch.cuda.device_count()} CUDA device(s) are visible; "
+                f"use --nproc_per_node={torch.cuda.device_count()} or fewer"
+            )
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         backend = "nccl"

@@ -5,6 +5,7 @@ token states to one vector per sequence, then classify. Retrieval uses two
 towers: one shared encoder embeds each document separately, and the head
 combines the two vectors (Tay et al. 2021, section 2.2.3).
 """
+
 from __future__ import annotations
 
 import torch
@@ -64,7 +65,14 @@ class TwoTowerHead(nn.Module):
     ``[e1, e2, e1*e2, e1-e2]`` as S4 and Nystromformer (the default, see task config).
     """
 
-    def __init__(self, d_model: int, num_classes: int, pooling: str = "mean", hidden: int | None = None, combine: str = "concat_prod_diff"):
+    def __init__(
+        self,
+        d_model: int,
+        num_classes: int,
+        pooling: str = "mean",
+        hidden: int | None = None,
+        combine: str = "concat_prod_diff",
+    ):
         super().__init__()
         if combine not in COMBINES:
             raise ValueError(f"combine {combine!r}: choose one of {', '.join(COMBINES)}")

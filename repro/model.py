@@ -18,6 +18,7 @@ tokens before the positional embedding, as LRA's encoders do for
 the CLS token takes position 0, the positional table has ``max_len + 1`` rows,
 and its mask entry is the first token's (``mask[:, :1]``, as in LRA).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -72,8 +73,15 @@ class Embedding(nn.Module):
     nearby intensities start with nearby vectors instead of 256 unrelated ones).
     """
 
-    def __init__(self, vocab_size: int, d_model: int, max_len: int, positional: str = "none", base: float = 10000.0,
-                 token_encoding: str = "embedding"):
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        max_len: int,
+        positional: str = "none",
+        base: float = 10000.0,
+        token_encoding: str = "embedding",
+    ):
         super().__init__()
         if token_encoding not in TOKEN_ENCODINGS:
             raise ValueError(f"model.token_encoding={token_encoding!r}: choose one of {', '.join(TOKEN_ENCODINGS)}")
@@ -159,17 +167,25 @@ class Encoder(nn.Module):
         make_norm(norm, d_model)  # an unknown kind fails here, before the backbone is built
         self.cls = nn.Parameter(torch.zeros(1, 1, d_model)) if cfg.get("cls_token", False) else None
         seq_len = max_len + (1 if self.cls is not None else 0)
-        self.embed = Embedding(vocab_size, d_model, seq_len, cfg.get("positional", "none"),
-                               cfg.get("positional_base", 10000.0),
-                               cfg.get("token_encoding", "embedding"))
+        self.embed = Embedding(
+            vocab_size,
+            d_model,
+            seq_len,
+            cfg.get("positional", "none"),
+            cfg.get("positional_base", 10000.0),
+            cfg.get("token_encoding", "embedding"),
+        )
         self.embed_drop = nn.Dropout(cfg.get("dropout", 0.0))
         prenorm = cfg.get("prenorm", True)
         if "max_len" in cfg:
-            raise ValueError(f"model.max_len={cfg['max_len']}: the sequence length comes from the task; "
-                             "remove it from the model config and set task.max_len")
+            raise ValueError(
+                f"model.max_len={cfg['max_len']}: the sequence length comes from the task; "
+                "remove it from the model config and set task.max_len"
+            )
         mixers = get_backbone(cfg["backbone"])(cfg, max_len=seq_len)
-        self.sublayers = nn.ModuleList(ResidualSublayer(m, d_model, prenorm, cfg.get("dropout", 0.0), norm)
-                                       for m in mixers)
+        self.sublayers = nn.ModuleList(
+            ResidualSublayer(m, d_model, prenorm, cfg.get("dropout", 0.0), norm) for m in mixers
+        )
         self.final_norm = make_norm(norm, d_model) if prenorm else nn.Identity()
 
     def state_mask(self, mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -190,8 +206,16 @@ class Encoder(nn.Module):
 class SequenceClassifier(nn.Module):
     """Encoder + shared head; two towers (one shared encoder) for inputs [B, 2, L]."""
 
-    def __init__(self, cfg: dict, vocab_size: int, max_len: int, num_classes: int, pad_id: int | None, two_tower: bool,
-                 combine: str = "concat_prod_diff"):
+    def __init__(
+        self,
+        cfg: dict,
+        vocab_size: int,
+        max_len: int,
+        num_classes: int,
+        pad_id: int | None,
+        two_tower: bool,
+        combine: str = "concat_prod_diff",
+    ):
         super().__init__()
         if cfg.get("token_encoding", "embedding") == "intensity" and pad_id is not None:
             raise ValueError(
@@ -211,8 +235,9 @@ class SequenceClassifier(nn.Module):
             # LRA's common_layers.classifier_head: Dense(mlp_dim) -> ReLU -> logits; the dual
             # (two-tower) head adds Dense(mlp_dim // 2) -> ReLU. mlp_dim is the FFN width d_ff.
             hidden = [cfg["d_ff"], cfg["d_ff"] // 2] if two_tower else [cfg["d_ff"]]
-        head_args = dict(d_model=cfg["d_model"], num_classes=num_classes, pooling=cfg.get("pooling", "mean"),
-                         hidden=hidden)
+        head_args = dict(
+            d_model=cfg["d_model"], num_classes=num_classes, pooling=cfg.get("pooling", "mean"), hidden=hidden
+        )
         self.head = TwoTowerHead(**head_args, combine=combine) if two_tower else OneTowerHead(**head_args)
 
     def padding_mask(self, ids: torch.Tensor) -> torch.Tensor | None:

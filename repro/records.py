@@ -8,6 +8,7 @@ A record is complete exactly when ``metrics.json`` exists with status
 written as complete (``record_problems``). Every file goes to a temporary name first and is
 renamed into place, with the permissions the umask gives (as ``open`` would).
 """
+
 from __future__ import annotations
 
 import csv
@@ -25,10 +26,24 @@ import numpy as np
 
 RECORD_FILES = ("config.yaml", "history.csv", "predictions.csv", "metrics.json")
 METRIC_FIELDS = (
-    "status", "arm", "task", "seed", "profile",
-    "best_val_acc", "best_val_step", "test_acc", "steps", "epochs",
-    "wall_time_s", "train_time_s", "train_examples_per_s", "peak_gpu_mem_bytes",
-    "device", "versions", "git_commit", "data",
+    "status",
+    "arm",
+    "task",
+    "seed",
+    "profile",
+    "best_val_acc",
+    "best_val_step",
+    "test_acc",
+    "steps",
+    "epochs",
+    "wall_time_s",
+    "train_time_s",
+    "train_examples_per_s",
+    "peak_gpu_mem_bytes",
+    "device",
+    "versions",
+    "git_commit",
+    "data",
 )
 
 
@@ -139,8 +154,11 @@ def read_metrics(run_dir: Path) -> dict | None:
     try:
         metrics = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        print(f"warning: {path} is damaged ({err}); the record counts as incomplete and this run writes it again",
-              file=sys.stderr, flush=True)
+        print(
+            f"warning: {path} is damaged ({err}); the record counts as incomplete and this run writes it again",
+            file=sys.stderr,
+            flush=True,
+        )
         return None
     return metrics if isinstance(metrics, dict) and metrics.get("status") == "complete" else None
 
@@ -153,8 +171,10 @@ def read_config(path: Path) -> dict:
         return OmegaConf.to_container(OmegaConf.load(path), resolve=True) or {}
     except Exception as err:  # noqa: BLE001 -- YAML and OmegaConf errors alike mean an unreadable file
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise DamagedRecord(f"{path} cannot be read ({first}): the run's settings are unknown; rerun with force=true "
-                            "to start it over in its folder, or pass output_dir=<another folder>") from err
+        raise DamagedRecord(
+            f"{path} cannot be read ({first}): the run's settings are unknown; rerun with force=true "
+            "to start it over in its folder, or pass output_dir=<another folder>"
+        ) from err
 
 
 def git_commit(cwd: Path | None = None) -> str:
@@ -173,7 +193,13 @@ def git_commit(cwd: Path | None = None) -> str:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
             return fallback
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return fallback

@@ -3,9 +3,11 @@
 Registering only fills a table: no import side effects beyond it (the style of
 state-spaces/s4 ``src/utils/registry.py``).
 """
+
 from __future__ import annotations
 
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -30,9 +32,7 @@ class Registry(Generic[T]):
         try:
             return self._table[name]
         except KeyError:
-            raise KeyError(
-                f"unknown {self.kind} {name!r}; available: {', '.join(self.names())}"
-            ) from None
+            raise KeyError(f"unknown {self.kind} {name!r}; available: {', '.join(self.names())}") from None
 
     def names(self) -> list[str]:
         return sorted(self._table)

@@ -11,6 +11,7 @@ Techniques (experiments/conf/techniques/): the command line's ``techniques=NAME`
 otherwise the arm's own choice (an ``override /techniques@_global_.techniques: NAME``
 line in its defaults list); otherwise ``none`` (config.yaml).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -53,8 +54,10 @@ def merge_settings(*layers: dict, typed: DictConfig | None = None, typed_paths: 
         tree = merged
         for key in parents:
             if not isinstance(tree.get(key, {}), dict):
-                raise ValueError(f"task.{path.lstrip('~')}: {key!r} is not a block of settings; "
-                                 f"set the whole value instead (task.{'.'.join(parents)}=...)")
+                raise ValueError(
+                    f"task.{path.lstrip('~')}: {key!r} is not a block of settings; "
+                    f"set the whole value instead (task.{'.'.join(parents)}=...)"
+                )
             tree = tree.setdefault(key, {})
         if delete:
             tree.pop(leaf, None)
@@ -89,7 +92,7 @@ def typed_task_paths(overrides: list[str]) -> list[str]:
         key = override.key_or_group
         if not key.startswith("task."):
             continue
-        path = key[len("task."):]
+        path = key[len("task.") :]
         paths += [f"~{path}"] if override.is_delete() else leaves(path, override.value())
     return paths
 
@@ -113,8 +116,9 @@ def resolve(cfg: DictConfig, command_line_task: list[str] | None = None) -> dict
     task_name = cfg.task.name
     arm = cfg.arm
     if task_name not in arm.tasks:
-        raise KeyError(f"arm {arm.name!r} defines no settings for task {task_name!r}; "
-                       f"it defines: {', '.join(arm_tasks(cfg))}")
+        raise KeyError(
+            f"arm {arm.name!r} defines no settings for task {task_name!r}; it defines: {', '.join(arm_tasks(cfg))}"
+        )
     per_task = _plain(arm.tasks[task_name])
     profile = cfg.profile
     arm_model = merge_settings(_plain(arm.model), per_task.get("model", {}))
@@ -122,11 +126,21 @@ def resolve(cfg: DictConfig, command_line_task: list[str] | None = None) -> dict
     model = merge_settings(arm_model, profile_model, _plain(cfg.get("model")))
     techniques = _plain(cfg.get("techniques"))
     technique_task = _plain(techniques.get("tasks", {})).get(task_name) or {}
-    train_cfg = merge_settings(_plain(arm.train), per_task.get("train", {}), technique_task.get("train", {}),
-                               _plain(profile.get("train")), _plain(cfg.get("train")))
-    task_cfg = merge_settings(_plain(cfg.task), per_task.get("task", {}), technique_task.get("task", {}),
-                              _plain(profile.get("tasks", {})).get(task_name, {}),
-                              typed=cfg.task, typed_paths=command_line_task or [])
+    train_cfg = merge_settings(
+        _plain(arm.train),
+        per_task.get("train", {}),
+        technique_task.get("train", {}),
+        _plain(profile.get("train")),
+        _plain(cfg.get("train")),
+    )
+    task_cfg = merge_settings(
+        _plain(cfg.task),
+        per_task.get("task", {}),
+        technique_task.get("task", {}),
+        _plain(profile.get("tasks", {})).get(task_name, {}),
+        typed=cfg.task,
+        typed_paths=command_line_task or [],
+    )
     device = cfg.get("device") or profile.device
     subset = _plain(profile.get("subset")) or None
     return {
@@ -139,8 +153,11 @@ def resolve(cfg: DictConfig, command_line_task: list[str] | None = None) -> dict
         "train": train_cfg,
         "device": device,
         "arm_source": arm.get("source"),
-        "techniques": {"name": techniques.get("name", "none"), "augment": technique_task.get("augment", {}),
-                       "arm_default": arm.get("techniques_default", "none")},
+        "techniques": {
+            "name": techniques.get("name", "none"),
+            "augment": technique_task.get("augment", {}),
+            "arm_default": arm.get("techniques_default", "none"),
+        },
     }
 
 
@@ -172,13 +189,29 @@ def run_dir_for(cfg: DictConfig, run: dict) -> Path:
 # Settings an unfinished run may change while it keeps its record folder: a resumed run may get
 # a longer budget, other evaluation or checkpoint intervals, or the data kept elsewhere. Once a
 # record is complete, its budget and step cap are part of what it measured.
-FREE_TRAIN_KEYS = frozenset({"budget_minutes", "max_steps", "eval_every_steps", "eval_every_seconds", "eval_batch_size",
-                             "checkpoint_every_steps", "checkpoint_every_seconds", "log_every", "data_on_device"})
+FREE_TRAIN_KEYS = frozenset(
+    {
+        "budget_minutes",
+        "max_steps",
+        "eval_every_steps",
+        "eval_every_seconds",
+        "eval_batch_size",
+        "checkpoint_every_steps",
+        "checkpoint_every_seconds",
+        "log_every",
+        "data_on_device",
+    }
+)
 FREE_UNTIL_COMPLETE = frozenset({"budget_minutes", "max_steps"})
 # Model keys records written before the key existed lack, with the value those records had
 # (training keys take TrainSettings' defaults).
-IMPLICIT_SETTINGS = {"model.norm": "layer", "model.token_encoding": "embedding", "model.cls_token": False,
-                     "model.positional_base": 10000, "model.two_tower_combine": "concat_prod_diff"}
+IMPLICIT_SETTINGS = {
+    "model.norm": "layer",
+    "model.token_encoding": "embedding",
+    "model.cls_token": False,
+    "model.positional_base": 10000,
+    "model.two_tower_combine": "concat_prod_diff",
+}
 _ABSENT = "(absent)"
 
 
@@ -191,8 +224,11 @@ def _leaves(tree: dict, prefix: str) -> dict:
 
 
 def _train_defaults() -> dict:
-    return {f"train.{f.name}": (list(f.default) if isinstance(f.default, tuple) else f.default)
-            for f in dataclasses.fields(TrainSettings) if f.default is not dataclasses.MISSING}
+    return {
+        f"train.{f.name}": (list(f.default) if isinstance(f.default, tuple) else f.default)
+        for f in dataclasses.fields(TrainSettings)
+        if f.default is not dataclasses.MISSING
+    }
 
 
 def settings_differences(previous: dict, run: dict, complete: bool = False) -> list[str]:
@@ -245,11 +281,16 @@ def _record_decision(cfg: DictConfig, run: dict, run_dir: Path) -> tuple[int | N
     differences = settings_differences(previous, run, complete) if previous is not None else []
     if differences:
         if not cfg.force:
-            print(f"[{run['arm']}/{task_name}] {run_dir} holds a run with other settings ({'; '.join(differences)}); "
-                  "its record and checkpoints belong to those. Pass output_dir=<another folder> to keep both, "
-                  "or force=true to start this run over in its place", file=sys.stderr)
+            print(
+                f"[{run['arm']}/{task_name}] {run_dir} holds a run with other settings ({'; '.join(differences)}); "
+                "its record and checkpoints belong to those. Pass output_dir=<another folder> to keep both, "
+                "or force=true to start this run over in its place",
+                file=sys.stderr,
+            )
             return 2, resume
-        print(f"[{run['arm']}/{task_name}] force=true: starting over in {run_dir} (settings differ: {'; '.join(differences)})")
+        print(
+            f"[{run['arm']}/{task_name}] force=true: starting over in {run_dir} (settings differ: {'; '.join(differences)})"
+        )
         resume = False
     elif complete and not cfg.force:
         print(f"[{run['arm']}/{task_name}] record complete in {run_dir}; skipping (force=true reruns it)")
@@ -270,9 +311,12 @@ def execute(cfg: DictConfig) -> int:
     world = distributed.world_from_env()
     if world > 1 and run["model"].get("norm") == "batch":
         if int(os.environ.get("RANK", "0")) == 0:
-            print(f"[{run['arm']}/{task_name}] model.norm=batch under {world} processes: each would normalise its "
-                  "own part of the batch and keep its own running statistics; run it in one process, or use "
-                  "model.norm=layer", file=sys.stderr)
+            print(
+                f"[{run['arm']}/{task_name}] model.norm=batch under {world} processes: each would normalise its "
+                "own part of the batch and keep its own running statistics; run it in one process, or use "
+                "model.norm=layer",
+                file=sys.stderr,
+            )
         return 2
     # Under torchrun: join the process group. Rank 0's view of the record folder decides for every
     # rank (the others may run on machines that do not share its disk), and rank 0 builds (and
@@ -284,7 +328,9 @@ def execute(cfg: DictConfig) -> int:
     if not dist.is_main:
         distributed.barrier(dist)
     try:
-        task = get_task_builder(run["task"].get("builder", task_name))(run["task"], Path(cfg.data_dir), Path(cfg.cache_dir), workers)
+        task = get_task_builder(run["task"].get("builder", task_name))(
+            run["task"], Path(cfg.data_dir), Path(cfg.cache_dir), workers
+        )
     except DataMissing as err:
         if dist.is_main:
             print(f"[{run['arm']}/{task_name}] skipped: data missing: {err}")
@@ -304,17 +350,30 @@ def execute(cfg: DictConfig) -> int:
     n_params = sum(p.numel() for p in model.parameters())
     if dist.is_main:
         where = f"{device} x{dist.world} processes" if dist.active else f"{device}"
-        print(f"[{run['arm']}/{task_name}] {run['profile']} seed {run['seed']} on {where}: "
-              f"{n_params:,} parameters, {len(task.train)}/{len(task.val)}/{len(task.test)} examples -> {run_dir}")
+        print(
+            f"[{run['arm']}/{task_name}] {run['profile']} seed {run['seed']} on {where}: "
+            f"{n_params:,} parameters, {len(task.train)}/{len(task.val)}/{len(task.test)} examples -> {run_dir}"
+        )
         # A record in progress is never complete: an earlier run's metrics (force=true) go first.
         stale = ["metrics.json"] + ([] if resume else ["history.csv", "predictions.csv"])
         for name in stale:
             (run_dir / name).unlink(missing_ok=True)
         records.write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(run)))
     try:
-        result = train(model, task, settings, run["seed"], run_dir, device, resume=resume,
-                       sigterm_at_step=cfg.debug.sigterm_at_step, progress=cfg.progress, augment=augment,
-                       pause_at_step=cfg.debug.get("pause_at_step"), dist=dist)
+        result = train(
+            model,
+            task,
+            settings,
+            run["seed"],
+            run_dir,
+            device,
+            resume=resume,
+            sigterm_at_step=cfg.debug.sigterm_at_step,
+            progress=cfg.progress,
+            augment=augment,
+            pause_at_step=cfg.debug.get("pause_at_step"),
+            dist=dist,
+        )
     except RunInterrupted as err:
         if dist.is_main:
             print(f"[{run['arm']}/{task_name}] {err}", file=sys.stderr)
@@ -349,13 +408,18 @@ def _write_run_record(run: dict, run_dir: Path, result: dict, model, task: TaskD
     problems = records.record_problems(metrics)
     if problems:  # not a result: the history stays for a look, nothing is marked complete
         records.write_csv(run_dir / "history.csv", result["history"], HISTORY_COLUMNS)
-        print(f"[{run['arm']}/{metrics['task']}] error: not a result, no record written ({'; '.join(problems)}); "
-              f"the history is in {run_dir / 'history.csv'}", file=sys.stderr)
+        print(
+            f"[{run['arm']}/{metrics['task']}] error: not a result, no record written ({'; '.join(problems)}); "
+            f"the history is in {run_dir / 'history.csv'}",
+            file=sys.stderr,
+        )
         return 1
     write_record(run_dir, result["history"], result["predictions"], metrics)
-    print(f"[{run['arm']}/{metrics['task']}] best val {metrics['best_val_acc']:.4f} at step "
-          f"{metrics['best_val_step']}, test {metrics['test_acc']:.4f}, "
-          f"{metrics['train_examples_per_s']:.1f} examples/s")
+    print(
+        f"[{run['arm']}/{metrics['task']}] best val {metrics['best_val_acc']:.4f} at step "
+        f"{metrics['best_val_step']}, test {metrics['test_acc']:.4f}, "
+        f"{metrics['train_examples_per_s']:.1f} examples/s"
+    )
     return 0
 
 

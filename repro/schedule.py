@@ -20,6 +20,7 @@ Training progress is the larger of steps done over planned steps and, under a
 wall-clock budget, seconds used over seconds allowed, so a budget run also ends
 with its decay phase.
 """
+
 from __future__ import annotations
 
 import math
@@ -58,7 +59,12 @@ class LRController:
             return self.base_lr * min(1.0, (step + 1) / warm) / math.sqrt(max(step + 1, warm))
         if self.kind == "lra_cosine":
             warm = max(self.warmup_steps, 1)
-            return self.base_lr * min(1.0, (step + 1) / warm) * 0.5 * (1.0 + math.cos(math.pi * min(max(progress, 0.0), 1.0)))
+            return (
+                self.base_lr
+                * min(1.0, (step + 1) / warm)
+                * 0.5
+                * (1.0 + math.cos(math.pi * min(max(progress, 0.0), 1.0)))
+            )
         lr = self.base_lr
         if self.warmup_steps:
             lr *= min(1.0, (step + 1) / self.warmup_steps)
@@ -85,7 +91,11 @@ class LRController:
         return False
 
     def state_dict(self) -> dict:
-        return {"plateau_scale": self.plateau_scale, "best_epoch_loss": self.best_epoch_loss, "bad_epochs": self.bad_epochs}
+        return {
+            "plateau_scale": self.plateau_scale,
+            "best_epoch_loss": self.best_epoch_loss,
+            "bad_epochs": self.bad_epochs,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.plateau_scale = state["plateau_scale"]

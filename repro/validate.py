@@ -23,6 +23,7 @@ same holds for refused input found later (a malformed data file, a damaged recor
 checkpoint, a setting a builder rejects): one line, no traceback; ``debug.traceback=true``
 shows it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,9 +37,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from .checkpoints import CorruptCheckpoint
 from .records import DamagedRecord
 from .tasks import DataError, official_files_missing
-from .checkpoints import CorruptCheckpoint
 from .training import TrainSettings
 
 GROUPS = ("model", "task", "train", "budget")
@@ -210,8 +211,10 @@ def unknown_typed_keys(typed: list[Typed], valid: dict, where: str) -> list[str]
         key = item.path[depth]
         close = difflib.get_close_matches(key, present, n=1, cutoff=0.6)
         hint = f"did you mean {parent}.{close[0]}?" if close else "no key is close"
-        found.append(f"{item.text}: {parent} has no key {key!r} {where}; {hint} "
-                     f"(valid: {', '.join(present) if present else 'none'})")
+        found.append(
+            f"{item.text}: {parent} has no key {key!r} {where}; {hint} "
+            f"(valid: {', '.join(present) if present else 'none'})"
+        )
     return found
 
 
@@ -286,9 +289,11 @@ def budget_not_read(cfg: DictConfig, run: dict, typed: list[Typed]) -> list[str]
         value, used = cfg.budget.get(key), run["train"].get(f"budget_{key}")
         purpose = "cap this run" if key == "minutes" else "budget this run by examples"
         if used != value:
-            problems.append(f"budget.{key}={_show(value)}: profile {run['profile']} does not read budget.{key} (its "
-                            f"train.budget_{key} is {_show(used)}); only profile=budget does: pass profile=budget, "
-                            f"or +train.budget_{key}={_show(value)} to {purpose}")
+            problems.append(
+                f"budget.{key}={_show(value)}: profile {run['profile']} does not read budget.{key} (its "
+                f"train.budget_{key} is {_show(used)}); only profile=budget does: pass profile=budget, "
+                f"or +train.budget_{key}={_show(value)} to {purpose}"
+            )
     return problems
 
 
@@ -300,9 +305,11 @@ def data_not_there(run: dict, data_dir: Path) -> list[str]:
     missing = official_files_missing(task.get("builder", task["name"]), task, data_dir)
     if missing is None:
         return []
-    return [f"data_dir={data_dir} lacks the {task['name']} files ({missing}); with a data folder named, "
-            "task.source=auto does not generate data: put the files there, or pass task.source=generated "
-            "to generate them"]
+    return [
+        f"data_dir={data_dir} lacks the {task['name']} files ({missing}); with a data folder named, "
+        "task.source=auto does not generate data: put the files there, or pass task.source=generated "
+        "to generate them"
+    ]
 
 
 # ---------------------------------------------------------------- the wrapper

@@ -1,4 +1,5 @@
 """Shared helpers: run the Hydra entry point in a subprocess with a private output and cache."""
+
 from __future__ import annotations
 
 import json
@@ -15,16 +16,29 @@ CONF = ROOT / "experiments" / "conf"
 
 # Smoke ListOps shortened to 50-300 tokens and 32/16/16 trees, for tests that run whole arms
 # (add "task=listops" and the profile; full-length smoke ListOps runs in test_runner/test_listops).
-SHORT_LISTOPS_OVERRIDES = ["task.max_len=300", "task.generate.min_len=50", "task.generate.max_len=300",
-                           "profile.tasks.listops.generate.n_train=32", "profile.tasks.listops.generate.n_val=16",
-                           "profile.tasks.listops.generate.n_test=16"]
+SHORT_LISTOPS_OVERRIDES = [
+    "task.max_len=300",
+    "task.generate.min_len=50",
+    "task.generate.max_len=300",
+    "profile.tasks.listops.generate.n_train=32",
+    "profile.tasks.listops.generate.n_val=16",
+    "profile.tasks.listops.generate.n_test=16",
+]
 
 
-def run_cli(*overrides: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+def run_cli(
+    *overrides: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 300
+) -> subprocess.CompletedProcess:
     """``python experiments/run.py <overrides>``; returns the completed process (text output)."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.run([sys.executable, str(RUN), *overrides], cwd=cwd or ROOT, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(RUN), *overrides],
+        cwd=cwd or ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def read_json(path: Path) -> dict:

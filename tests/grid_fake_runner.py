@@ -6,6 +6,7 @@ the cells named in ``FAKE_FAIL`` (comma-separated ``arm__task__seedS``); on SIGT
 ``interrupted`` in its record folder and exits 143, as the runner does after checkpointing;
 otherwise writes a complete record (``metrics.json`` last) whose examples are 100 per second slept.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,14 @@ from pathlib import Path
 
 args = dict(item.lstrip("+").split("=", 1) for item in sys.argv[1:] if "=" in item)
 name = f"{args['arm']}__{args['task']}__seed{args['seed']}"
-run_dir = Path(args.get("output_dir", "outputs")) / "runs" / args["arm"] / args["task"] / args.get("profile", "smoke") \
+run_dir = (
+    Path(args.get("output_dir", "outputs"))
+    / "runs"
+    / args["arm"]
+    / args["task"]
+    / args.get("profile", "smoke")
     / f"seed{args['seed']}"
+)
 seconds = float(os.environ.get("FAKE_SECONDS", "1"))
 gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
 
@@ -45,8 +52,17 @@ if name in os.environ.get("FAKE_FAIL", "").split(","):
 run_dir.mkdir(parents=True, exist_ok=True)
 for file in ("config.yaml", "history.csv", "predictions.csv"):
     (run_dir / file).write_text("fake\n")
-metrics = {"status": "complete", "arm": args["arm"], "task": args["task"], "seed": int(args["seed"]), "steps": 10,
-           "train_time_s": seconds, "train_examples_per_s": 100.0, "elapsed_s": seconds, "wall_time_s": seconds}
+metrics = {
+    "status": "complete",
+    "arm": args["arm"],
+    "task": args["task"],
+    "seed": int(args["seed"]),
+    "steps": 10,
+    "train_time_s": seconds,
+    "train_examples_per_s": 100.0,
+    "elapsed_s": seconds,
+    "wall_time_s": seconds,
+}
 (run_dir / "metrics.json").write_text(json.dumps(metrics))
 event("end")
 print(f"fake {name} done")

@@ -1,6 +1,7 @@
 """Softmax-attention mixers (vanilla, local, longformer, bigbird, sparse): the blockwise
 computations equal full softmax attention under their dense masks, the vanilla backends
 agree, and padding neither changes real outputs nor produces NaN."""
+
 from __future__ import annotations
 
 import math
@@ -8,8 +9,7 @@ import math
 import pytest
 import torch
 
-from repro.original.attention import ATTENTION, load_all
-from repro.original.attention import local, longformer, sparse
+from repro.original.attention import ATTENTION, load_all, local, longformer, sparse
 
 load_all()
 
@@ -22,17 +22,17 @@ CASES = {
     "local_back": ("local", dict(block_size=4, look_backward=2), 64),
     "longformer": ("longformer", dict(window=6), 64),
     "longformer_global": ("longformer", dict(window=5, n_global=2, chunk_size=3), 64),
-    "longformer_global_shared": (
-        "longformer", dict(window=8, n_global=3, separate_global_proj=False), 64),
+    "longformer_global_shared": ("longformer", dict(window=8, n_global=3, separate_global_proj=False), 64),
     "bigbird": ("bigbird", dict(block_size=4, n_random=2, random_max_len=None, seed=3), 38),
     "bigbird_lra": ("bigbird", dict(block_size=4, n_random=2, random_max_len=24, seed=1), 38),
     "bigbird_2g_nolast": (
-        "bigbird", dict(block_size=3, n_random=1, n_global=2, global_last=False,
-                        random_max_len=None, seed=5), 64),
+        "bigbird",
+        dict(block_size=3, n_random=1, n_global=2, global_last=False, random_max_len=None, seed=5),
+        64,
+    ),
     "sparse": ("sparse", dict(stride=6, c=2), 64),
     "sparse_cls": ("sparse", dict(stride=6, c=2, n_global=1), 64),
-    "sparse_bidir": ("sparse", dict(stride=5, c=2, causal=False, block_start_summary=False,
-                                    n_global=2), 64),
+    "sparse_bidir": ("sparse", dict(stride=5, c=2, causal=False, block_start_summary=False, n_global=2), 64),
     "vanilla_sdpa": ("vanilla", dict(backend="sdpa"), 64),
     "vanilla_mat": ("vanilla", dict(backend="materialized"), 64),
 }

@@ -1,6 +1,7 @@
 """The flex_attention backend of BigBird, Longformer and Sparse: the same function as the
 blockwise backend (float64, with padding, forward and gradients), and LRA's attention
 dropout kept exact (the fast path equals a dense reference applying the same keep-mask)."""
+
 from __future__ import annotations
 
 import math
@@ -53,8 +54,7 @@ def build(case: str, backend: str, dropout: float = 0.0, **flex):
     if name == "longformer" and flex.get("flex_global_rows") == "dense":
         flex = {**flex, "flex_global_rows": "flex"}  # Longformer's global rows have their own projections
     torch.manual_seed(0)
-    m = ATTENTION.get(name)(d_model=D, n_heads=H, max_len=max_len, dropout=dropout, backend=backend,
-                            **params, **flex)
+    m = ATTENTION.get(name)(d_model=D, n_heads=H, max_len=max_len, dropout=dropout, backend=backend, **params, **flex)
     return m.double()
 
 
@@ -156,8 +156,9 @@ def test_dense_global_rows_with_dropout(case):
     q, k, v = m.project(xr)
     allowed = m.dense_mask(L)
     allowed = (allowed[None] if allowed.dim() == 2 else allowed)[None] & mask[:, None, None, :]
-    ctx = dense_dropout_reference(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), allowed, keep,
-                                  keep_probability(threshold), v)
+    ctx = dense_dropout_reference(
+        q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), allowed, keep, keep_probability(threshold), v
+    )
     dense = dense_attention(q[:, :, rows], k, v, mask[:, None, None, :], dropout_p=p, training=True)
     y_ref = m.proj.output(ctx.index_copy(2, rows, dense)) * mask[..., None]
     (y_ref.square().sum() + y_ref.sum()).backward()
@@ -177,8 +178,10 @@ def tile_tables(block_mask, heads: int):
         out.scatter_(2, idx[0].long(), take)
         return out.expand(heads, -1, -1)
 
-    return (table(block_mask.kv_num_blocks, block_mask.kv_indices),
-            table(block_mask.full_kv_num_blocks, block_mask.full_kv_indices))
+    return (
+        table(block_mask.kv_num_blocks, block_mask.kv_indices),
+        table(block_mask.full_kv_num_blocks, block_mask.full_kv_indices),
+    )
 
 
 @pytest.mark.parametrize("dense_rows", [False, True])
@@ -193,8 +196,12 @@ def test_block_mask_tiles_are_classified_exactly(case, block, dense_rows):
     mask_mod, kv_len, _ = m.flex_layout(L, torch.device("cpu"), dense_rows)
     block_mask, _ = m.flex_pattern(L, torch.device("cpu"), block, dense_rows)
     heads = m.flex_heads() or 1
-    allowed = mask_mod(torch.tensor(0), torch.arange(heads)[:, None, None], torch.arange(L)[None, :, None],
-                       torch.arange(kv_len)[None, None, :]).expand(heads, L, kv_len)
+    allowed = mask_mod(
+        torch.tensor(0),
+        torch.arange(heads)[:, None, None],
+        torch.arange(L)[None, :, None],
+        torch.arange(kv_len)[None, None, :],
+    ).expand(heads, L, kv_len)
     partial, full = tile_tables(block_mask, heads)
     tile_q, tile_k = torch.arange(L) // block, torch.arange(kv_len) // block
     in_full = full[:, tile_q][:, :, tile_k]
@@ -202,8 +209,11 @@ def test_block_mask_tiles_are_classified_exactly(case, block, dense_rows):
     assert not (in_full & ~allowed).any()
     assert not (allowed & ~in_some).any()
     per_tile = torch.zeros_like(partial, dtype=torch.long)
-    per_tile.index_put_((torch.arange(heads)[:, None, None], tile_q[None, :, None], tile_k[None, None, :]),
-                        allowed.long(), accumulate=True)
+    per_tile.index_put_(
+        (torch.arange(heads)[:, None, None], tile_q[None, :, None], tile_k[None, None, :]),
+        allowed.long(),
+        accumulate=True,
+    )
     assert (per_tile[partial] > 0).all()
     assert not (partial & full).any()
 
@@ -273,7 +283,7 @@ def test_keep_rate_is_one_minus_p_within_binomial_error(p):
     # a new draw is a new mask
     row2, col2 = draw_dropout_keys(4, 4, 256, 1024, "cpu")
     assert (keep_mask(row2[..., None], col2, dropout_threshold(p)) != keep).any()
-    assert keep_probability(dropout_threshold(p)) == pytest.approx(1 - p, abs=2 ** -KEEP_BITS)
+    assert keep_probability(dropout_threshold(p)) == pytest.approx(1 - p, abs=2**-KEEP_BITS)
 
 
 @pytest.mark.parametrize("case", ["sparse_lra", "sparse_bidir", "sparse_no_summary"])

@@ -4,6 +4,7 @@ linformer, reformer, sinkhorn, synthesizer, linear, performer.
 Exactness claims are checked in float64 against references built here from the
 module's own projections; padding invariance is checked in float32 at 1e-5.
 """
+
 from __future__ import annotations
 
 import math
@@ -109,7 +110,10 @@ def shared_qk_reference(q, v, allowed, normalize_keys=True):
 def test_reformer_single_chunk_equals_shared_qk_attention(n_buckets, n_hashes, normalize_keys):
     length = 12  # chunk_len >= L: one chunk, every query sees every key in every round
     module = build(
-        "reformer", n_buckets=n_buckets, n_hashes=n_hashes, chunk_len=length,
+        "reformer",
+        n_buckets=n_buckets,
+        n_hashes=n_hashes,
+        chunk_len=length,
         normalize_keys=normalize_keys,
     )
     x = rand_x(2, length)
@@ -166,8 +170,9 @@ def test_synthesizer_random_with_given_matrix(fixed):
     torch.testing.assert_close(module(x), finish(module, ref), rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("variant", [dict(variant="random"), dict(variant="factorized_random", k=8),
-                                     dict(variant="dense")])
+@pytest.mark.parametrize(
+    "variant", [dict(variant="random"), dict(variant="factorized_random", k=8), dict(variant="dense")]
+)
 @pytest.mark.parametrize("length", [70, 80])
 def test_synthesizer_sdpa_backend_equals_the_materialized_one(variant, length):
     plain = build("synthesizer", max_len=80, backend="materialized", **variant).train()  # dropout 0
@@ -208,8 +213,10 @@ def test_synthesizer_backend_is_checked():
 
 
 @pytest.mark.parametrize("sdpa_mask", ["bias", "fold"])
-@pytest.mark.parametrize("params", [dict(block_size=4), dict(block_size=5, combine="sum", sort_activation="softmax"),
-                                    dict(block_size=7, n_iters=5)])
+@pytest.mark.parametrize(
+    "params",
+    [dict(block_size=4), dict(block_size=5, combine="sum", sort_activation="softmax"), dict(block_size=7, n_iters=5)],
+)
 def test_sinkhorn_sdpa_backend_equals_the_materialized_one(params, sdpa_mask):
     plain = build("sinkhorn", max_len=64, backend="materialized", **params).train()  # dropout 0
     fused = build("sinkhorn", max_len=64, backend="sdpa", sdpa_mask=sdpa_mask, **params).train()

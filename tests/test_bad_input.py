@@ -3,6 +3,7 @@
 The runner is driven in-process (``experiments/run.py``'s Hydra entry point run by ``runpy``, as
 ``python experiments/run.py ...`` runs it), on ListOps shortened to 50-300 tokens.
 """
+
 from __future__ import annotations
 
 import json
@@ -93,14 +94,26 @@ CASES = [
     ("negative budget", ["budget.minutes=-5"], 2, f"error: budget.minutes=-5: {MINUTES}"),
     ("zero budget", ["budget.minutes=0"], 2, f"error: budget.minutes=0: {MINUTES}"),
     ("budget not a number", ["budget.minutes=abc"], 2, f"error: budget.minutes='abc': {MINUTES}"),
-    ("budget under smoke", ["budget.minutes=3"], 2,
-     "error: budget.minutes=3: profile smoke does not read budget.minutes (its train.budget_minutes is null); only "
-     "profile=budget does: pass profile=budget, or +train.budget_minutes=3 to cap this run"),
-    ("example budget under smoke", ["budget.fraction=0.1"], 2,
-     "error: budget.fraction=0.1: profile smoke does not read budget.fraction (its train.budget_fraction is null); "
-     "only profile=budget does: pass profile=budget, or +train.budget_fraction=0.1 to budget this run by examples"),
-    ("negative example budget", ["+train.budget_fraction=-0.1"], 2,
-     "error: train.budget_fraction=-0.1: must be a number > 0, or null"),
+    (
+        "budget under smoke",
+        ["budget.minutes=3"],
+        2,
+        "error: budget.minutes=3: profile smoke does not read budget.minutes (its train.budget_minutes is null); only "
+        "profile=budget does: pass profile=budget, or +train.budget_minutes=3 to cap this run",
+    ),
+    (
+        "example budget under smoke",
+        ["budget.fraction=0.1"],
+        2,
+        "error: budget.fraction=0.1: profile smoke does not read budget.fraction (its train.budget_fraction is null); "
+        "only profile=budget does: pass profile=budget, or +train.budget_fraction=0.1 to budget this run by examples",
+    ),
+    (
+        "negative example budget",
+        ["+train.budget_fraction=-0.1"],
+        2,
+        "error: train.budget_fraction=-0.1: must be a number > 0, or null",
+    ),
     ("zero epochs", ["+train.epochs=0"], 2, "error: train.epochs=0: must be an integer >= 1"),
     ("zero steps", ["++train.max_steps=0"], 2, "error: train.max_steps=0: must be an integer >= 1, or null"),
     ("fractional batch", ["++train.batch_size=7.5"], 2, "error: train.batch_size=7.5: must be an integer >= 1"),
@@ -108,41 +121,86 @@ CASES = [
     ("negative seed", ["seed=-1"], 2, "error: seed=-1: must be an integer >= 0"),
     ("fractional seed", ["seed=1.5"], 2, "error: seed=1.5: must be an integer >= 0"),
     ("zero workers", ["workers=0"], 2, "error: workers=0: must be an integer >= 1, or null"),
-    ("model key typo", ["+model.kernel_sise=9"], 2,
-     f"error: +model.kernel_sise=9: model has no key 'kernel_sise' {TYPO_WHERE}; did you mean model.kernel_size? ..."),
-    ("task key typo", ["+task.data_sed=3"], 2,
-     f"error: +task.data_sed=3: task has no key 'data_sed' {TYPO_WHERE}; did you mean task.data_seed? (valid: builder, "
-     "data_seed, generate, max_len, name, official_subdir, source)"),
-    ("nested task key typo", ["++task.generate.n_trian=3"], 2,
-     f"error: ++task.generate.n_trian=3: task.generate has no key 'n_trian' {TYPO_WHERE}; did you mean "
-     "task.generate.n_train? (valid: max_args, max_depth, max_len, min_len, n_test, n_train, n_val)"),
-    ("train key typo", ["+train.lrr=0.1"], 2,
-     f"error: +train.lrr=0.1: train has no key 'lrr' {TYPO_WHERE}; did you mean train.lr? ..."),
-    ("budget key typo", ["+budget.minuts=3"], 2,
-     f"error: +budget.minuts=3: budget has no key 'minuts' {TYPO_WHERE}; did you mean budget.minutes? "
-     "(valid: examples, fraction, minutes)"),
-    ("data_dir without ListOps", lambda t: [f"data_dir={t / 'empty'}"], 2,
-     "error: data_dir={t}/empty lacks the listops files (no {t}/empty/listops-1000/basic_train.tsv, "
-     "{t}/empty/listops-1000/basic_val.tsv, {t}/empty/listops-1000/basic_test.tsv); with a data folder named, "
-     "task.source=auto does not generate data: put the files there, or pass task.source=generated to generate them"),
-    ("malformed ListOps row", lambda t: [f"data_dir={listops_with_a_bad_row(t)}"], 2,
-     "error: {t}/data/listops-1000/basic_train.tsv:3: expected 2 tab-separated fields (Source, Target), found 1"),
-    ("truncated IMDb bundle", lambda t: ["task=text", f"data_dir={imdb_bundle(t, 'truncated')}"], 2,
-     "error: {t}/data/imdb/imdb_train.jsonl.xz: cannot read the xz-compressed JSONL past line ..."),
-    ("IMDb bundle not xz", lambda t: ["task=text", f"data_dir={imdb_bundle(t, 'invalid')}"], 2,
-     "error: {t}/data/imdb/imdb_train.jsonl.xz: cannot read the xz-compressed JSONL past line 0 "
-     "(LZMAError: Input format not supported by decoder)"),
-    ("damaged config.yaml", lambda t: record_with_damaged_config(t) or [], 2,
-     "error: {t}/out/runs/locality_k5/listops/smoke/seed0/config.yaml cannot be read (..."),
-    ("budget too short for one step", ["++train.budget_minutes=1e-9"], 1,
-     "[locality_k5/listops] error: not a result, no record written (trained 0 steps; train_examples_per_s=nan is not "
-     "a number); the history is in {t}/out/runs/locality_k5/listops/smoke/seed0/history.csv"),
+    (
+        "model key typo",
+        ["+model.kernel_sise=9"],
+        2,
+        f"error: +model.kernel_sise=9: model has no key 'kernel_sise' {TYPO_WHERE}; did you mean model.kernel_size? ...",
+    ),
+    (
+        "task key typo",
+        ["+task.data_sed=3"],
+        2,
+        f"error: +task.data_sed=3: task has no key 'data_sed' {TYPO_WHERE}; did you mean task.data_seed? (valid: builder, "
+        "data_seed, generate, max_len, name, official_subdir, source)",
+    ),
+    (
+        "nested task key typo",
+        ["++task.generate.n_trian=3"],
+        2,
+        f"error: ++task.generate.n_trian=3: task.generate has no key 'n_trian' {TYPO_WHERE}; did you mean "
+        "task.generate.n_train? (valid: max_args, max_depth, max_len, min_len, n_test, n_train, n_val)",
+    ),
+    (
+        "train key typo",
+        ["+train.lrr=0.1"],
+        2,
+        f"error: +train.lrr=0.1: train has no key 'lrr' {TYPO_WHERE}; did you mean train.lr? ...",
+    ),
+    (
+        "budget key typo",
+        ["+budget.minuts=3"],
+        2,
+        f"error: +budget.minuts=3: budget has no key 'minuts' {TYPO_WHERE}; did you mean budget.minutes? "
+        "(valid: examples, fraction, minutes)",
+    ),
+    (
+        "data_dir without ListOps",
+        lambda t: [f"data_dir={t / 'empty'}"],
+        2,
+        "error: data_dir={t}/empty lacks the listops files (no {t}/empty/listops-1000/basic_train.tsv, "
+        "{t}/empty/listops-1000/basic_val.tsv, {t}/empty/listops-1000/basic_test.tsv); with a data folder named, "
+        "task.source=auto does not generate data: put the files there, or pass task.source=generated to generate them",
+    ),
+    (
+        "malformed ListOps row",
+        lambda t: [f"data_dir={listops_with_a_bad_row(t)}"],
+        2,
+        "error: {t}/data/listops-1000/basic_train.tsv:3: expected 2 tab-separated fields (Source, Target), found 1",
+    ),
+    (
+        "truncated IMDb bundle",
+        lambda t: ["task=text", f"data_dir={imdb_bundle(t, 'truncated')}"],
+        2,
+        "error: {t}/data/imdb/imdb_train.jsonl.xz: cannot read the xz-compressed JSONL past line ...",
+    ),
+    (
+        "IMDb bundle not xz",
+        lambda t: ["task=text", f"data_dir={imdb_bundle(t, 'invalid')}"],
+        2,
+        "error: {t}/data/imdb/imdb_train.jsonl.xz: cannot read the xz-compressed JSONL past line 0 "
+        "(LZMAError: Input format not supported by decoder)",
+    ),
+    (
+        "damaged config.yaml",
+        lambda t: record_with_damaged_config(t) or [],
+        2,
+        "error: {t}/out/runs/locality_k5/listops/smoke/seed0/config.yaml cannot be read (...",
+    ),
+    (
+        "budget too short for one step",
+        ["++train.budget_minutes=1e-9"],
+        1,
+        "[locality_k5/listops] error: not a result, no record written (trained 0 steps; train_examples_per_s=nan is not "
+        "a number); the history is in {t}/out/runs/locality_k5/listops/smoke/seed0/history.csv",
+    ),
 ]
 
 
 @pytest.mark.parametrize("overrides, status, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_input_is_refused_in_one_line_and_nothing_is_complete(overrides, status, expected, tmp_path, shared_cache,
-                                                                   monkeypatch, capsys):
+def test_bad_input_is_refused_in_one_line_and_nothing_is_complete(
+    overrides, status, expected, tmp_path, shared_cache, monkeypatch, capsys
+):
     typed = overrides(tmp_path) if callable(overrides) else overrides
     other_task = any(o.startswith("task=") for o in typed)
     base = ARM[:1] + ARM[2:3] if other_task else ARM  # another task: without the short ListOps settings
@@ -255,8 +313,10 @@ def test_a_run_whose_metrics_hold_nan_is_not_recorded(tmp_path, shared_cache, mo
     status = runner.execute(composed(*ARM, *private(tmp_path, shared_cache), "task.source=generated"))
     err = capsys.readouterr().err
     assert status == 1
-    assert error_lines(err) == [f"[locality_k5/listops] error: not a result, no record written (test_loss=nan is not a "
-                                f"number); the history is in {run_folder(tmp_path) / 'history.csv'}"]
+    assert error_lines(err) == [
+        f"[locality_k5/listops] error: not a result, no record written (test_loss=nan is not a "
+        f"number); the history is in {run_folder(tmp_path) / 'history.csv'}"
+    ]
     assert not (run_folder(tmp_path) / "metrics.json").exists()
 
 
@@ -293,8 +353,9 @@ def flip_a_byte(path: Path, offset: int = 200) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_a_damaged_best_checkpoint_is_recovered_without_retraining(finished, tmp_path, shared_cache, monkeypatch,
-                                                                    capsys):
+def test_a_damaged_best_checkpoint_is_recovered_without_retraining(
+    finished, tmp_path, shared_cache, monkeypatch, capsys
+):
     folder = copy_of(finished, tmp_path)
     whole = read_json(folder / "metrics.json")
     best = folder / "checkpoints" / "best.pt"
@@ -318,8 +379,11 @@ def test_a_damaged_best_checkpoint_is_recovered_without_retraining(finished, tmp
     flip_a_byte(folder / "checkpoints" / "best.copy.pt")
     done, out, err = cli(monkeypatch, capsys, *ARM, *private(tmp_path, shared_cache))
     lines = error_lines(err)
-    assert done == 2 and len(lines) == 1 and lines[0].startswith(
-        f"error: no usable best-validation checkpoint (step 4): {best}: sha256 differs"), err[-3000:]
+    assert (
+        done == 2
+        and len(lines) == 1
+        and lines[0].startswith(f"error: no usable best-validation checkpoint (step 4): {best}: sha256 differs")
+    ), err[-3000:]
     assert lines[0].endswith("the weights to test are lost: rerun with force=true to train this run again")
     assert not (folder / "metrics.json").exists()
 

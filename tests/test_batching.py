@@ -1,4 +1,5 @@
 """Length bucketing (repro/batching.py): same examples, similar lengths, trimmed = padded."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -14,7 +15,9 @@ from repro.tasks.base import Split, TaskData
 from repro.training import RunInterrupted, TrainSettings, epoch_permutation, evaluate, train
 
 CONV_CFG = dict(backbone="conv", d_model=8, d_hidden=12, kernel_size=5, depth=2)
-LRA_CFG = dict(backbone="lra_transformer", d_model=8, d_ff=16, n_heads=2, depth=1, attention="linformer", positional="learned")
+LRA_CFG = dict(
+    backbone="lra_transformer", d_model=8, d_ff=16, n_heads=2, depth=1, attention="linformer", positional="learned"
+)
 
 
 def padded_rows(rng: np.random.Generator, n: int, width: int, pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -38,8 +41,16 @@ def padded_task(seed: int, n_train: int, width: int = 48) -> TaskData:
 
 
 def bucketing_settings(mode: str) -> TrainSettings:
-    return TrainSettings(lr=1e-3, weight_decay=0.0, batch_size=8, epochs=2, checkpoint_every_seconds=None,
-                         length_bucketing=mode, bucket_pool_batches=4, trim_multiple=8)
+    return TrainSettings(
+        lr=1e-3,
+        weight_decay=0.0,
+        batch_size=8,
+        epochs=2,
+        checkpoint_every_seconds=None,
+        length_bucketing=mode,
+        bucket_pool_batches=4,
+        trim_multiple=8,
+    )
 
 
 def test_sequence_lengths_is_one_past_the_last_real_token():
@@ -81,12 +92,15 @@ def test_trimmed_widths_round_up_and_stay_within_the_padded_length():
     assert batch_widths(torch.tensor([0, 1, 2, 3]), lengths, 2, 64, 200) == [192, 64]
 
 
-@pytest.mark.parametrize("extra", [
-    {},
-    {"cls_token": True, "positional": "learned", "pooling": "cls"},
-    {"positional": "sinusoidal", "pooling": "max", "kernel_size": 7},
-    {"prenorm": False, "groups": 4},
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"cls_token": True, "positional": "learned", "pooling": "cls"},
+        {"positional": "sinusoidal", "pooling": "max", "kernel_size": 7},
+        {"prenorm": False, "groups": 4},
+    ],
+)
 def test_trimmed_batch_gives_the_padded_batch_logits(extra):
     torch.manual_seed(0)
     cfg = {**CONV_CFG, **extra}
@@ -112,7 +126,8 @@ def test_auto_skips_and_on_refuses_what_cannot_be_trimmed():
         resolve_bucketing("on", lra, 0, True)
     assert str(err.value) == (
         "train.length_bucketing=on, but the model's mixers do not declare length_flexible (their output may depend "
-        "on the padded length); training techniques transform the padded batch; use train.length_bucketing=auto or off")
+        "on the padded length); training techniques transform the padded batch; use train.length_bucketing=auto or off"
+    )
     with pytest.raises(ValueError, match="train.length_bucketing='sometimes': use off, auto or on"):
         resolve_bucketing("sometimes", conv, 0, False)
 
@@ -126,7 +141,9 @@ def test_length_sorted_evaluation_equals_padded_evaluation():
     sorted_ = evaluate(model, split, 8, None, lengths=torch.from_numpy(lengths), trim_multiple=16)
     np.testing.assert_array_equal(plain["predictions"], sorted_["predictions"])
     np.testing.assert_array_equal(plain["labels"], sorted_["labels"])
-    assert abs(plain["loss"] - sorted_["loss"]) < 1e-6 and plain["acc"] == sorted_["acc"]  # losses are summed in float32
+    assert (
+        abs(plain["loss"] - sorted_["loss"]) < 1e-6 and plain["acc"] == sorted_["acc"]
+    )  # losses are summed in float32
 
 
 def test_bucketed_training_sees_each_example_once_per_epoch(tmp_path):
@@ -141,7 +158,9 @@ def test_bucketed_training_sees_each_example_once_per_epoch(tmp_path):
 
     torch.manual_seed(0)
     model = Spy(CONV_CFG, vocab_size=8, max_len=48, num_classes=2, pad_id=0, two_tower=False)
-    result = train(model, task, bucketing_settings("on"), seed=1, run_dir=tmp_path, device=torch.device("cpu"), progress=False)
+    result = train(
+        model, task, bucketing_settings("on"), seed=1, run_dir=tmp_path, device=torch.device("cpu"), progress=False
+    )
     assert len(seen) == 24 and result["metrics"]["length_bucketing"]["used"]
 
     def content(row) -> bytes:
@@ -166,15 +185,26 @@ def test_a_run_cannot_resume_under_another_bucketing_setting(tmp_path):
         return SequenceClassifier(CONV_CFG, vocab_size=8, max_len=48, num_classes=2, pad_id=0, two_tower=False)
 
     with pytest.raises(RunInterrupted):
-        train(model(), task, settings("off"), seed=1, run_dir=tmp_path, device=torch.device("cpu"), progress=False,
-              sigterm_at_step=6)
+        train(
+            model(),
+            task,
+            settings("off"),
+            seed=1,
+            run_dir=tmp_path,
+            device=torch.device("cpu"),
+            progress=False,
+            sigterm_at_step=6,
+        )
     last = tmp_path / "checkpoints" / "last.pt"
     with pytest.raises(RuntimeError) as err:
         train(model(), task, settings("on"), seed=1, run_dir=tmp_path, device=torch.device("cpu"), progress=False)
     assert str(err.value) == (
         f"{last} was trained with length bucketing off and this run would train with it on (pools of 4 batches) "
-        "(train.length_bucketing=on): add ++train.length_bucketing=off to continue it, or resume=false to start over")
-    resumed = train(model(), task, settings("off"), seed=1, run_dir=tmp_path, device=torch.device("cpu"), progress=False)
+        "(train.length_bucketing=on): add ++train.length_bucketing=off to continue it, or resume=false to start over"
+    )
+    resumed = train(
+        model(), task, settings("off"), seed=1, run_dir=tmp_path, device=torch.device("cpu"), progress=False
+    )
     assert resumed["metrics"]["steps"] == 24 and not resumed["metrics"]["length_bucketing"]["used"]
 
 
@@ -186,21 +216,41 @@ def test_a_bucketed_checkpoint_from_before_the_setting_was_stored_resumes(tmp_pa
         torch.manual_seed(0)
         return SequenceClassifier(CONV_CFG, vocab_size=8, max_len=48, num_classes=2, pad_id=0, two_tower=False)
 
-    whole = train(model(), task, bucketing_settings("on"), seed=1, run_dir=tmp_path / "whole", device=torch.device("cpu"),
-                  progress=False)
+    whole = train(
+        model(),
+        task,
+        bucketing_settings("on"),
+        seed=1,
+        run_dir=tmp_path / "whole",
+        device=torch.device("cpu"),
+        progress=False,
+    )
     cut = tmp_path / "cut"
     with pytest.raises(RunInterrupted):
-        train(model(), task, bucketing_settings("on"), seed=1, run_dir=cut, device=torch.device("cpu"), progress=False,
-              sigterm_at_step=7)
+        train(
+            model(),
+            task,
+            bucketing_settings("on"),
+            seed=1,
+            run_dir=cut,
+            device=torch.device("cpu"),
+            progress=False,
+            sigterm_at_step=7,
+        )
     last = cut / "checkpoints" / "last.pt"
     old = load_checkpoint(last, torch.device("cpu"))
     del old["state"]["batching"]  # what the older version wrote
     save_checkpoint(last, old)
-    resumed = train(model(), task, bucketing_settings("on"), seed=1, run_dir=cut, device=torch.device("cpu"), progress=False)
+    resumed = train(
+        model(), task, bucketing_settings("on"), seed=1, run_dir=cut, device=torch.device("cpu"), progress=False
+    )
     assert resumed["predictions"] == whole["predictions"]
     assert resumed["metrics"]["length_bucketing"] == whole["metrics"]["length_bucketing"]
-    with pytest.raises(RuntimeError, match=r"was trained with length bucketing on \(pools of 4 batches\) and this run "
-                                           r"would train with it off \(train.length_bucketing=off\): add "
-                                           r"\+\+train.length_bucketing=on \+\+train.bucket_pool_batches=4 to continue it"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"was trained with length bucketing on \(pools of 4 batches\) and this run "
+        r"would train with it off \(train.length_bucketing=off\): add "
+        r"\+\+train.length_bucketing=on \+\+train.bucket_pool_batches=4 to continue it",
+    ):
         save_checkpoint(last, old)
         train(model(), task, bucketing_settings(False), seed=1, run_dir=cut, device=torch.device("cpu"), progress=False)

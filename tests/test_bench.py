@@ -1,4 +1,5 @@
 """The speed and memory benchmark: end to end on CPU, FLOP counts, OOM rows, the table."""
+
 from __future__ import annotations
 
 import csv
@@ -25,8 +26,9 @@ LENGTHS = [32, 64]
 
 def run_bench(*overrides: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, str(BENCH), *overrides], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(BENCH), *overrides], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def read_csv(path: Path) -> list[dict]:
@@ -39,9 +41,19 @@ def bundle(tmp_path_factory) -> Path:
     """One CPU run of the Hydra entry point: 2 models x 2 lengths x train and infer, depth 1,
     with an out-of-memory error injected into the first measurement."""
     out = tmp_path_factory.mktemp("bench")
-    done = run_bench(f"models=[{','.join(MODELS)}]", f"lengths=[{','.join(map(str, LENGTHS))}]", "batch=2", "depth=1",
-                     "warmup=1", "reps=2", f"out_dir={out}", f"accuracy_dir={out / 'no_runs'}", "progress=false",
-                     "device=cpu", "debug.oom_at=lra_transformer@32@infer")
+    done = run_bench(
+        f"models=[{','.join(MODELS)}]",
+        f"lengths=[{','.join(map(str, LENGTHS))}]",
+        "batch=2",
+        "depth=1",
+        "warmup=1",
+        "reps=2",
+        f"out_dir={out}",
+        f"accuracy_dir={out / 'no_runs'}",
+        "progress=false",
+        "device=cpu",
+        "debug.oom_at=lra_transformer@32@infer",
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     folders = [p for p in out.iterdir()]
     assert len(folders) == 1 and re.fullmatch(r"\d{4}-\d{2}-\d{2}_cpu_both", folders[0].name), folders
@@ -59,7 +71,8 @@ def test_cli_writes_a_record_with_every_field(bundle):
     rows = record["rows"]
     assert len(rows) == len(MODELS) * len(LENGTHS) * 2
     assert {(r["model"], r["length"], r["mode"]) for r in rows} == {
-        (m, n, mode) for m in MODELS for n in LENGTHS for mode in ("train", "infer")}
+        (m, n, mode) for m in MODELS for n in LENGTHS for mode in ("train", "infer")
+    }
     for row in rows:
         assert set(row) == set(report.ROW_FIELDS), set(report.ROW_FIELDS) ^ set(row)
         assert row["layers"] == 1 and row["flops_source"] == "analytic" and row["parameters"] > 0
@@ -76,7 +89,9 @@ def test_cli_writes_a_record_with_every_field(bundle):
     for key in infer:
         assert train[key]["flops_per_step"] == 3 * infer[key]["flops_per_step"]
     csv_rows = read_csv(bundle / "bench.csv")
-    assert [(r["model"], int(r["length"]), r["mode"]) for r in csv_rows] == [(r["model"], r["length"], r["mode"]) for r in rows]
+    assert [(r["model"], int(r["length"]), r["mode"]) for r in csv_rows] == [
+        (r["model"], r["length"], r["mode"]) for r in rows
+    ]
     assert list(csv_rows[0]) == report.ROW_FIELDS
 
 
@@ -96,8 +111,11 @@ def table_rows(text: str, heading: str) -> dict[str, list[str]]:
 
 
 def test_relative_speed_is_ours_over_the_sdpa_transformer_at_the_same_length(bundle):
-    rows = {(r["model"], int(r["length"]), r["mode"]): float(r["steps_per_s"]) for r in read_csv(bundle / "bench.csv")
-            if r["status"] == "ok"}
+    rows = {
+        (r["model"], int(r["length"]), r["mode"]): float(r["steps_per_s"])
+        for r in read_csv(bundle / "bench.csv")
+        if r["status"] == "ok"
+    }
     body = table_rows((bundle / "table.md").read_text(), report.MODE_TITLES["train"])
     assert set(body) == set(MODELS)
     for model, cells in body.items():
@@ -113,10 +131,13 @@ def tiny(model_cfg: dict) -> dict:
     return {**model_cfg, **{k: v for k, v in keys.items() if k in model_cfg}}
 
 
-@pytest.mark.parametrize("arm, changes", [
-    ("lra_transformer", {"attention_params": {"backend": "materialized"}}),
-    ("locality_k61", {}),
-])
+@pytest.mark.parametrize(
+    "arm, changes",
+    [
+        ("lra_transformer", {"attention_params": {"backend": "materialized"}}),
+        ("locality_k61", {}),
+    ],
+)
 def test_analytic_flops_equal_torch_flop_counter(arm, changes):
     """Forward and forward+backward matmul FLOPs of the vanilla encoder (and the conv model),
     against FlopCounterMode on CPU (the SDPA kernel has no CPU formula, so the materialised
@@ -149,8 +170,19 @@ def test_analytic_flops_equal_torch_flop_counter(arm, changes):
 
 
 def small_settings(**changes) -> matrix.Settings:
-    base = dict(lengths=[16], batch=2, modes=["infer", "train"], dtype="bf16", warmup=1, reps=2, max_row_seconds=None,
-                count_batch=1, seed=0, device=torch.device("cpu"), progress=False)
+    base = dict(
+        lengths=[16],
+        batch=2,
+        modes=["infer", "train"],
+        dtype="bf16",
+        warmup=1,
+        reps=2,
+        max_row_seconds=None,
+        count_batch=1,
+        seed=0,
+        device=torch.device("cpu"),
+        progress=False,
+    )
     return matrix.Settings(**{**base, **changes})
 
 
@@ -175,8 +207,12 @@ def test_oom_and_errors_in_a_step_are_recorded_and_the_matrix_goes_on(monkeypatc
     monkeypatch.setattr(matrix, "time_train", flaky)
     rows = matrix.run_matrix(tiny_specs(), small_settings(), peak_tflops=1.0)
     status = {(r["model"], r["mode"]): r["status"] for r in rows}
-    assert status == {("lra_transformer", "infer"): "ok", ("lra_transformer", "train"): "OOM",
-                      ("lra_linformer", "infer"): "ok", ("lra_linformer", "train"): "error: ValueError: broken mechanism"}
+    assert status == {
+        ("lra_transformer", "infer"): "ok",
+        ("lra_transformer", "train"): "OOM",
+        ("lra_linformer", "infer"): "ok",
+        ("lra_linformer", "train"): "error: ValueError: broken mechanism",
+    }
     linformer = next(r for r in rows if r["model"] == "lra_linformer" and r["mode"] == "infer")
     assert linformer["flops_source"] == "counted" and linformer["flops_per_step"] > 0
 
@@ -199,18 +235,28 @@ def test_unknown_model_names_are_listed_and_missing_peers_skipped(monkeypatch):
     import importlib.util
 
     find = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "performer_pytorch" else find(name, *a))
-    variants = {"peer_performer": {"arm": "lra_transformer", "requires": "performer_pytorch",
-                                   "model": {"attention": "peer_performer"}}}
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "performer_pytorch" else find(name, *a)
+    )
+    variants = {
+        "peer_performer": {
+            "arm": "lra_transformer",
+            "requires": "performer_pytorch",
+            "model": {"attention": "peer_performer"},
+        }
+    }
     specs, skipped = plan(["lra_transformer", "peer_performer"], variants)
     assert [s.name for s in specs] == ["lra_transformer"]
-    assert skipped == ["peer_performer: peer package 'performer_pytorch' is not installed "
-                       "(pip install -e \".[peers]\"); skipped"]
+    assert skipped == [
+        "peer_performer: peer package 'performer_pytorch' is not installed (pip install -e \".[peers]\"); skipped"
+    ]
 
 
 def test_variant_replaces_attention_params_when_it_changes_the_attention():
     arm = {"attention": "vanilla", "attention_params": {"backend": "sdpa"}, "depth": 4}
-    assert apply_model_changes(arm, {"attention_params": {"backend": "materialized"}})["attention_params"] == {"backend": "materialized"}
+    assert apply_model_changes(arm, {"attention_params": {"backend": "materialized"}})["attention_params"] == {
+        "backend": "materialized"
+    }
     peer = apply_model_changes(arm, {"attention": "peer_local", "attention_params": {"window_size": 256}})
     assert peer["attention_params"] == {"window_size": 256} and arm["attention_params"] == {"backend": "sdpa"}
 
@@ -219,14 +265,36 @@ def synthetic_rows() -> list[dict]:
     rows = []
     for model, speed, mem in [("lra_transformer", 10.0, 1.0), ("lra_performer", 25.0, 0.5)]:
         for length, scale in [(1024, 1.0), (4096, 0.25)]:
-            rows.append({"model": model, "arm": model, "kind": "arm", "length": length, "mode": "train", "status": "ok",
-                         "steps_per_s": speed * scale, "peak_mem_gb": mem / scale, "parameters": 1000})
+            rows.append(
+                {
+                    "model": model,
+                    "arm": model,
+                    "kind": "arm",
+                    "length": length,
+                    "mode": "train",
+                    "status": "ok",
+                    "steps_per_s": speed * scale,
+                    "peak_mem_gb": mem / scale,
+                    "parameters": 1000,
+                }
+            )
     return rows
 
 
 def test_table_puts_published_tpu_numbers_beside_ours_and_memory_scaling():
-    meta = {"date": "2026-01-01", "device": "test", "batch": 32, "dtype": "bf16", "autocast": "bfloat16", "torch": "x",
-            "cuda": "y", "warmup": 1, "reps": 2, "matmul_peak_tflops": None, "matmul_n": 8192}
+    meta = {
+        "date": "2026-01-01",
+        "device": "test",
+        "batch": 32,
+        "dtype": "bf16",
+        "autocast": "bfloat16",
+        "torch": "x",
+        "cuda": "y",
+        "warmup": 1,
+        "reps": 2,
+        "matmul_peak_tflops": None,
+        "matmul_n": 8192,
+    }
     text = report.table_markdown(meta, report.complete_rows(synthetic_rows()), {}, [])
     speed = table_rows(text, report.MODE_TITLES["train"])
     # LRA Table 2: Performer 9.5 / 8.0 steps/s at 1K / 4K against the Transformer's 8.1 / 1.4.
@@ -238,15 +306,39 @@ def test_table_puts_published_tpu_numbers_beside_ours_and_memory_scaling():
 
 def test_peer_table_sets_ours_against_each_peer_at_the_largest_length():
     rows = []
-    for model, speed, mem, status in [("lra_performer", 12.0, 2.0, "ok"), ("peer_performer", 10.0, 4.0, "ok"),
-                                      ("lra_reformer", 5.0, 3.0, "ok"), ("peer_reformer", None, None, "OOM"),
-                                      ("lra_local", 9.0, 5.0, "ok"), ("peer_local", 10.0, 4.0, "ok")]:
-        rows.append({"model": model, "length": 4096, "mode": "train", "status": status, "steps_per_s": speed,
-                     "peak_mem_gb": mem})
+    for model, speed, mem, status in [
+        ("lra_performer", 12.0, 2.0, "ok"),
+        ("peer_performer", 10.0, 4.0, "ok"),
+        ("lra_reformer", 5.0, 3.0, "ok"),
+        ("peer_reformer", None, None, "OOM"),
+        ("lra_local", 9.0, 5.0, "ok"),
+        ("peer_local", 10.0, 4.0, "ok"),
+    ]:
+        rows.append(
+            {
+                "model": model,
+                "length": 4096,
+                "mode": "train",
+                "status": status,
+                "steps_per_s": speed,
+                "peak_mem_gb": mem,
+            }
+        )
     pairs = {"peer_performer": ["lra_performer"], "peer_reformer": ["lra_reformer"], "peer_local": ["lra_local"]}
-    body = {(cells[0], cells[1]): cells[2:] for cells in
-            ([c.strip() for c in line.strip("|").split("|")] for line in report.peer_table(rows, pairs)[2:])}
-    assert body[("peer_performer", "lra_performer")] == ["train", "12.00", "10.00", "1.20", "2.000", "4.000", "0.50", "yes"]
+    body = {
+        (cells[0], cells[1]): cells[2:]
+        for cells in ([c.strip() for c in line.strip("|").split("|")] for line in report.peer_table(rows, pairs)[2:])
+    }
+    assert body[("peer_performer", "lra_performer")] == [
+        "train",
+        "12.00",
+        "10.00",
+        "1.20",
+        "2.000",
+        "4.000",
+        "0.50",
+        "yes",
+    ]
     assert body[("peer_reformer", "lra_reformer")][-1] == "yes (peer OOM)"
     assert body[("peer_local", "lra_local")][3:] == ["0.90", "5.000", "4.000", "1.25", "no"]
 
@@ -276,9 +368,19 @@ def test_accuracies_come_from_complete_records_paper_before_budget_never_smoke(t
     record("lra_performer", "smoke", 0, 0.50)
     found = report.read_accuracies(tmp_path, ["lra_transformer", "locality_k61", "lra_performer"])
     assert found == {"lra_transformer": (pytest.approx(0.62), 2, "paper"), "locality_k61": (0.80, 1, "budget")}
-    rows = [r for r in synthetic_rows()] + [{"model": "locality_k61", "arm": "locality_k61", "kind": "arm", "length": 4096,
-                                            "mode": "train", "status": "ok", "steps_per_s": 30.0, "peak_mem_gb": 0.5,
-                                            "parameters": 10}]
+    rows = [r for r in synthetic_rows()] + [
+        {
+            "model": "locality_k61",
+            "arm": "locality_k61",
+            "kind": "arm",
+            "length": 4096,
+            "mode": "train",
+            "status": "ok",
+            "steps_per_s": 30.0,
+            "peak_mem_gb": 0.5,
+            "parameters": 10,
+        }
+    ]
     meta = {"batch": 32, "device": "test", "date": "2026-01-01"}
     assert report.figure(report.complete_rows(rows), found, tmp_path / "f.png", meta) == "accuracy"
     assert report.figure(report.complete_rows(rows), {}, tmp_path / "g.png", meta) == "memory"
@@ -303,27 +405,67 @@ def test_rerender_plots_accuracy_once_records_exist(bundle, tmp_path):
 
 def test_reference_section_sets_each_arm_against_lra_transformer_and_its_own_reference():
     rows = []
-    for model, kind, speed, mem in [("lra_transformer", "arm", 10.0, 2.0), ("lra_bigbird", "arm", 12.0, 2.5),
-                                    ("lra_synthesizer", "arm", 3.0, 30.0), ("learned_pe", "arm", 8.0, 4.0),
-                                    ("rotary_transformer", "arm", 7.6, 4.4), ("lra_sparse", "arm", None, None),
-                                    ("lra_transformer_materialized", "variant", 2.0, 20.0),
-                                    ("peer_reformer", "peer", 5.0, 9.0)]:
+    for model, kind, speed, mem in [
+        ("lra_transformer", "arm", 10.0, 2.0),
+        ("lra_bigbird", "arm", 12.0, 2.5),
+        ("lra_synthesizer", "arm", 3.0, 30.0),
+        ("learned_pe", "arm", 8.0, 4.0),
+        ("rotary_transformer", "arm", 7.6, 4.4),
+        ("lra_sparse", "arm", None, None),
+        ("lra_transformer_materialized", "variant", 2.0, 20.0),
+        ("peer_reformer", "peer", 5.0, 9.0),
+    ]:
         for length, scale in [(1024, 4.0), (4096, 1.0)]:
             status = "OOM" if speed is None and length == 4096 else "ok"
-            rows.append({"model": model, "arm": model, "kind": kind, "length": length, "mode": "train",
-                         "status": status, "steps_per_s": speed * scale if speed else (1.0 if status == "ok" else None),
-                         "peak_mem_gb": mem / scale if mem else (1.0 if status == "ok" else None), "parameters": 1})
-    meta = {"date": "2026-01-01", "device": "test", "batch": 32, "dtype": "bf16", "autocast": "bfloat16", "torch": "x",
-            "cuda": "y", "warmup": 1, "reps": 2, "matmul_peak_tflops": None, "matmul_n": 8192, "attention_dropout": 0.0}
+            rows.append(
+                {
+                    "model": model,
+                    "arm": model,
+                    "kind": kind,
+                    "length": length,
+                    "mode": "train",
+                    "status": status,
+                    "steps_per_s": speed * scale if speed else (1.0 if status == "ok" else None),
+                    "peak_mem_gb": mem / scale if mem else (1.0 if status == "ok" else None),
+                    "parameters": 1,
+                }
+            )
+    meta = {
+        "date": "2026-01-01",
+        "device": "test",
+        "batch": 32,
+        "dtype": "bf16",
+        "autocast": "bfloat16",
+        "torch": "x",
+        "cuda": "y",
+        "warmup": 1,
+        "reps": 2,
+        "matmul_peak_tflops": None,
+        "matmul_n": 8192,
+        "attention_dropout": 0.0,
+    }
     text = report.table_markdown(meta, report.complete_rows(rows), {}, [])
     heading = "Each arm against lra_transformer at 4K (training, attention dropout 0 for every arm)"
     body = table_rows(text, heading)
-    assert set(body) == {"lra_transformer", "lra_bigbird", "lra_synthesizer", "learned_pe", "rotary_transformer",
-                         "lra_sparse"}  # arms only: no variant, no peer
+    assert set(body) == {
+        "lra_transformer",
+        "lra_bigbird",
+        "lra_synthesizer",
+        "learned_pe",
+        "rotary_transformer",
+        "lra_sparse",
+    }  # arms only: no variant, no peer
     # steps/s, GB, speed and memory over lra_transformer, the reference, speed and memory over it
     assert body["lra_bigbird"] == ["12.00", "2.500", "1.20", "1.25", "lra_transformer", "1.20", "1.25"]
-    assert body["lra_synthesizer"] == ["3.00", "30.000", "0.30", "15.00", "lra_transformer_materialized", "1.50",
-                                       "1.50"]
+    assert body["lra_synthesizer"] == [
+        "3.00",
+        "30.000",
+        "0.30",
+        "15.00",
+        "lra_transformer_materialized",
+        "1.50",
+        "1.50",
+    ]
     assert body["rotary_transformer"] == ["7.60", "4.400", "0.76", "2.20", "learned_pe", "0.95", "1.10"]
     assert body["lra_sparse"] == ["OOM", "OOM", "n/a", "n/a", "lra_transformer", "n/a", "n/a"]
     section = text.split(f"## {heading}", 1)[1].split("\n## ", 1)[0]
@@ -345,10 +487,22 @@ def test_attention_dropout_option_sets_every_arm_and_names_the_folder(tmp_path):
     assert "attention_dropout" not in by_name["learned_pe"]  # no attention dropout to set: no key added
     own, _ = plan(["lra_bigbird"], {})
     assert own[0].model["attention_dropout"] == 0.1
-    meta = {"date": "2026-01-01", "device_slug": "test", "mode": "train", "device": "test", "batch": 2,
-            "dtype": "bf16", "autocast": "none", "torch": "x", "cuda": None, "warmup": 1, "reps": 2,
-            "matmul_peak_tflops": None,
-            "matmul_n": 1, "attention_dropout": report.dropout_label(0.0)}
+    meta = {
+        "date": "2026-01-01",
+        "device_slug": "test",
+        "mode": "train",
+        "device": "test",
+        "batch": 2,
+        "dtype": "bf16",
+        "autocast": "none",
+        "torch": "x",
+        "cuda": None,
+        "warmup": 1,
+        "reps": 2,
+        "matmul_peak_tflops": None,
+        "matmul_n": 1,
+        "attention_dropout": report.dropout_label(0.0),
+    }
     folder = report.write_bundle(tmp_path, meta, report.complete_rows(synthetic_rows()), {}, [], {})
     assert folder.name == "2026-01-01_test_train_attention-dropout-0"
 
@@ -365,12 +519,15 @@ def test_a_peer_whose_import_fails_is_skipped_with_the_reason(monkeypatch):
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
     monkeypatch.setattr(importlib, "import_module", broken)
-    variants = {"peer_linformer": {"arm": "lra_transformer", "requires": "linformer",
-                                   "model": {"attention": "peer_linformer"}}}
+    variants = {
+        "peer_linformer": {"arm": "lra_transformer", "requires": "linformer", "model": {"attention": "peer_linformer"}}
+    }
     specs, skipped = plan(["peer_linformer"], variants)
     assert specs == []
-    assert skipped == ["peer_linformer: peer package 'linformer' does not import (ImportError: No module named "
-                       "'axial_positional_embedding'); skipped"]
+    assert skipped == [
+        "peer_linformer: peer package 'linformer' does not import (ImportError: No module named "
+        "'axial_positional_embedding'); skipped"
+    ]
 
 
 def test_fast_paths_are_counted_on_their_plain_path():

@@ -1,4 +1,5 @@
 """Example budgets (repro/budget.py): every arm of one protocol trains the same number of examples."""
+
 from __future__ import annotations
 
 import csv
@@ -16,8 +17,9 @@ from repro.tasks.base import Split, TaskData
 
 def generated_task(n_train: int) -> TaskData:
     split = Split(np.zeros((n_train, 4), dtype=np.int64), np.zeros(n_train, dtype=np.int64))
-    return TaskData("listops", split, split, split, num_classes=10, vocab_size=20, max_len=4,
-                    info={"source": "generated"})
+    return TaskData(
+        "listops", split, split, split, num_classes=10, vocab_size=20, max_len=4, info={"source": "generated"}
+    )
 
 
 def paper_examples(arm: str, task: str) -> int:
@@ -51,8 +53,10 @@ def test_a_fraction_of_a_step_capped_protocol_counts_its_steps():
 
 
 def test_an_example_count_is_the_same_across_protocols():
-    counts = {arm: budget_train(arm, "budget.examples=64000")["budget_examples"]
-              for arm in ("locality_k61", "lra_transformer", "rotary_transformer")}
+    counts = {
+        arm: budget_train(arm, "budget.examples=64000")["budget_examples"]
+        for arm in ("locality_k61", "lra_transformer", "rotary_transformer")
+    }
     assert set(counts.values()) == {64000}, counts
 
 
@@ -62,8 +66,14 @@ def test_fraction_and_examples_together_are_refused():
 
 
 def test_a_run_with_an_example_budget_trains_that_many_and_its_record_says_so(tmp_path, shared_cache):
-    done = run_cli("arm=locality_k5", "task=listops", "profile=smoke", *SHORT_LISTOPS_OVERRIDES,
-                   "+train.budget_examples=40", *common(tmp_path, shared_cache))
+    done = run_cli(
+        "arm=locality_k5",
+        "task=listops",
+        "profile=smoke",
+        *SHORT_LISTOPS_OVERRIDES,
+        "+train.budget_examples=40",
+        *common(tmp_path, shared_cache),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     folder = tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / "seed0"
     metrics = read_json(folder / "metrics.json")

@@ -1,4 +1,5 @@
 """Bundles: freeze, verify, cite."""
+
 from __future__ import annotations
 
 import hashlib
@@ -28,7 +29,9 @@ def runs(tmp_path) -> Path:
     for arm, acc in (("locality_k5", 0.80), ("locality_k61", 0.70)):
         for seed in (0, 1):
             make_record(root, arm, "text", seed, labels=labels, accuracy=acc + 0.02 * seed)
-    make_record(root, "lra_transformer", "text", 0, labels=labels, accuracy=0.6, profile="smoke", device="cpu", peak_mem=None)
+    make_record(
+        root, "lra_transformer", "text", 0, labels=labels, accuracy=0.6, profile="smoke", device="cpu", peak_mem=None
+    )
     make_record(root, "lra_transformer", "text", 1, labels=labels, accuracy=0.6, write_metrics=False)
     make_record(root, "lra_performer", "text", 0, labels=labels, accuracy=0.6, status="running")
     return root
@@ -43,12 +46,19 @@ def test_freeze_copies_complete_records_only_and_verify_passes(runs):
     assert bundle.verify(out) == []
     manifest = bundle.load_manifest(out)
     assert [r["path"] for r in manifest["runs"]] == [
-        "runs/locality_k5/text/budget/seed0", "runs/locality_k5/text/budget/seed1",
-        "runs/locality_k61/text/budget/seed0", "runs/locality_k61/text/budget/seed1",
-        "runs/lra_transformer/text/smoke/seed0"]
+        "runs/locality_k5/text/budget/seed0",
+        "runs/locality_k5/text/budget/seed1",
+        "runs/locality_k61/text/budget/seed0",
+        "runs/locality_k61/text/budget/seed1",
+        "runs/lra_transformer/text/smoke/seed0",
+    ]
     assert manifest["left_out"] == [
         {"path": "lra_performer/text/budget/seed0", "reason": "incomplete: status 'running'"},
-        {"path": "lra_transformer/text/budget/seed1", "reason": "incomplete: no metrics.json (run in progress or interrupted)"}]
+        {
+            "path": "lra_transformer/text/budget/seed1",
+            "reason": "incomplete: no metrics.json (run in progress or interrupted)",
+        },
+    ]
     assert manifest["devices"] == ["NVIDIA H200", "cpu"] and manifest["profiles"] == ["budget", "smoke"]
     assert manifest["budget_minutes"] == [3.0] and manifest["runs"][0]["budget_minutes"] == 3.0
     assert manifest["version"] == "v1" and manifest["created"] and manifest["git_commit"]
@@ -61,16 +71,22 @@ def test_freeze_copies_complete_records_only_and_verify_passes(runs):
     assert {e["path"] for e in manifest["files"]} == set(bundle.bundle_files(out))
     assert "CITATION.cff" in {e["path"] for e in manifest["files"]}
     assert sorted(p.name for p in out.parent.iterdir()) == ["v1"]
-    assert (out / "MANIFEST.sha256").read_text() == f"{hashlib.sha256((out / 'MANIFEST.json').read_bytes()).hexdigest()}  MANIFEST.json\n"
+    assert (
+        out / "MANIFEST.sha256"
+    ).read_text() == f"{hashlib.sha256((out / 'MANIFEST.json').read_bytes()).hexdigest()}  MANIFEST.json\n"
     # the copies are byte-identical to the records
     for name in ("config.yaml", "history.csv", "predictions.csv", "metrics.json"):
-        assert (out / "runs/locality_k5/text/budget/seed0" / name).read_bytes() == (runs / "locality_k5/text/budget/seed0" / name).read_bytes()
+        assert (out / "runs/locality_k5/text/budget/seed0" / name).read_bytes() == (
+            runs / "locality_k5/text/budget/seed0" / name
+        ).read_bytes()
 
 
 def test_filters_choose_records(runs):
     out = freeze(runs, arms=["locality_*"], seeds=["1"])
     assert [r["path"] for r in bundle.load_manifest(out)["runs"]] == [
-        "runs/locality_k5/text/budget/seed1", "runs/locality_k61/text/budget/seed1"]
+        "runs/locality_k5/text/budget/seed1",
+        "runs/locality_k61/text/budget/seed1",
+    ]
 
 
 def test_editing_one_byte_fails_verify_naming_the_file(runs):
@@ -86,8 +102,10 @@ def test_deleting_or_adding_a_file_fails_verify_naming_it(runs):
     out = freeze(runs)
     (out / "runs/locality_k5/text/budget/seed0/history.csv").unlink()
     (out / "runs/locality_k5/text/budget/seed0/notes.txt").write_text("added\n")
-    assert bundle.verify(out) == ["missing: runs/locality_k5/text/budget/seed0/history.csv",
-                                  "extra: runs/locality_k5/text/budget/seed0/notes.txt"]
+    assert bundle.verify(out) == [
+        "missing: runs/locality_k5/text/budget/seed0/history.csv",
+        "extra: runs/locality_k5/text/budget/seed0/notes.txt",
+    ]
 
 
 def test_editing_the_manifest_itself_fails_verify(runs):
@@ -101,7 +119,9 @@ def test_editing_the_manifest_itself_fails_verify(runs):
 def test_freezing_an_existing_version_fails_and_changes_nothing(runs):
     out = freeze(runs)
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    with pytest.raises(BundleError, match=r"results/v1 already exists: bundles are never overwritten; choose another --version"):
+    with pytest.raises(
+        BundleError, match=r"results/v1 already exists: bundles are never overwritten; choose another --version"
+    ):
         freeze(runs)
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in out.parent.iterdir()) == ["v1"]
@@ -110,6 +130,7 @@ def test_freezing_an_existing_version_fails_and_changes_nothing(runs):
 def test_a_failed_freeze_leaves_nothing_in_results(runs, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("disk full")
+
     monkeypatch.setattr(bundle, "_citation", broken)
     with pytest.raises(RuntimeError, match="disk full"):
         freeze(runs)
@@ -128,7 +149,9 @@ def test_cite_contains_version_and_manifest_hash(runs):
     digest = hashlib.sha256((out / "MANIFEST.json").read_bytes()).hexdigest()
     line, bibtex = bundle.citation(out)
     assert "2026-11-26.1" in line and digest in line
-    assert bibtex.startswith("@misc{lrarepro_2026_11_26_1,") and "version = {2026-11-26.1}" in bibtex and digest in bibtex
+    assert (
+        bibtex.startswith("@misc{lrarepro_2026_11_26_1,") and "version = {2026-11-26.1}" in bibtex and digest in bibtex
+    )
     cff = (out / "CITATION.cff").read_text()
     assert 'version: "2026-11-26.1"' in cff and "cff-version: 1.2.0" in cff
 
@@ -150,15 +173,29 @@ def test_listops_root_operators_are_rebuilt_and_checked_against_the_record(tmp_p
     cache = tmp_path / "cache"
     task = get_task_builder("listops")(SMOKE_LISTOPS, tmp_path / "nodata", cache, 1)
     root = tmp_path / "outputs" / "runs"
-    make_record(root, "locality_k61", "listops", 0, labels=task.test.labels, accuracy=0.4, num_classes=10, task_cfg=SMOKE_LISTOPS)
+    make_record(
+        root,
+        "locality_k61",
+        "listops",
+        0,
+        labels=task.test.labels,
+        accuracy=0.4,
+        num_classes=10,
+        task_cfg=SMOKE_LISTOPS,
+    )
     wrong = dict(SMOKE_LISTOPS, data_seed=5)  # claims another test set than its labels
-    make_record(root, "locality_k5", "listops", 0, labels=task.test.labels, accuracy=0.4, num_classes=10, task_cfg=wrong)
+    make_record(
+        root, "locality_k5", "listops", 0, labels=task.test.labels, accuracy=0.4, num_classes=10, task_cfg=wrong
+    )
     out = bundle.freeze("v1", root, tmp_path / "results", data_dir=tmp_path / "nodata", cache_dir=cache, log=quiet)
     manifest = bundle.load_manifest(out)
     key = bundle.listops_roots_key({"task": SMOKE_LISTOPS, "subset": None})
     assert manifest["analysis"] == [f"analysis/listops_roots/{key}"]
     [missing] = manifest["analysis_missing"]
-    assert missing["record"] == "locality_k5/listops/budget/seed0" and "does not match the record's predictions.csv labels" in missing["reason"]
+    assert (
+        missing["record"] == "locality_k5/listops/budget/seed0"
+        and "does not match the record's predictions.csv labels" in missing["reason"]
+    )
     lines = (out / f"analysis/listops_roots/{key}.csv").read_text().splitlines()
     assert lines[0] == "index,root,label" and len(lines) == 65
     assert [line.split(",")[1] for line in lines[1:]] == [VOCAB[int(t)] for t in task.test.inputs[:, 0]]
@@ -170,8 +207,14 @@ def test_listops_root_operators_are_rebuilt_and_checked_against_the_record(tmp_p
 def test_command_line_freeze_verify_cite_ls(runs, tmp_path):
     def cli(*args):
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-        return subprocess.run([sys.executable, "-m", "repro.bundle", *args], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "repro.bundle", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     done = cli("freeze", "--version", "v2", "--runs", str(runs), "--no-analysis")
     assert done.returncode == 0, done.stderr
@@ -194,14 +237,17 @@ def test_a_record_under_arm_plus_techniques_is_consistent_only_with_those_techni
     """records.record_arm writes ``<arm>+<techniques>/`` when the techniques are not the arm's own
     (``techniques.arm_default``); records from before that key may sit under either name."""
     runs_root = tmp_path / "runs"
-    cases = (("s4+followup", {"name": "followup", "arm_default": "none"}),  # consistent
-             ("gmlp+followup", {"name": "followup"}),  # older record: either name
-             ("s5+none", {"name": "followup"}),  # older record, wrong techniques
-             ("mega", {"name": "followup", "arm_default": "none"}))  # not the arm's own: needs mega+followup
+    cases = (
+        ("s4+followup", {"name": "followup", "arm_default": "none"}),  # consistent
+        ("gmlp+followup", {"name": "followup"}),  # older record: either name
+        ("s5+none", {"name": "followup"}),  # older record, wrong techniques
+        ("mega", {"name": "followup", "arm_default": "none"}),
+    )  # not the arm's own: needs mega+followup
     for folder, techniques in cases:
         arm = folder.partition("+")[0]
-        made = make_record(runs_root, arm, "text", 0, techniques=techniques["name"], labels=fixed_labels("text", 40),
-                           accuracy=0.7)
+        made = make_record(
+            runs_root, arm, "text", 0, techniques=techniques["name"], labels=fixed_labels("text", 40), accuracy=0.7
+        )
         metrics = json.loads((made / "metrics.json").read_text())
         metrics["techniques"] = techniques
         (made / "metrics.json").write_text(json.dumps(metrics))
@@ -211,12 +257,17 @@ def test_a_record_under_arm_plus_techniques_is_consistent_only_with_those_techni
             made.rename(target)
     out = bundle.freeze("v1", runs_root, tmp_path / "results", analysis=False, log=quiet)
     manifest = bundle.load_manifest(out)
-    assert [r["path"] for r in manifest["runs"]] == ["runs/gmlp+followup/text/budget/seed0",
-                                                      "runs/s4+followup/text/budget/seed0"]
+    assert [r["path"] for r in manifest["runs"]] == [
+        "runs/gmlp+followup/text/budget/seed0",
+        "runs/s4+followup/text/budget/seed0",
+    ]
     assert manifest["left_out"] == [
         {"path": "mega/text/budget/seed0", "reason": "inconsistent: metrics.json says mega+followup/text/budget/seed0"},
-        {"path": "s5+none/text/budget/seed0",
-         "reason": "inconsistent: metrics.json says s5+followup/text/budget/seed0 or s5/text/budget/seed0"}]
+        {
+            "path": "s5+none/text/budget/seed0",
+            "reason": "inconsistent: metrics.json says s5+followup/text/budget/seed0 or s5/text/budget/seed0",
+        },
+    ]
 
 
 def test_notes_are_frozen_and_checksummed(runs, tmp_path):
@@ -225,7 +276,10 @@ def test_notes_are_frozen_and_checksummed(runs, tmp_path):
     out = freeze(runs, notes=notes)
     assert (out / "NOTES.md").read_text() == notes.read_text()
     assert "NOTES.md" in {e["path"] for e in bundle.load_manifest(out)["files"]} and bundle.verify(out) == []
-    with pytest.raises(BundleError, match=r"--notes .*missing\.md: no such file; give a Markdown file to copy into the bundle as NOTES\.md"):
+    with pytest.raises(
+        BundleError,
+        match=r"--notes .*missing\.md: no such file; give a Markdown file to copy into the bundle as NOTES\.md",
+    ):
         freeze(runs, "v2", notes=tmp_path / "missing.md")
     assert not (out.parent / "v2").exists()
 
@@ -236,23 +290,28 @@ def test_labelled_roots_keep_records_of_the_same_cell_apart(tmp_path):
     for label, acc in (("layer_norm", 0.55), ("batch_norm", 0.65)):
         roots[label] = tmp_path / label / "runs"
         make_record(roots[label], "locality_k61", "text", 0, labels=labels, accuracy=acc)
-    made = bundle.freeze("v1", [f"{label}={root}" for label, root in roots.items()], tmp_path / "results",
-                         analysis=False, log=quiet)
+    made = bundle.freeze(
+        "v1", [f"{label}={root}" for label, root in roots.items()], tmp_path / "results", analysis=False, log=quiet
+    )
     manifest = bundle.load_manifest(made)
     assert sorted((r["label"], r["path"]) for r in manifest["runs"]) == [
         ("batch_norm", "runs/batch_norm/locality_k61/text/budget/seed0"),
-        ("layer_norm", "runs/layer_norm/locality_k61/text/budget/seed0")]
+        ("layer_norm", "runs/layer_norm/locality_k61/text/budget/seed0"),
+    ]
     for label, root in roots.items():  # each copy is its own record, byte for byte
         src = root / "locality_k61" / "text" / "budget" / "seed0" / "metrics.json"
         assert (made / "runs" / label / "locality_k61/text/budget/seed0/metrics.json").read_bytes() == src.read_bytes()
     assert bundle.verify(made) == []
 
 
-@pytest.mark.parametrize("values, message", [
-    (["a={x}", "{x}"], "--runs: several roots need a label each (LABEL=DIR), so their records cannot collide"),
-    (["a={x}", "a={x}"], "--runs a={x}: label a given twice"),
-    (["a/b={x}"], "--runs a/b={x}: a label is letters, digits, '.', '_' or '-'"),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (["a={x}", "{x}"], "--runs: several roots need a label each (LABEL=DIR), so their records cannot collide"),
+        (["a={x}", "a={x}"], "--runs a={x}: label a given twice"),
+        (["a/b={x}"], "--runs a/b={x}: a label is letters, digits, '.', '_' or '-'"),
+    ],
+)
 def test_runs_roots_that_could_collide_are_refused(tmp_path, values, message):
     values = [v.format(x=tmp_path) for v in values]
     with pytest.raises(BundleError) as err:

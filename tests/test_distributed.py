@@ -3,6 +3,7 @@
 Every run here is the smoke profile on CPU (ListOps, 32 steps); the reference is one
 uninterrupted single-process run computed once per module.
 """
+
 from __future__ import annotations
 
 import csv
@@ -14,22 +15,31 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import ROOT, RUN, read_json, run_cli
 
 from repro.checkpoints import load_resume_checkpoint, save_checkpoint
 from repro.distributed import DistContext
 from repro.training import RunInterrupted, TrainSettings, train
 
-ARGS = ["arm=locality_k5", "task=listops", "profile=smoke", "+train.eval_batch_size=12"]  # 12: uneven eval batches (12, 12, 8)
+ARGS = [
+    "arm=locality_k5",
+    "task=listops",
+    "profile=smoke",
+    "+train.eval_batch_size=12",
+]  # 12: uneven eval batches (12, 12, 8)
 COMPARED = ("best_val_acc", "best_val_step", "test_acc", "steps", "epochs")
 
 
 def common(out: Path, cache: Path, generated: bool = True) -> list[str]:
     """A private output and an empty data folder; ``generated``: ask for generated ListOps (a named data
     folder never falls back to it)."""
-    return [f"output_dir={out}", f"cache_dir={cache}", f"data_dir={out / 'no_data'}", "progress=false",
-            *(["task.source=generated"] if generated else [])]
+    return [
+        f"output_dir={out}",
+        f"cache_dir={cache}",
+        f"data_dir={out / 'no_data'}",
+        "progress=false",
+        *(["task.source=generated"] if generated else []),
+    ]
 
 
 def folder(out: Path, arm: str = "locality_k5", seed: int = 0) -> Path:
@@ -61,8 +71,23 @@ def reference(tmp_path_factory, shared_cache) -> Path:
 def test_ddp_two_processes_equal_one_process_with_the_same_global_batch(tmp_path, shared_cache, reference):
     out = tmp_path / "ddp"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(RUN),
-                           *ARGS, *common(out, shared_cache)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(RUN),
+            *ARGS,
+            *common(out, shared_cache),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
     assert done.stdout.count("best val") == 1 and "on cpu x2 processes" in done.stdout  # rank 0 alone reports
     records = sorted(p.relative_to(out) for p in out.rglob("metrics.json"))
@@ -95,9 +120,24 @@ def test_ddp_processes_stop_on_rank_0s_budget_clock_at_the_same_step(tmp_path, s
     collective until the timeout)."""
     out = tmp_path / "ddp_budget"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(RUN),
-                           *ARGS, "++train.budget_minutes=0.005", *common(out, shared_cache)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(RUN),
+            *ARGS,
+            "++train.budget_minutes=0.005",
+            *common(out, shared_cache),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
     metrics = read_json(folder(out) / "metrics.json")
     assert metrics["stopped_by"] == "budget" and 1 <= metrics["steps"] < 32, (metrics["stopped_by"], metrics["steps"])
@@ -111,19 +151,39 @@ def test_ddp_ranks_follow_rank_0s_folder_without_a_shared_disk(tmp_path, shared_
     the result equals the uninterrupted single-process run."""
     out = tmp_path / "split"
     wrapper = tmp_path / "split_disk.py"
-    wrapper.write_text("import os, runpy, sys\n"
-                       "if os.environ['RANK'] != '0':\n"
-                       "    sys.argv = [a + '_rank1' if a.startswith('output_dir=') else a for a in sys.argv]\n"
-                       f"runpy.run_path({str(RUN)!r}, run_name='__main__')\n")
+    wrapper.write_text(
+        "import os, runpy, sys\n"
+        "if os.environ['RANK'] != '0':\n"
+        "    sys.argv = [a + '_rank1' if a.startswith('output_dir=') else a for a in sys.argv]\n"
+        f"runpy.run_path({str(RUN)!r}, run_name='__main__')\n"
+    )
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
 
     def launch(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(wrapper),
-                               *ARGS, *common(out, shared_cache), *extra], cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=300)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc_per_node=2",
+                str(wrapper),
+                *ARGS,
+                *common(out, shared_cache),
+                *extra,
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     first = launch("debug.sigterm_at_step=13")
-    assert first.returncode != 0 and "stopped by SIGTERM at step 13" in first.stderr, (first.stdout[-2000:], first.stderr[-3000:])
+    assert first.returncode != 0 and "stopped by SIGTERM at step 13" in first.stderr, (
+        first.stdout[-2000:],
+        first.stderr[-3000:],
+    )
     run = folder(out)
     assert (run / "checkpoints" / "last.pt").exists() and not (run / "metrics.json").exists()
     assert not list(Path(f"{out}_rank1").rglob("*.pt")) and not list(Path(f"{out}_rank1").rglob("metrics.json"))
@@ -141,26 +201,42 @@ def test_ddp_ranks_follow_rank_0s_folder_without_a_shared_disk(tmp_path, shared_
 def test_batch_not_divisible_by_the_processes_names_the_key(tmp_path):
     settings = TrainSettings(lr=1e-3, weight_decay=0.0, batch_size=7, epochs=1)
     with pytest.raises(ValueError, match=r"train.batch_size=7 is not divisible by the 2 processes"):
-        train(torch.nn.Linear(2, 2), None, settings, 0, tmp_path, torch.device("cpu"), dist=DistContext(rank=0, world=2))
+        train(
+            torch.nn.Linear(2, 2), None, settings, 0, tmp_path, torch.device("cpu"), dist=DistContext(rank=0, world=2)
+        )
 
 
 def test_a_2x2_sweep_writes_four_records_and_a_rerun_skips_them(tmp_path, shared_cache):
     out = tmp_path / "sweep"
-    sweep = ["-m", "arm=locality_k5,locality_k61", "seed=0,1", "task=listops", "profile=smoke", "+train.max_steps=4", *common(out, shared_cache)]
+    sweep = [
+        "-m",
+        "arm=locality_k5,locality_k61",
+        "seed=0,1",
+        "task=listops",
+        "profile=smoke",
+        "+train.max_steps=4",
+        *common(out, shared_cache),
+    ]
     done = run_cli(*sweep)
     assert done.returncode == 0, done.stderr[-3000:]
     cells = [folder(out, arm, seed) for arm in ("locality_k5", "locality_k61") for seed in (0, 1)]
     for cell in cells:
         metrics = read_json(cell / "metrics.json")
         assert metrics["status"] == "complete" and metrics["steps"] == 4, cell
-        assert (cell.parent.name, cell.name) == ("smoke", f"seed{metrics['seed']}") and cell.parents[2].name == metrics["arm"]
+        assert (cell.parent.name, cell.name) == ("smoke", f"seed{metrics['seed']}") and cell.parents[2].name == metrics[
+            "arm"
+        ]
     assert len(list(out.rglob("metrics.json"))) == 4
     assert len(list((out / "multirun").glob("*/multirun.yaml"))) == 1  # the sweep folder lives under output_dir
     stamps = {p: p.stat().st_mtime_ns for cell in cells for p in cell.rglob("*") if p.is_file()}
 
     again = run_cli(*sweep)
     assert again.returncode == 0, again.stderr[-3000:]
-    skips = [line for line in again.stdout.splitlines() if "record complete" in line and line.endswith("skipping (force=true reruns it)")]
+    skips = [
+        line
+        for line in again.stdout.splitlines()
+        if "record complete" in line and line.endswith("skipping (force=true reruns it)")
+    ]
     assert len(skips) == 4, again.stdout
     for cell in cells:
         assert sum(str(cell) in line for line in skips) == 1, (cell, skips)
@@ -168,11 +244,19 @@ def test_a_2x2_sweep_writes_four_records_and_a_rerun_skips_them(tmp_path, shared
     assert "best val" not in again.stdout
 
 
-def test_sigusr1_checkpoints_exits_138_and_the_resumed_run_equals_the_uninterrupted_one(tmp_path, shared_cache, reference):
+def test_sigusr1_checkpoints_exits_138_and_the_resumed_run_equals_the_uninterrupted_one(
+    tmp_path, shared_cache, reference
+):
     out = tmp_path / "usr1"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, str(RUN), *ARGS, *common(out, shared_cache), "debug.pause_at_step=13"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(RUN), *ARGS, *common(out, shared_cache), "debug.pause_at_step=13"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = []
         for line in proc.stdout:  # wait until the run is inside its training loop, after step 13
@@ -256,8 +340,15 @@ def test_several_slurm_tasks_without_torchrun_are_refused(monkeypatch):
 
 def test_a_sweep_member_without_data_is_reported_after_the_others_ran(tmp_path, shared_cache):
     out = tmp_path / "sweep"
-    done = run_cli("-m", "arm=locality_k5", "task=listops", "task.source=official,generated", "profile=smoke",
-                   "+train.max_steps=4", *common(out, shared_cache, generated=False))
+    done = run_cli(
+        "-m",
+        "arm=locality_k5",
+        "task=listops",
+        "task.source=official,generated",
+        "profile=smoke",
+        "+train.max_steps=4",
+        *common(out, shared_cache, generated=False),
+    )
     assert done.returncode != 0
     assert "[locality_k5/listops] skipped: data missing" in done.stdout
     assert "sweep member arm=locality_k5 task=listops task.source=official profile=smoke" in done.stderr
@@ -267,10 +358,27 @@ def test_a_sweep_member_without_data_is_reported_after_the_others_ran(tmp_path, 
 
 def test_batch_norm_under_several_processes_is_refused_with_the_reason(tmp_path, shared_cache):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(RUN),
-                           *ARGS, "++model.norm=batch", *common(tmp_path, shared_cache)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(RUN),
+            *ARGS,
+            "++model.norm=batch",
+            *common(tmp_path, shared_cache),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode != 0
-    assert ("[locality_k5/listops] model.norm=batch under 2 processes: each would normalise its own part of the batch "
-            "and keep its own running statistics; run it in one process, or use model.norm=layer") in done.stderr
+    assert (
+        "[locality_k5/listops] model.norm=batch under 2 processes: each would normalise its own part of the batch "
+        "and keep its own running statistics; run it in one process, or use model.norm=layer"
+    ) in done.stderr
     assert not list(tmp_path.rglob("metrics.json"))

@@ -1,4 +1,5 @@
 """The installed command-line entry points ([project.scripts]) and the experiments/ wrappers around them."""
+
 from __future__ import annotations
 
 import os
@@ -39,9 +40,11 @@ def test_missing_configs_exit_2_naming_the_fix(tmp_path, capsys):
         config_dir("lra-run", "config", conf=tmp_path)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert err == (f"lra-run: no config.yaml under {tmp_path}: the Hydra configs live in the checkout's "
-                   "experiments/conf, so install the checkout editable (pip install -e <checkout>) or run the "
-                   "experiments/ script from it\n")
+    assert err == (
+        f"lra-run: no config.yaml under {tmp_path}: the Hydra configs live in the checkout's "
+        "experiments/conf, so install the checkout editable (pip install -e <checkout>) or run the "
+        "experiments/ script from it\n"
+    )
     assert config_dir("lra-run", "config") == str(ROOT / "experiments" / "conf")
 
 
@@ -50,8 +53,10 @@ def test_a_wrapper_of_another_checkout_refuses_the_imported_package(tmp_path, ca
     with pytest.raises(SystemExit) as exit_info:
         require_same_checkout(str(other))
     assert exit_info.value.code == 2
-    assert capsys.readouterr().err == (f"run.py: `import repro` gives {ROOT / 'repro'}, not this checkout's: "
-                                       f"run `pip install -e .` in {tmp_path} (or set PYTHONPATH={tmp_path})\n")
+    assert capsys.readouterr().err == (
+        f"run.py: `import repro` gives {ROOT / 'repro'}, not this checkout's: "
+        f"run `pip install -e .` in {tmp_path} (or set PYTHONPATH={tmp_path})\n"
+    )
     require_same_checkout(str(ROOT / "experiments" / "run.py"))  # this checkout's own: no exit
 
 
@@ -60,8 +65,10 @@ def test_wrapper_without_the_package_says_how_to_install(tmp_path, name):
     """``python -S`` skips site-packages, where the editable install's path lives."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     script = ROOT / "experiments" / f"{name}.py"
-    done = subprocess.run([sys.executable, "-S", str(script), "--help"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-S", str(script), "--help"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr == (f"experiments/{name}.py: cannot import the repro package: "
-                           "run `pip install -e .` in this checkout\n")
+    assert done.stderr == (
+        f"experiments/{name}.py: cannot import the repro package: run `pip install -e .` in this checkout\n"
+    )

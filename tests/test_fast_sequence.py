@@ -5,6 +5,7 @@ Every fast path is checked in float64 on CPU against the plain computation of th
 The initial parameter statistics are checked against the releases' formulas (lindermanlab/S5
 ``s5/ssm_init.py``, ``s5/ssm.py``; facebookresearch/mega ``moving_average_gated_attention.py``).
 """
+
 from __future__ import annotations
 
 import math
@@ -66,8 +67,9 @@ def assert_same(fast, plain, tol: float = 1e-10):
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_s5_fft_states_equal_the_scan(length, bidirectional):
     g = torch.Generator().manual_seed(length)
-    log_lam = torch.complex(-torch.rand(5, generator=g, dtype=torch.float64) * 0.3,
-                            torch.randn(5, generator=g, dtype=torch.float64))
+    log_lam = torch.complex(
+        -torch.rand(5, generator=g, dtype=torch.float64) * 0.3, torch.randn(5, generator=g, dtype=torch.float64)
+    )
     bu = torch.randn(3, length, 5, generator=g, dtype=torch.complex128)
     states = fft_states(log_lam, bu, bidirectional)
     assert states.shape == (3, length, 2 if bidirectional else 1, 5)
@@ -80,8 +82,9 @@ def test_s5_fft_states_equal_the_scan(length, bidirectional):
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_s5_channels_last_fft_states_are_the_transposed_states(length, bidirectional):
     g = torch.Generator().manual_seed(length)
-    log_lam = torch.complex(-torch.rand(5, generator=g, dtype=torch.float64) * 0.3,
-                            torch.randn(5, generator=g, dtype=torch.float64))
+    log_lam = torch.complex(
+        -torch.rand(5, generator=g, dtype=torch.float64) * 0.3, torch.randn(5, generator=g, dtype=torch.float64)
+    )
     bu = torch.randn(3, length, 5, generator=g, dtype=torch.complex128)
     want = fft_states(log_lam, bu, bidirectional)  # [B, L, dirs, P]
     got = fft_states_channels_last(log_lam, bu.transpose(1, 2).contiguous(), bidirectional)  # [B, dirs, P, L]
@@ -93,10 +96,28 @@ def test_s5_channels_last_fft_states_are_the_transposed_states(length, bidirecti
 @pytest.mark.parametrize("clip_eigs", [False, True])
 def test_s5_fft_equals_scan_forward_and_gradients(bidirectional, clip_eigs, fft_layout):
     torch.manual_seed(0)
-    scan = S5SSM(d_model=6, d_state=8, blocks=2, bidirectional=bidirectional, clip_eigs=clip_eigs,
-                 dt_min=0.01, dt_max=0.5, impl="scan").double()
-    fft = S5SSM(d_model=6, d_state=8, blocks=2, bidirectional=bidirectional, clip_eigs=clip_eigs,
-                dt_min=0.01, dt_max=0.5, impl="fft", fft_layout=fft_layout, proj_dtype="autocast").double()
+    scan = S5SSM(
+        d_model=6,
+        d_state=8,
+        blocks=2,
+        bidirectional=bidirectional,
+        clip_eigs=clip_eigs,
+        dt_min=0.01,
+        dt_max=0.5,
+        impl="scan",
+    ).double()
+    fft = S5SSM(
+        d_model=6,
+        d_state=8,
+        blocks=2,
+        bidirectional=bidirectional,
+        clip_eigs=clip_eigs,
+        dt_min=0.01,
+        dt_max=0.5,
+        impl="fft",
+        fft_layout=fft_layout,
+        proj_dtype="autocast",
+    ).double()
     fft.load_state_dict(scan.state_dict())
     x, mask = padded_batch(3, 37, 6, lengths=[37, 20, 1])
     assert_same(outputs_and_grads(fft, x, mask), outputs_and_grads(scan, x, mask))
@@ -227,7 +248,7 @@ def test_reformer_unfold_windows_are_views_of_the_sorted_keys():
     windows = reformer_module._unfold_windows(t, 3)
     assert windows.shape == (3, 6, 2) and windows.data_ptr() == t.data_ptr()
     for i in range(3):
-        torch.testing.assert_close(windows[i], t[3 * i: 3 * i + 6], rtol=0, atol=0)
+        torch.testing.assert_close(windows[i], t[3 * i : 3 * i + 6], rtol=0, atol=0)
 
 
 def test_reformer_layout_options_are_checked():
@@ -261,10 +282,12 @@ def test_reformer_attention_dropout_is_lra_dropout_in_distribution(backend):
     _, lse = module._chunk_attention_materialized(chunks)  # no dropout: the exact probabilities
     window_k, window_v = reformer_module._with_previous(chunks.k), reformer_module._with_previous(chunks.v)
     logits = chunks.q @ window_k.transpose(-1, -2)  # normalised keys: scale 1
-    logits = logits.masked_fill(chunks.pos.unsqueeze(-1) == reformer_module._with_previous(chunks.pos).unsqueeze(-2),
-                                -5e4)
-    probs = torch.exp(logits.masked_fill(~reformer_module._window_mask(chunks.mask).unsqueeze(-2), -1e30)
-                      - lse.unsqueeze(-1))
+    logits = logits.masked_fill(
+        chunks.pos.unsqueeze(-1) == reformer_module._with_previous(chunks.pos).unsqueeze(-2), -5e4
+    )
+    probs = torch.exp(
+        logits.masked_fill(~reformer_module._window_mask(chunks.mask).unsqueeze(-2), -1e30) - lse.unsqueeze(-1)
+    )
     mean = probs @ window_v
     variance = p / (1 - p) * (probs.square() @ window_v.square())
     module.train()
@@ -283,8 +306,9 @@ def test_reformer_attention_dropout_is_lra_dropout_in_distribution(backend):
 
 def mega(attention_impl: str, **params) -> MegaMixer:
     torch.manual_seed(0)
-    mixer = MegaMixer(d_model=6, d_hidden=10, qkv_dim=4, max_len=32, ema_dim=3, attention_impl=attention_impl,
-                      **params).double()
+    mixer = MegaMixer(
+        d_model=6, d_hidden=10, qkv_dim=4, max_len=32, ema_dim=3, attention_impl=attention_impl, **params
+    ).double()
     with torch.no_grad():  # scales of order 1 (the release starts them near 0): attention far from uniform
         mixer.qk_scale.normal_()
         mixer.qk_offset.normal_(std=0.5)

@@ -4,6 +4,7 @@ Each layer is checked against a reference written here: the FFT convolution agai
 sums, S4D's kernel against its recurrence, S5's parallel scan against the sequential
 recurrence, MEGA's EMA against the follow-up study, eq. 4 step by step; then shapes, padding and the arms.
 """
+
 from __future__ import annotations
 
 import math
@@ -11,21 +12,18 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from conftest import SHORT_LISTOPS_OVERRIDES, composed, read_json, run_cli
 
 from repro.followup.fftconv import fft_conv, two_sided
 from repro.followup.gmlp import GMLPMixer, SpatialGatingUnit
 from repro.followup.mega import MegaFeedForward, MegaMixer, MultiDimEMA, build_mega_layers
 from repro.followup.s4 import S4DMixer, s4d_eigenvalues
-from repro.followup.s5 import S5Mixer, S5SSM, block_hippo_n, hippo_legs, hippo_n_eig, scan_time_invariant
+from repro.followup.s5 import S5SSM, S5Mixer, block_hippo_n, hippo_legs, hippo_n_eig, scan_time_invariant
 from repro.model import ResidualSublayer, SequenceClassifier
 from repro.runner import arm_tasks, execute, resolve
 
 ARMS = ("gmlp", "s4", "s5", "mega")
 TASKS = {"listops", "text", "retrieval", "image", "pathfinder", "pathx"}
-
-
 
 
 # ------------------------------------------------------------------ the FFT long convolution
@@ -300,8 +298,13 @@ def mega_reference(mixer: MegaMixer, x: torch.Tensor) -> torch.Tensor:
     z, gamma = torch.split(torch.nn.functional.silu(zr), [mixer.qkv_dim, mixer.d_hidden], -1)
     q, k = z * mixer.qk_scale[0] + mixer.qk_offset[0], z * mixer.qk_scale[1] + mixer.qk_offset[1]
     length = x.shape[1]
-    bias = torch.tensor([[mixer.rel_bias.bias[j - i + mixer.rel_bias.max_len - 1].item() for j in range(length)]
-                         for i in range(length)], dtype=x.dtype)
+    bias = torch.tensor(
+        [
+            [mixer.rel_bias.bias[j - i + mixer.rel_bias.max_len - 1].item() for j in range(length)]
+            for i in range(length)
+        ],
+        dtype=x.dtype,
+    )
     o = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(mixer.qkv_dim) + bias, -1) @ v
     h = torch.nn.functional.silu(hx + mixer.h_proj(gamma * o))
     y = torch.sigmoid(phi) * h + (1 - torch.sigmoid(phi)) * x
@@ -341,11 +344,13 @@ LAYERS = {
     "s5": lambda: S5Mixer(d_model=8, d_state=8, blocks=2, activation="full_glu"),
     "s5_fft": lambda: S5Mixer(d_model=8, d_state=8, blocks=2, activation="full_glu", impl="fft"),
     "mega": lambda: MegaMixer(d_model=8, d_hidden=12, qkv_dim=4, max_len=64, ema_dim=3),
-    "mega_chunked_truncated": lambda: MegaMixer(d_model=8, d_hidden=12, qkv_dim=4, max_len=64, ema_dim=3,
-                                                chunk_size=16, ema_truncation=12),
+    "mega_chunked_truncated": lambda: MegaMixer(
+        d_model=8, d_hidden=12, qkv_dim=4, max_len=64, ema_dim=3, chunk_size=16, ema_truncation=12
+    ),
     "mega_sdpa": lambda: MegaMixer(d_model=8, d_hidden=12, qkv_dim=4, max_len=64, ema_dim=3, attention_impl="sdpa"),
-    "mega_chunked_sdpa": lambda: MegaMixer(d_model=8, d_hidden=12, qkv_dim=4, max_len=64, ema_dim=3, chunk_size=16,
-                                           attention_impl="sdpa"),
+    "mega_chunked_sdpa": lambda: MegaMixer(
+        d_model=8, d_hidden=12, qkv_dim=4, max_len=64, ema_dim=3, chunk_size=16, attention_impl="sdpa"
+    ),
     "mega_ffn": lambda: MegaFeedForward(8, 16),
 }
 
@@ -370,12 +375,14 @@ def test_layer_keeps_shape_and_ignores_appended_padding(name, dtype):
 
 def model_cfg(backbone: str, **extra) -> dict:
     base = {"backbone": backbone, "d_model": 8, "depth": 2, "pooling": "mean", "positional": "none", "dropout": 0.1}
-    base.update({
-        "gmlp": {"d_hidden": 12, "channels": 2},
-        "s4": {"d_state": 8},
-        "s5": {"d_state": 8, "blocks": 2},
-        "mega": {"d_hidden": 12, "qkv_dim": 4, "d_ff": 16, "ema_dim": 3, "prenorm": False},
-    }[backbone])
+    base.update(
+        {
+            "gmlp": {"d_hidden": 12, "channels": 2},
+            "s4": {"d_state": 8},
+            "s5": {"d_state": 8, "blocks": 2},
+            "mega": {"d_hidden": 12, "qkv_dim": 4, "d_ff": 16, "ema_dim": 3, "prenorm": False},
+        }[backbone]
+    )
     base.update(extra)
     return base
 
@@ -412,22 +419,53 @@ def test_arm_defines_all_six_tasks_and_its_backbone(arm):
 
 def test_arms_resolve_to_their_papers_settings():
     g = resolve(composed("arm=gmlp", "task=listops", "profile=paper"))
-    assert (g["model"]["depth"], g["model"]["d_model"], g["model"]["d_hidden"], g["model"]["channels"]) == (6, 128, 256, 4)
-    assert (g["train"]["lr"], g["train"]["batch_size"], g["train"]["weight_decay"], g["train"]["epochs"]) == (0.001, 32, 0.1, 120)
+    assert (g["model"]["depth"], g["model"]["d_model"], g["model"]["d_hidden"], g["model"]["channels"]) == (
+        6,
+        128,
+        256,
+        4,
+    )
+    assert (g["train"]["lr"], g["train"]["batch_size"], g["train"]["weight_decay"], g["train"]["epochs"]) == (
+        0.001,
+        32,
+        0.1,
+        120,
+    )
     g_img = resolve(composed("arm=gmlp", "task=image", "profile=paper"))
     assert g_img["model"]["depth"] == 10 and g_img["train"]["batch_size"] == 48 and g_img["train"]["epochs"] == 200
     g_text = resolve(composed("arm=gmlp", "task=text", "profile=paper"))
-    assert g_text["model"]["dropout"] == 0.1 and g_text["task"]["max_len"] == 4096 and g_text["train"]["weight_decay"] == 0.2
+    assert (
+        g_text["model"]["dropout"] == 0.1
+        and g_text["task"]["max_len"] == 4096
+        and g_text["train"]["weight_decay"] == 0.2
+    )
     s4 = resolve(composed("arm=s4", "task=pathfinder", "profile=paper"))
-    assert (s4["model"]["depth"], s4["model"]["d_model"], s4["model"]["d_state"], s4["model"]["prenorm"]) == (6, 256, 64, True)
+    assert (s4["model"]["depth"], s4["model"]["d_model"], s4["model"]["d_state"], s4["model"]["prenorm"]) == (
+        6,
+        256,
+        64,
+        True,
+    )
     assert (s4["train"]["lr"], s4["train"]["batch_size"], s4["train"]["weight_decay"]) == (0.004, 64, 0.05)
     s5 = resolve(composed("arm=s5", "task=pathfinder", "profile=paper"))
     assert s5["model"]["activation"] == "full_glu"  # the follow-up study, A.2
-    assert (s5["model"]["d_model"], s5["model"]["d_state"], s5["model"]["blocks"], s5["train"]["lr"]) == (192, 256, 8, 0.0045)
+    assert (s5["model"]["d_model"], s5["model"]["d_state"], s5["model"]["blocks"], s5["train"]["lr"]) == (
+        192,
+        256,
+        8,
+        0.0045,
+    )
     assert resolve(composed("arm=s5", "task=listops", "profile=paper"))["model"]["activation"] == "half_glu2"
     mega = resolve(composed("arm=mega", "task=listops", "profile=paper"))
     m = mega["model"]
-    assert (m["d_model"], m["d_hidden"], m["qkv_dim"], m["ema_dim"], m["prenorm"], m["chunk_size"]) == (80, 160, 64, 16, False, None)
+    assert (m["d_model"], m["d_hidden"], m["qkv_dim"], m["ema_dim"], m["prenorm"], m["chunk_size"]) == (
+        80,
+        160,
+        64,
+        16,
+        False,
+        None,
+    )
     assert m["ema_truncation"] == 1024 and m["attention"] == "softmax" and mega["train"]["grad_clip"] == 1.0
     for arm in ARMS:  # the follow-up study, A.2: the follow-up's scheduler for every model
         assert resolve(composed(f"arm={arm}", "task=listops", "profile=paper"))["train"]["schedule"] == "followup"
@@ -449,8 +487,16 @@ SHORT_LISTOPS = ["task=listops", *SHORT_LISTOPS_OVERRIDES]
 @pytest.mark.parametrize("arm", ARMS)
 def test_arm_trains_on_listops_and_generated_pathfinder(arm, tmp_path, shared_cache):
     """profile=smoke cut to 4 steps on ListOps shortened to 50-300 tokens and the smoke Pathfinder."""
-    common = [f"arm={arm}", "profile=smoke", f"output_dir={tmp_path / 'out'}", f"cache_dir={shared_cache}",
-              f"data_dir={tmp_path / 'no_data'}", "progress=false", "workers=2", "+train.max_steps=4"]
+    common = [
+        f"arm={arm}",
+        "profile=smoke",
+        f"output_dir={tmp_path / 'out'}",
+        f"cache_dir={shared_cache}",
+        f"data_dir={tmp_path / 'no_data'}",
+        "progress=false",
+        "workers=2",
+        "+train.max_steps=4",
+    ]
     for task, extra in (("listops", SHORT_LISTOPS), ("pathfinder", ["task=pathfinder"])):
         assert execute(composed(*common, *extra)) == 0, (arm, task)
         metrics = read_json(tmp_path / "out" / "runs" / arm / task / "smoke" / "seed0" / "metrics.json")
@@ -464,9 +510,18 @@ def test_cli_runs_the_arm_on_smoke_listops(arm, techniques, tmp_path, shared_cac
 
     With the follow-up's techniques (ListOps operand permutation) the record goes to
     ``<arm>+followup/`` (repro/records.py: record_arm)."""
-    done = run_cli(f"arm={arm}", "profile=smoke", f"techniques={techniques}", *SHORT_LISTOPS, f"output_dir={tmp_path / 'out'}",
-                   f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'no_data'}", "task.source=generated",
-                   "progress=false", "+train.max_steps=4")
+    done = run_cli(
+        f"arm={arm}",
+        "profile=smoke",
+        f"techniques={techniques}",
+        *SHORT_LISTOPS,
+        f"output_dir={tmp_path / 'out'}",
+        f"cache_dir={shared_cache}",
+        f"data_dir={tmp_path / 'no_data'}",
+        "task.source=generated",
+        "progress=false",
+        "+train.max_steps=4",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     folder = arm if techniques == "none" else f"{arm}+{techniques}"
     metrics = read_json(tmp_path / "out" / "runs" / folder / "listops" / "smoke" / "seed0" / "metrics.json")

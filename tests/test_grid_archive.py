@@ -1,4 +1,5 @@
 """Slot archives (repro/grid/archive.py, unpack.py): what is carried, the size limits, and unpacking safely."""
+
 from __future__ import annotations
 
 import hashlib
@@ -78,8 +79,9 @@ def test_the_archives_are_plain_tar_gz(tmp_path):
     assert "runs/lra_transformer/listops/paper/seed0/metrics.json" in members
     assert f"{UNFINISHED}/checkpoints/last.pt" in members
     if shutil.which("tar"):
-        listed = subprocess.run(["tar", "-tzf", str(tmp_path / "slot" / "grid-01.tar.gz")], capture_output=True,
-                                text=True)
+        listed = subprocess.run(
+            ["tar", "-tzf", str(tmp_path / "slot" / "grid-01.tar.gz")], capture_output=True, text=True
+        )
         assert listed.returncode == 0 and sorted(listed.stdout.split()) == sorted(members)
 
 
@@ -98,10 +100,13 @@ def test_what_does_not_fit_is_left_out_whole_and_named(tmp_path, capsys):
     root = _output(tmp_path / "out")
     assert archive(root, tmp_path / "slot", 2, 0.2) is False  # one archive of 0.2 MiB: no room for 0.6 MB of weights
     manifest = json.loads((tmp_path / "slot" / MANIFEST).read_text())
-    carried = [root / UNFINISHED / "config.yaml",
-               *[p for p in (root / UNFINISHED / "checkpoints").glob("*") if p.name != "last.prev.pt"]]
-    assert manifest["left_out"] == [{"unit": f"checkpoint {UNFINISHED}", "kind": "checkpoint",
-                                     "bytes": sum(p.stat().st_size for p in carried)}]
+    carried = [
+        root / UNFINISHED / "config.yaml",
+        *[p for p in (root / UNFINISHED / "checkpoints").glob("*") if p.name != "last.prev.pt"],
+    ]
+    assert manifest["left_out"] == [
+        {"unit": f"checkpoint {UNFINISHED}", "kind": "checkpoint", "bytes": sum(p.stat().st_size for p in carried)}
+    ]
     assert f"left out (no room in 1 archives of 0.2 MiB): checkpoint {UNFINISHED}" in capsys.readouterr().err
     assert [u["kind"] for u in manifest["units"]] == ["record", "record", "log", "log"]  # nothing of it half packed
     pieces = [p["member"] for u in manifest["units"] for e in u["files"] for p in e["pieces"]]
@@ -131,8 +136,15 @@ def test_a_changed_archive_is_refused(tmp_path):
 
 def test_a_different_complete_record_here_stops_the_unpacking_before_anything_is_written(tmp_path):
     pack(_output(tmp_path / "out"), tmp_path / "slot")
-    make_record(tmp_path / "next" / "runs", "lra_transformer", "listops", 1, profile="paper",
-                labels=np.zeros(50, dtype=int), accuracy=0.9)
+    make_record(
+        tmp_path / "next" / "runs",
+        "lra_transformer",
+        "listops",
+        1,
+        profile="paper",
+        labels=np.zeros(50, dtype=int),
+        accuracy=0.9,
+    )
     with pytest.raises(GridError, match="listops/paper/seed1/.*a complete record here differs from the archive's"):
         unpack(tmp_path / "slot", tmp_path / "next")
     assert not (tmp_path / "next" / "grid_log.csv").exists()
@@ -144,14 +156,22 @@ def test_a_checkpoint_replaces_only_a_less_trained_one_and_never_a_complete_reco
     here = tmp_path / "next" / UNFINISHED / "checkpoints"
     _checkpoint(here, 50, 35.0, seed=3)  # more steps than the archive's 40
     assert f"skipped checkpoint {UNFINISHED}: the checkpoint here has trained 50 steps" in "\n".join(
-        unpack(tmp_path / "slot", tmp_path / "next"))
+        unpack(tmp_path / "slot", tmp_path / "next")
+    )
     _checkpoint(here, 10, 5.0, seed=4)
     (here / "last.prev.pt").write_bytes(b"of the older lineage")
     assert f"unpacked checkpoint {UNFINISHED}" in unpack(tmp_path / "slot", tmp_path / "next")
     assert (here / "last.pt").read_bytes() == (tmp_path / "out" / UNFINISHED / "checkpoints" / "last.pt").read_bytes()
     assert not (here / "last.prev.pt").exists()
-    make_record(tmp_path / "next" / "runs", "lra_transformer", "text", 1, profile="paper",
-                labels=np.zeros(5, dtype=int), accuracy=1.0)
+    make_record(
+        tmp_path / "next" / "runs",
+        "lra_transformer",
+        "text",
+        1,
+        profile="paper",
+        labels=np.zeros(5, dtype=int),
+        accuracy=1.0,
+    )
     lines = unpack(tmp_path / "slot", tmp_path / "next")
     assert f"skipped checkpoint {UNFINISHED}: its record is complete here" in lines
 
@@ -165,12 +185,15 @@ def test_unpacking_twice_changes_nothing(tmp_path):
     assert sum(line.startswith("skipped record") for line in lines) == 2
 
 
-@pytest.mark.parametrize("local, incoming, merged", [
-    ("", "a\nb\n", "a\nb\n"),
-    ("a\n", "a\nb\n", "a\nb\n"),          # the archive's copy continues the local one
-    ("a\nb\nc\n", "a\nb\n", "a\nb\nc\n"),  # the local copy is ahead
-    ("a\nx\n", "a\ny\n", "a\nx\ny\n"),     # both went on: local lines, then the archive's new ones
-])
+@pytest.mark.parametrize(
+    "local, incoming, merged",
+    [
+        ("", "a\nb\n", "a\nb\n"),
+        ("a\n", "a\nb\n", "a\nb\n"),  # the archive's copy continues the local one
+        ("a\nb\nc\n", "a\nb\n", "a\nb\nc\n"),  # the local copy is ahead
+        ("a\nx\n", "a\ny\n", "a\nx\ny\n"),  # both went on: local lines, then the archive's new ones
+    ],
+)
 def test_append_only_files_merge(local, incoming, merged):
     assert merge_lines(local, incoming) == merged
 
@@ -178,9 +201,15 @@ def test_append_only_files_merge(local, incoming, merged):
 def test_the_unpack_command_puts_a_slot_into_a_folder(tmp_path):
     root = _output(tmp_path / "out")
     pack(root, tmp_path / "slot")
-    done = subprocess.run([sys.executable, "-m", "repro.grid", "unpack", str(tmp_path / "slot"), "--into",
-                           str(tmp_path / "home")], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "repro.grid", "unpack", str(tmp_path / "slot"), "--into", str(tmp_path / "home")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"[grid] unpacked checkpoint {UNFINISHED}" in done.stdout
-    assert (tmp_path / "home" / "runs/lra_transformer/listops/paper/seed1/metrics.json").read_bytes() == \
-        (root / "runs/lra_transformer/listops/paper/seed1/metrics.json").read_bytes()
+    assert (tmp_path / "home" / "runs/lra_transformer/listops/paper/seed1/metrics.json").read_bytes() == (
+        root / "runs/lra_transformer/listops/paper/seed1/metrics.json"
+    ).read_bytes()

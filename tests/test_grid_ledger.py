@@ -1,5 +1,6 @@
 """lra-grid ledger on fake records: cells done (with the grid's settings), GPU-minutes spent and estimated left;
 and the campaign grid file's shape."""
+
 from __future__ import annotations
 
 import json
@@ -19,15 +20,27 @@ from repro.grid.gridlog import append_rows
 from repro.grid.runs import resolve_cells
 
 GRID = ROOT / "experiments" / "run_grid.py"
-LRA_ARMS = ["lra_transformer", "lra_local", "lra_sparse", "lra_longformer", "lra_linformer", "lra_reformer",
-            "lra_sinkhorn", "lra_synthesizer", "lra_bigbird", "lra_linear", "lra_performer"]
+LRA_ARMS = [
+    "lra_transformer",
+    "lra_local",
+    "lra_sparse",
+    "lra_longformer",
+    "lra_linformer",
+    "lra_reformer",
+    "lra_sinkhorn",
+    "lra_synthesizer",
+    "lra_bigbird",
+    "lra_linear",
+    "lra_performer",
+]
 
 
 def _record(folder, cell_run, **metrics):
     """A complete record of the cell whose config.yaml holds the cell's resolved settings (as the runner writes)."""
     cell = cell_run.cell
-    run_dir = make_record(folder / "runs", cell.arm, cell.task, cell.seed, profile="paper",
-                          labels=np.zeros(20, dtype=int), accuracy=0.5)
+    run_dir = make_record(
+        folder / "runs", cell.arm, cell.task, cell.seed, profile="paper", labels=np.zeros(20, dtype=int), accuracy=0.5
+    )
     records.write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(cell_run.run)))
     path = run_dir / "metrics.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), **metrics}))
@@ -41,29 +54,41 @@ def _table(text: str, first: str) -> list[str]:
 
 def test_the_ledger_counts_done_cells_minutes_spent_and_minutes_left(tmp_path):
     grid_path = tmp_path / "camp.yaml"
-    grid_path.write_text("common: [profile=paper]\noverhead_minutes: 0.5\ncells:\n"
-                         "  - {arms: [lra_transformer, lra_local], tasks: [listops], seeds: [0, 1]}\n"
-                         "  - {arms: [lra_transformer], tasks: [text], seeds: [0], optional: true}\n")
+    grid_path.write_text(
+        "common: [profile=paper]\noverhead_minutes: 0.5\ncells:\n"
+        "  - {arms: [lra_transformer, lra_local], tasks: [listops], seeds: [0, 1]}\n"
+        "  - {arms: [lra_transformer], tasks: [text], seeds: [0], optional: true}\n"
+    )
     folder = tmp_path / "records"
     grid = load_grid(grid_path, include_optional=True)
     runs = {cr.cell.key: cr for cr in resolve_cells(grid.cells, ["profile=paper"], [f"output_dir={folder}"], "test")}
     _record(folder, runs["lra_transformer", "listops", 0], elapsed_s=3.5)
     local0 = _record(folder, runs["lra_local", "listops", 0], elapsed_s=3.5)
     _record(folder, runs["lra_transformer", "listops", 1], elapsed_s=3.5, wall_time_s=9.0)  # no grid_log row
-    other = make_record(folder / "runs", "lra_local", "listops", 1, profile="paper", labels=np.zeros(20, dtype=int),
-                        accuracy=0.5)  # complete, but with other settings than the grid's: not done
+    other = make_record(
+        folder / "runs", "lra_local", "listops", 1, profile="paper", labels=np.zeros(20, dtype=int), accuracy=0.5
+    )  # complete, but with other settings than the grid's: not done
     assert other.is_dir()
-    append_rows(folder / "grid_log.csv", [
-        {"arm": "lra_transformer", "task": "listops", "seed": 0, "exit": 143, "wall_s": 300.0, "gpu_s": 100.0},
-        {"arm": "lra_transformer", "task": "listops", "seed": 0, "exit": 0, "wall_s": 100.0, "gpu_s": 50.0},
-        {"arm": "lra_local", "task": "listops", "seed": 1, "exit": 1, "wall_s": 60.0, "gpu_s": 30.0},
-        {"arm": "(gpu total)", "wall_s": 460.0, "gpu_s": 460.0}])
+    append_rows(
+        folder / "grid_log.csv",
+        [
+            {"arm": "lra_transformer", "task": "listops", "seed": 0, "exit": 143, "wall_s": 300.0, "gpu_s": 100.0},
+            {"arm": "lra_transformer", "task": "listops", "seed": 0, "exit": 0, "wall_s": 100.0, "gpu_s": 50.0},
+            {"arm": "lra_local", "task": "listops", "seed": 1, "exit": 1, "wall_s": 60.0, "gpu_s": 30.0},
+            {"arm": "(gpu total)", "wall_s": 460.0, "gpu_s": 460.0},
+        ],
+    )
     with (folder / "grid_log.csv").open("a") as log:  # a row of the older 7-column format: its wall seconds count
         log.write("lra_local,listops,0,0,120.0,2026-11-26T06:18:09,2\n")
     plan = tmp_path / "plan.csv"
     plan.write_text("arm,task,seed,minutes,planned_steps\nlra_transformer,text,0,12.0,20000\n")
-    done = subprocess.run([sys.executable, str(GRID), "ledger", str(grid_path), "--records", str(folder),
-                           "--plan-file", str(plan)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(GRID), "ledger", str(grid_path), "--records", str(folder), "--plan-file", str(plan)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "3 of 5 cells done" in done.stdout
     ledger = (tmp_path / "camp" / "LEDGER.md").read_text()
@@ -71,8 +96,14 @@ def test_the_ledger_counts_done_cells_minutes_spent_and_minutes_left(tmp_path):
     cost = cost_from_run(metrics, local0 / "history.csv", metrics["wall_time_s"] - 3.5 + 30.0, "test")
     left = cell_seconds(cost, runs["lra_local", "listops", 1].train)[2] / 60
     spent_done = (150.0 + 120.0 + 9.0) / 60
-    assert _table(ledger, "required") == ["required", "3 of 4", f"{spent_done:.1f}", "0.5", "1",
-                                          f"{left:.1f} (1 from the records)"]
+    assert _table(ledger, "required") == [
+        "required",
+        "3 of 4",
+        f"{spent_done:.1f}",
+        "0.5",
+        "1",
+        f"{left:.1f} (1 from the records)",
+    ]
     assert _table(ledger, "optional") == ["optional", "0 of 1", "0.0", "0.0", "1", "12.0 (1 from the plan)"]
     assert _table(ledger, "listops")[:7] == ["listops", "0", "2", "2", "0", f"{(150.0 + 120.0) / 60:.1f}", "0.0"]
     assert _table(ledger, "text (optional)")[-1] == "lra_transformer"
@@ -82,9 +113,11 @@ def test_a_block_s_overrides_come_after_the_common_ones_and_before_the_command_l
     from repro.grid.cells import command
 
     path = tmp_path / "grid.yaml"
-    path.write_text("common: [profile=paper]\ncells:\n"
-                    "  - {arms: [lra_transformer], tasks: [listops], seeds: [0], overrides: [task.source=generated]}\n"
-                    "  - {arms: [lra_transformer], tasks: [text], seeds: [0]}\n")
+    path.write_text(
+        "common: [profile=paper]\ncells:\n"
+        "  - {arms: [lra_transformer], tasks: [listops], seeds: [0], overrides: [task.source=generated]}\n"
+        "  - {arms: [lra_transformer], tasks: [text], seeds: [0]}\n"
+    )
     grid = load_grid(path)
     listops, text = grid.cells
     line = command(GRID, listops, grid.common, ["task.source=official"])
@@ -97,8 +130,19 @@ def test_a_block_s_overrides_come_after_the_common_ones_and_before_the_command_l
 
 
 def test_the_ledger_needs_an_existing_records_folder(tmp_path):
-    done = subprocess.run([sys.executable, str(GRID), "ledger", str(ROOT / "experiments" / "grids" / "v0.2-lra.yaml"),
-                           "--records", str(tmp_path / "nowhere")], capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(GRID),
+            "ledger",
+            str(ROOT / "experiments" / "grids" / "v0.2-lra.yaml"),
+            "--records",
+            str(tmp_path / "nowhere"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert done.returncode == 2 and "--records" in done.stderr and "no such folder" in done.stderr
 
 
@@ -106,7 +150,7 @@ def test_the_campaign_grid_holds_whole_columns_seed_by_seed():
     grid = load_grid(ROOT / "experiments" / "grids" / "v0.2-lra.yaml")
     assert grid.common == ["profile=paper"] and not any("data_dir" in item for item in grid.common)
     assert len(grid.cells) == 99 and len({cell.key for cell in grid.cells}) == 99
-    columns = [grid.cells[i:i + 11] for i in range(0, 99, 11)]
+    columns = [grid.cells[i : i + 11] for i in range(0, 99, 11)]
     assert all([cell.arm for cell in column] == LRA_ARMS for column in columns)
     assert all(len({(cell.task, cell.seed) for cell in column}) == 1 for column in columns)
     seeds = [column[0].seed for column in columns]
@@ -116,13 +160,18 @@ def test_the_campaign_grid_holds_whole_columns_seed_by_seed():
     assert [(c.arm, c.task, c.seed, c.optional) for c in extra] == [(arm, "pathfinder", 0, True) for arm in LRA_ARMS]
 
 
-@pytest.mark.parametrize("block, message", [
-    ("{arms: [a], tasks: [t], seeds: [0], per_gpu: 0}", "cells[0].per_gpu must be a whole number >= 1, not 0"),
-    ("{arms: [a], tasks: [t], seeds: [0], per-gpu: 2}", "cells[0] has unknown key(s) per-gpu; known: arms"),
-    ("{arms: [a], tasks: [t], seeds: [zero]}", "cells[0].seeds must be whole numbers, not 'zero'"),
-    ("{arms: [a], tasks: [t], seeds: [0], overrides: task.source=generated}",
-     "cells[0].overrides must be a list of KEY=VALUE settings, e.g. [task.source=generated], not 'task.source"),
-])
+@pytest.mark.parametrize(
+    "block, message",
+    [
+        ("{arms: [a], tasks: [t], seeds: [0], per_gpu: 0}", "cells[0].per_gpu must be a whole number >= 1, not 0"),
+        ("{arms: [a], tasks: [t], seeds: [0], per-gpu: 2}", "cells[0] has unknown key(s) per-gpu; known: arms"),
+        ("{arms: [a], tasks: [t], seeds: [zero]}", "cells[0].seeds must be whole numbers, not 'zero'"),
+        (
+            "{arms: [a], tasks: [t], seeds: [0], overrides: task.source=generated}",
+            "cells[0].overrides must be a list of KEY=VALUE settings, e.g. [task.source=generated], not 'task.source",
+        ),
+    ],
+)
 def test_a_bad_grid_block_names_its_key(tmp_path, block, message):
     from repro.grid.cells import GridError
 

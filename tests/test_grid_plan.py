@@ -1,4 +1,5 @@
 """--plan: GPU-minutes per cell from a timed probe (CPU, smoke profile) or from records; the cost model's counts."""
+
 from __future__ import annotations
 
 import csv
@@ -25,9 +26,18 @@ def _loop_validations(steps: int, per_epoch: int, every: int | None) -> int:
     return count + (last != steps)
 
 
-@pytest.mark.parametrize("epochs, per_epoch, max_steps, every", [
-    (2, 3000, 5000, 250), (29, 703, 20000, 500), (200, 175, 35000, None), (2, 4, None, None), (3, 7, 20, 6),
-    (1, 10, 3, None), (5, 12, 50, 8)])
+@pytest.mark.parametrize(
+    "epochs, per_epoch, max_steps, every",
+    [
+        (2, 3000, 5000, 250),
+        (29, 703, 20000, 500),
+        (200, 175, 35000, None),
+        (2, 4, None, None),
+        (3, 7, 20, 6),
+        (1, 10, 3, None),
+        (5, 12, 50, 8),
+    ],
+)
 def test_validations_count_as_the_training_loop_does(epochs, per_epoch, max_steps, every):
     train = {"epochs": epochs, "max_steps": max_steps, "eval_every_steps": every}
     steps = planned_steps(train, per_epoch)
@@ -47,12 +57,24 @@ def test_a_file_that_is_not_a_plan_names_the_missing_columns(tmp_path):
 
 def _plan(tmp_path, shared_cache, *args):
     grid = tmp_path / "grid.yaml"
-    grid.write_text("common: [" + ", ".join(["profile=smoke", *SHORT_LISTOPS_OVERRIDES]) + "]\n"
-                    "cells:\n  - {arms: [locality_k5], tasks: [listops], seeds: [0, 1]}\n")
-    extra = ["--", f"output_dir={tmp_path / 'out'}", f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'none'}",
-             "task.source=generated"]
-    done = subprocess.run([sys.executable, str(GRID), str(grid), "--plan", *args, *extra], capture_output=True,
-                          text=True, timeout=600, cwd=ROOT)
+    grid.write_text(
+        "common: [" + ", ".join(["profile=smoke", *SHORT_LISTOPS_OVERRIDES]) + "]\n"
+        "cells:\n  - {arms: [locality_k5], tasks: [listops], seeds: [0, 1]}\n"
+    )
+    extra = [
+        "--",
+        f"output_dir={tmp_path / 'out'}",
+        f"cache_dir={shared_cache}",
+        f"data_dir={tmp_path / 'none'}",
+        "task.source=generated",
+    ]
+    done = subprocess.run(
+        [sys.executable, str(GRID), str(grid), "--plan", *args, *extra],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     with (tmp_path / "out" / "grid_plan.csv").open() as handle:
         return done.stdout, list(csv.DictReader(handle))
@@ -65,9 +87,17 @@ def test_plan_from_a_probe_then_from_the_records(tmp_path, shared_cache):
     assert all(float(row["minutes"]) > 0 and row["over_slot"] == "yes" for row in rows)
     assert "2 over the 0.001-minute slot" in out and out.count("OVER SLOT") == 2
     assert not (tmp_path / "out" / "runs").exists()  # the probe trained in a scratch folder
-    record = run_cli("arm=locality_k5", "task=listops", "profile=smoke", *SHORT_LISTOPS_OVERRIDES, "progress=false",
-                     f"output_dir={tmp_path / 'out'}", f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'none'}",
-                     "task.source=generated")
+    record = run_cli(
+        "arm=locality_k5",
+        "task=listops",
+        "profile=smoke",
+        *SHORT_LISTOPS_OVERRIDES,
+        "progress=false",
+        f"output_dir={tmp_path / 'out'}",
+        f"cache_dir={shared_cache}",
+        f"data_dir={tmp_path / 'none'}",
+        "task.source=generated",
+    )
     assert record.returncode == 0, record.stderr[-2000:]
     metrics = read_json(tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / "seed0" / "metrics.json")
     assert [int(row["planned_steps"]) for row in rows] == [metrics["planned_steps"]] * 2
@@ -76,18 +106,24 @@ def test_plan_from_a_probe_then_from_the_records(tmp_path, shared_cache):
     assert float(rows[0]["steps_per_s"]) == pytest.approx(metrics["steps"] / metrics["train_time_s"], abs=1e-3)
     # the cost model counts the record's validations as its training loop ran them, so it gives back its wall time
     assert float(rows[0]["minutes"]) * 60 == pytest.approx(metrics["wall_time_s"], abs=0.6)
-    assert int(rows[0]["validations"]) == sum(1 for line in csv.DictReader(
-        (tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / "seed0" / "history.csv").open())
-        if line["val_acc"])
+    assert int(rows[0]["validations"]) == sum(
+        1
+        for line in csv.DictReader(
+            (tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / "seed0" / "history.csv").open()
+        )
+        if line["val_acc"]
+    )
 
 
 def test_a_probe_s_step_time_leaves_its_first_steps_one_off_costs_out(tmp_path):
     from repro.grid.costs import cost_from_run, steady_step_s
 
     history = tmp_path / "history.csv"
-    history.write_text("step,epoch,lr,train_loss,val_loss,val_acc,elapsed_s\n"
-                       "50,0.1,0.001,2.0,,,10.0\n100,0.2,0.001,1.9,,,11.0\n150,0.3,0.001,1.8,,,12.0\n"
-                       "150,0.3,,,1.7,0.4,12.5\n")
+    history.write_text(
+        "step,epoch,lr,train_loss,val_loss,val_acc,elapsed_s\n"
+        "50,0.1,0.001,2.0,,,10.0\n100,0.2,0.001,1.9,,,11.0\n150,0.3,0.001,1.8,,,12.0\n"
+        "150,0.3,,,1.7,0.4,12.5\n"
+    )
     step_s, warm_up_s = steady_step_s(history)
     assert step_s == pytest.approx(0.02) and warm_up_s == pytest.approx(9.0)  # 50 steps took 10 s, not 1 s
     metrics = {"steps": 150, "train_time_s": 12.0, "elapsed_s": 12.5, "epochs": 0.3, "steps_per_epoch": 500}

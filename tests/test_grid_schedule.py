@@ -1,4 +1,5 @@
 """The grid's scheduling on CPU with a stand-in runner (tests/grid_fake_runner.py): packing, deadline, signals."""
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,9 @@ FAKE = ROOT / "tests" / "grid_fake_runner.py"
 
 def _grid(tmp_path, blocks: str, minutes_per_run: float = 0.0):
     path = tmp_path / "grid.yaml"
-    path.write_text(f"common: [profile=smoke]\nminutes_per_run: {minutes_per_run}\noverhead_minutes: 0\n"
-                    f"cells:\n{blocks}")
+    path.write_text(
+        f"common: [profile=smoke]\nminutes_per_run: {minutes_per_run}\noverhead_minutes: 0\ncells:\n{blocks}"
+    )
     return path
 
 
@@ -34,8 +36,14 @@ def _env(tmp_path, seconds: float, fail: str = "") -> dict:
 
 
 def _run(tmp_path, grid, *args, seconds=1.0, fail=""):
-    return subprocess.run(_command(tmp_path, grid, *args), env=_env(tmp_path, seconds, fail), capture_output=True,
-                          text=True, timeout=300, cwd=ROOT)
+    return subprocess.run(
+        _command(tmp_path, grid, *args),
+        env=_env(tmp_path, seconds, fail),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
 
 
 def _events(tmp_path) -> list[tuple[str, str, str, float]]:
@@ -74,15 +82,18 @@ def test_packing_never_exceeds_per_gpu_and_runs_every_cell_once(tmp_path):
     for total in totals:
         mine = [row for row in rows if row["gpu"] == total["gpu"]]
         assert int(total["examples"]) == sum(int(row["examples"]) for row in mine) == 200 * len(mine)
-        rate = int(total["examples"]) / float(total["wall_s"])
-        assert float(total["examples_per_s"]) == pytest.approx(rate, rel=0.01)
+        rate = int(total["examples"]) / float(total["wall_s"])  # wall_s as written: to 0.1 s
+        assert float(total["examples_per_s"]) == pytest.approx(rate, rel=0.01 + 0.05 / float(total["wall_s"]))
         assert sum(float(row["gpu_s"]) for row in mine) == pytest.approx(float(total["gpu_s"]), abs=0.1 * len(mine))
     assert "[grid] throughput: 1200 training examples in 6 cell(s)" in done.stdout
 
 
 def test_a_blocks_per_gpu_wins_over_the_command_line(tmp_path):
-    grid = _grid(tmp_path, "  - {arms: [locality_k5], tasks: [listops], seeds: [0, 1], per_gpu: 1}\n"
-                           "  - {arms: [locality_k61], tasks: [listops], seeds: [0, 1, 2]}\n")
+    grid = _grid(
+        tmp_path,
+        "  - {arms: [locality_k5], tasks: [listops], seeds: [0, 1], per_gpu: 1}\n"
+        "  - {arms: [locality_k61], tasks: [listops], seeds: [0, 1, 2]}\n",
+    )
     done = _run(tmp_path, grid, "--gpus", "0", "--per-gpu", "3", seconds=1.5)
     assert done.returncode == 0, done.stdout[-3000:]
     events = _events(tmp_path)
@@ -121,9 +132,14 @@ def test_the_deadline_checkpoints_running_cells_and_starts_no_more(tmp_path):
 
 def test_sigterm_to_the_grid_reaches_every_running_cell_then_archives(tmp_path):
     grid = _grid(tmp_path, "  - {arms: [locality_k5], tasks: [listops], seeds: [0, 1, 2]}\n")
-    process = subprocess.Popen(_command(tmp_path, grid, "--gpus", "0", "--per-gpu", "2", "--archive-to",
-                                        str(tmp_path / "slot")), env=_env(tmp_path, 120), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    process = subprocess.Popen(
+        _command(tmp_path, grid, "--gpus", "0", "--per-gpu", "2", "--archive-to", str(tmp_path / "slot")),
+        env=_env(tmp_path, 120),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
     deadline = time.monotonic() + 120
     while sum(kind == "start" for kind, *_ in _events(tmp_path)) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -140,9 +156,12 @@ def test_sigterm_to_the_grid_reaches_every_running_cell_then_archives(tmp_path):
 def test_a_cell_planned_past_the_deadline_is_not_started_unless_carried_over(tmp_path, extra_args, started):
     grid = _grid(tmp_path, "  - {arms: [locality_k5], tasks: [listops], seeds: [0, 1]}\n")
     plan = tmp_path / "plan.csv"
-    plan.write_text("arm,task,seed,minutes,planned_steps\nlocality_k5,listops,0,10,100\nlocality_k5,listops,1,0.01,100\n")
-    done = _run(tmp_path, grid, "--gpus", "0", "--deadline-minutes", "6", "--plan-file", str(plan), *extra_args,
-                seconds=0.2)
+    plan.write_text(
+        "arm,task,seed,minutes,planned_steps\nlocality_k5,listops,0,10,100\nlocality_k5,listops,1,0.01,100\n"
+    )
+    done = _run(
+        tmp_path, grid, "--gpus", "0", "--deadline-minutes", "6", "--plan-file", str(plan), *extra_args, seconds=0.2
+    )
     assert done.returncode == 0, done.stdout[-3000:]
     seeds = sorted(row["seed"] for row in _cell_rows(tmp_path))
     assert seeds == (["0", "1"] if started else ["1"])
@@ -181,8 +200,16 @@ def test_slots_place_on_the_emptiest_gpu_within_every_members_limit():
 def test_a_cell_spans_each_gpu_charge_once():
     """Charges of one GPU add up to its busy time however the cells come and go."""
     slots, busy = GpuSlots([None]), defaultdict(float)
-    times = [(0.0, "add", "a"), (0.5, "add", "b"), (0.7, "add", "c"), (1.1, "rm", "b"), (2.0, "rm", "a"),
-             (2.5, "rm", "c"), (3.0, "add", "d"), (3.25, "rm", "d")]
+    times = [
+        (0.0, "add", "a"),
+        (0.5, "add", "b"),
+        (0.7, "add", "c"),
+        (1.1, "rm", "b"),
+        (2.0, "rm", "a"),
+        (2.5, "rm", "c"),
+        (3.0, "add", "d"),
+        (3.25, "rm", "d"),
+    ]
     for now, what, key in times:
         if what == "add":
             slots.add(None, key, 5, now)

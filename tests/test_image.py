@@ -1,4 +1,5 @@
 """Image task: cifar-10-batches-py and JPEG-proxy bundle readers, LRA grayscale, splits, errors."""
+
 from __future__ import annotations
 
 import io
@@ -19,8 +20,16 @@ TEST_PER_CLASS = 1
 
 
 def cfg(**over):
-    base = {"name": "image", "source": "auto", "variant": "auto", "max_len": 1024, "val_fraction": 0.1,
-            "data_seed": 0, "official_subdir": "cifar-10-batches-py", "bundle_subdir": "cifar10_jpeg"}
+    base = {
+        "name": "image",
+        "source": "auto",
+        "variant": "auto",
+        "max_len": 1024,
+        "val_fraction": 0.1,
+        "data_seed": 0,
+        "official_subdir": "cifar-10-batches-py",
+        "bundle_subdir": "cifar10_jpeg",
+    }
     return {**base, **over}
 
 
@@ -32,8 +41,12 @@ def planar_batch(rng, n_per_class):
 
 
 def write_batch(path, data, labels, protocol=2, bytes_keys=True):
-    batch = {"batch_label": "training batch", "labels": [int(v) for v in labels], "data": data,
-             "filenames": [f"img_{i}.png" for i in range(len(labels))]}
+    batch = {
+        "batch_label": "training batch",
+        "labels": [int(v) for v in labels],
+        "data": data,
+        "filenames": [f"img_{i}.png" for i in range(len(labels))],
+    }
     if bytes_keys:  # how Python 2's str keys look to Python 3
         batch = {k.encode(): (v.encode() if isinstance(v, str) else v) for k, v in batch.items()}
     path.write_bytes(pickle.dumps(batch, protocol=protocol))
@@ -120,7 +133,13 @@ def test_official_reader_pixels_labels_and_splits(tmp_path):
     root, batches = make_official(tmp_path / "data")
     task = image.build(cfg(), root, tmp_path / "cache")
     assert task.info["source"] == "official" and task.info["proxy"] is False and "note" not in task.info
-    assert (task.num_classes, task.vocab_size, task.max_len, task.pad_id, task.two_tower) == (10, 256, 1024, None, False)
+    assert (task.num_classes, task.vocab_size, task.max_len, task.pad_id, task.two_tower) == (
+        10,
+        256,
+        1024,
+        None,
+        False,
+    )
     assert task.prepare is image.lra_grayscale
     assert (len(task.train), len(task.val), len(task.test)) == (90, 10, 10)
     assert task.train.inputs.shape == (90, 32, 32, 3) and task.train.inputs.dtype == np.uint8
@@ -234,8 +253,10 @@ def test_bundle_gray_stores_gray_ids(tmp_path):
     np.testing.assert_array_equal(task.test.inputs, gray["test_x"].reshape(20, 1024))
     # the same images through the RGB path and prepare give the same ids
     rgb_task = image.build(cfg(variant="rgb"), root, tmp_path / "cache")
-    np.testing.assert_array_equal(rgb_task.prepare(torch.from_numpy(np.asarray(rgb_task.val.inputs))).numpy(),
-                                  np.asarray(task.val.inputs, dtype=np.int64))
+    np.testing.assert_array_equal(
+        rgb_task.prepare(torch.from_numpy(np.asarray(rgb_task.val.inputs))).numpy(),
+        np.asarray(task.val.inputs, dtype=np.int64),
+    )
     # auto falls back to gray when only the gray bundle exists (the GPU machine's case)
     only_gray, _, _ = make_bundle(tmp_path / "g", variants=("gray",))
     assert image.build(cfg(), only_gray, tmp_path / "cache").info["channels"] == "gray"
@@ -244,8 +265,12 @@ def test_bundle_gray_stores_gray_ids(tmp_path):
 def test_bundle_wrong_image_size_names_file_and_member(tmp_path):
     folder = tmp_path / "cifar10_jpeg"
     folder.mkdir()
-    arrays = {"train_x": np.zeros((20, 28, 28, 3), np.uint8), "train_y": np.zeros(20, np.uint8),
-              "test_x": np.zeros((2, 32, 32, 3), np.uint8), "test_y": np.zeros(2, np.uint8)}
+    arrays = {
+        "train_x": np.zeros((20, 28, 28, 3), np.uint8),
+        "train_y": np.zeros(20, np.uint8),
+        "test_x": np.zeros((2, 32, 32, 3), np.uint8),
+        "test_y": np.zeros(2, np.uint8),
+    }
     write_npy_tar(folder / "cifar10_jpeg_rgb.tar.xz", arrays)
     with pytest.raises(DataError, match=r"cifar10_jpeg_rgb\.tar\.xz \(train_x\.npy\): images of the wrong size"):
         image.build(cfg(), tmp_path, tmp_path / "cache")

@@ -1,4 +1,5 @@
 """ListOps generator and reader."""
+
 from __future__ import annotations
 
 import random
@@ -150,7 +151,9 @@ def test_bad_values_name_the_line(tmp_path: Path, row: str, message: str):
 
 
 def test_official_files_read_and_padded(tmp_path: Path):
-    write_official(tmp_path / "listops-1000", {"train": [GOOD_ROW] * 3, "val": [GOOD_ROW], "test": ["( ( [SM 4 ) 7 ] )\t1"]})
+    write_official(
+        tmp_path / "listops-1000", {"train": [GOOD_ROW] * 3, "val": [GOOD_ROW], "test": ["( ( [SM 4 ) 7 ] )\t1"]}
+    )
     arrays, meta = listops.load_official(tmp_path, "listops-1000", 2000)
     assert arrays["train_x"].shape == (3, 2000)
     ids = listops.TOKEN_ID
@@ -168,8 +171,21 @@ def test_missing_official_files_say_where_and_how(tmp_path: Path):
 
 
 def test_generated_data_is_cached(tmp_path: Path):
-    cfg = {"source": "generated", "max_len": 2000, "data_seed": 1, "official_subdir": "listops-1000",
-           "generate": {"n_train": 40, "n_val": 5, "n_test": 5, "max_depth": 10, "max_args": 10, "min_len": 500, "max_len": 2000}}
+    cfg = {
+        "source": "generated",
+        "max_len": 2000,
+        "data_seed": 1,
+        "official_subdir": "listops-1000",
+        "generate": {
+            "n_train": 40,
+            "n_val": 5,
+            "n_test": 5,
+            "max_depth": 10,
+            "max_args": 10,
+            "min_len": 500,
+            "max_len": 2000,
+        },
+    }
     first = listops.build(cfg, tmp_path / "none", tmp_path / "cache", workers=1)
     second = listops.build(cfg, tmp_path / "none", tmp_path / "cache", workers=1)
     assert first.info["cache_hit"] is False and second.info["cache_hit"] is True

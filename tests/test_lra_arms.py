@@ -1,11 +1,11 @@
 """The LRA Transformer encoder backbone and the eleven lra_* arms (LRA release settings)."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
-
 from conftest import SHORT_LISTOPS_OVERRIDES, composed, read_json, run_cli
 
 from repro.heads import TwoTowerHead
@@ -15,30 +15,70 @@ from repro.original.encoder import FeedForward, build_lra_layers
 from repro.runner import arm_tasks, execute, resolve
 from repro.schedule import LRController
 
-ARMS = ("transformer", "local", "sparse", "longformer", "linformer", "reformer", "sinkhorn", "synthesizer",
-        "bigbird", "linear", "performer")
+ARMS = (
+    "transformer",
+    "local",
+    "sparse",
+    "longformer",
+    "linformer",
+    "reformer",
+    "sinkhorn",
+    "synthesizer",
+    "bigbird",
+    "linear",
+    "performer",
+)
 TASKS = {"listops", "text", "retrieval", "image", "pathfinder", "pathx"}
-MECHANISMS = {"transformer": "vanilla", "local": "local", "sparse": "sparse", "longformer": "longformer",
-              "linformer": "linformer", "reformer": "reformer", "sinkhorn": "sinkhorn", "synthesizer": "synthesizer",
-              "bigbird": "bigbird", "linear": "linear", "performer": "performer"}
-
-
+MECHANISMS = {
+    "transformer": "vanilla",
+    "local": "local",
+    "sparse": "sparse",
+    "longformer": "longformer",
+    "linformer": "linformer",
+    "reformer": "reformer",
+    "sinkhorn": "sinkhorn",
+    "synthesizer": "synthesizer",
+    "bigbird": "bigbird",
+    "linear": "linear",
+    "performer": "performer",
+}
 
 
 def small_cfg(attention: str, **extra) -> dict:
-    cfg = dict(backbone="lra_transformer", attention=attention, attention_params={}, d_model=16, qkv_dim=16, n_heads=2,
-               depth=2, d_ff=24, activation="gelu_tanh", dropout=0.1, attention_dropout=0.1, positional="learned",
-               cls_token=True, pooling="cls", head_hidden="lra")
+    cfg = dict(
+        backbone="lra_transformer",
+        attention=attention,
+        attention_params={},
+        d_model=16,
+        qkv_dim=16,
+        n_heads=2,
+        depth=2,
+        d_ff=24,
+        activation="gelu_tanh",
+        dropout=0.1,
+        attention_dropout=0.1,
+        positional="learned",
+        cls_token=True,
+        pooling="cls",
+        head_hidden="lra",
+    )
     cfg.update(extra)
     return cfg
 
 
 # Small blocks so that a 40-token sequence spans several of them.
 SMALL_PARAMS = {
-    "vanilla": {}, "local": {"block_size": 8}, "sparse": {"stride": 8, "c": 2, "n_global": 1},
-    "longformer": {"window": 6, "n_global": 1}, "linformer": {"k": 8}, "reformer": {"n_buckets": 4},
-    "sinkhorn": {"block_size": 8}, "synthesizer": {"variant": "random"}, "bigbird": {"block_size": 8, "n_random": 1},
-    "linear": {}, "performer": {"nb_features": 16},
+    "vanilla": {},
+    "local": {"block_size": 8},
+    "sparse": {"stride": 8, "c": 2, "n_global": 1},
+    "longformer": {"window": 6, "n_global": 1},
+    "linformer": {"k": 8},
+    "reformer": {"n_buckets": 4},
+    "sinkhorn": {"block_size": 8},
+    "synthesizer": {"variant": "random"},
+    "bigbird": {"block_size": 8, "n_random": 1},
+    "linear": {},
+    "performer": {"nb_features": 16},
 }
 
 
@@ -47,7 +87,9 @@ SMALL_PARAMS = {
 
 def test_backbone_builds_attention_and_ffn_sublayers_per_layer():
     torch.manual_seed(0)
-    model = SequenceClassifier(small_cfg("vanilla", depth=3), vocab_size=20, max_len=40, num_classes=3, pad_id=0, two_tower=False)
+    model = SequenceClassifier(
+        small_cfg("vanilla", depth=3), vocab_size=20, max_len=40, num_classes=3, pad_id=0, two_tower=False
+    )
     sublayers = model.encoder.sublayers
     assert len(sublayers) == 6 and all(isinstance(s, ResidualSublayer) and s.prenorm for s in sublayers)
     kinds = [type(s.mixer).__name__ for s in sublayers]
@@ -61,18 +103,30 @@ def test_backbone_builds_attention_and_ffn_sublayers_per_layer():
     assert model.encoder(torch.randint(1, 20, (2, 40)), None).shape == (2, 41, 16)
     # LRA's classifier: Dense(d_ff)-ReLU-Dense; two towers add Dense(d_ff // 2)-ReLU
     assert [m.out_features for m in model.head.classify if isinstance(m, torch.nn.Linear)] == [24, 3]
-    two = SequenceClassifier(small_cfg("vanilla", two_tower_combine="concat"), vocab_size=20, max_len=40, num_classes=2,
-                             pad_id=0, two_tower=True, combine="concat")
+    two = SequenceClassifier(
+        small_cfg("vanilla", two_tower_combine="concat"),
+        vocab_size=20,
+        max_len=40,
+        num_classes=2,
+        pad_id=0,
+        two_tower=True,
+        combine="concat",
+    )
     assert isinstance(two.head, TwoTowerHead)
-    assert [(m.in_features, m.out_features) for m in two.head.classify if isinstance(m, torch.nn.Linear)] == [(32, 24), (24, 12), (12, 2)]
+    assert [(m.in_features, m.out_features) for m in two.head.classify if isinstance(m, torch.nn.Linear)] == [
+        (32, 24),
+        (24, 12),
+        (12, 2),
+    ]
 
 
 @pytest.mark.parametrize("backend", ["sdpa", "materialized"])
 @pytest.mark.parametrize("cls_token", [True, False])
 def test_vanilla_encoder_output_unchanged_by_appended_padding(backend, cls_token):
     torch.manual_seed(0)
-    cfg = small_cfg("vanilla", attention_params={"backend": backend}, cls_token=cls_token,
-                    pooling="cls" if cls_token else "mean")
+    cfg = small_cfg(
+        "vanilla", attention_params={"backend": backend}, cls_token=cls_token, pooling="cls" if cls_token else "mean"
+    )
     model = SequenceClassifier(cfg, vocab_size=20, max_len=64, num_classes=3, pad_id=0, two_tower=False).double().eval()
     ids = torch.randint(1, 20, (3, 30))
     ids[1, 22:] = 0  # a shorter sequence in the batch
@@ -115,11 +169,15 @@ def test_longformer_global_and_synthesizer_dense_projections_are_refitted():
 
 
 def test_bigbird_layers_get_the_layer_index_as_seed():
-    layers = build_lra_layers(small_cfg("bigbird", attention_params={"block_size": 8, "n_random": 2}, depth=3), max_len=96)
+    layers = build_lra_layers(
+        small_cfg("bigbird", attention_params={"block_size": 8, "n_random": 2}, depth=3), max_len=96
+    )
     attention = layers[0::2]
     assert [m.seed for m in attention] == [0, 1, 2]
     assert not torch.equal(attention[0].rand_blocks, attention[1].rand_blocks)
-    shifted = build_lra_layers(small_cfg("bigbird", attention_params={"block_size": 8, "n_random": 2, "seed": 5}), max_len=96)
+    shifted = build_lra_layers(
+        small_cfg("bigbird", attention_params={"block_size": 8, "n_random": 2, "seed": 5}), max_len=96
+    )
     assert [m.seed for m in shifted[0::2]] == [5, 6]
     assert all(isinstance(m, FeedForward) for m in layers[1::2])
 
@@ -149,7 +207,11 @@ def test_lra_transformer_listops_resolves_to_the_release_settings():
     # emb_dim 512, num_heads 8, num_layers 6, qkv_dim 512, mlp_dim 2048 (also paper A.1.1)
     assert (m["d_model"], m["n_heads"], m["depth"], m["qkv_dim"], m["d_ff"]) == (512, 8, 6, 512, 2048)
     assert (m["dropout"], m["attention_dropout"]) == (0.1, 0.1)  # TransformerEncoder defaults
-    assert m["backbone"] == "lra_transformer" and m["attention"] == "vanilla" and m["attention_params"] == {"backend": "sdpa"}
+    assert (
+        m["backbone"] == "lra_transformer"
+        and m["attention"] == "vanilla"
+        and m["attention_params"] == {"backend": "sdpa"}
+    )
     assert m["cls_token"] and m["pooling"] == "cls" and m["positional"] == "sinusoidal" and m["prenorm"]
     # learning_rate 0.05, 'constant * linear_warmup * rsqrt_decay', warmup 1000, weight_decay 0.1,
     # batch_size 32, num_train_steps 5000; Adam(0.9, 0.98, eps 1e-9)
@@ -168,10 +230,22 @@ def test_other_tasks_resolve_to_the_release_settings():
     assert retrieval["model"]["two_tower_combine"] == "concat" and retrieval["train"]["lr"] == 0.05
     image = resolve(composed("arm=lra_transformer", "task=image", "profile=paper"))
     assert image["train"]["schedule"] == "lra_cosine" and image["train"]["max_steps"] == 35000
-    assert image["model"]["positional"] == "learned" and (image["model"]["dropout"], image["model"]["attention_dropout"]) == (0.3, 0.2)
+    assert image["model"]["positional"] == "learned" and (
+        image["model"]["dropout"],
+        image["model"]["attention_dropout"],
+    ) == (0.3, 0.2)
     path = resolve(composed("arm=lra_transformer", "task=pathfinder", "profile=paper"))
-    assert (path["model"]["d_model"], path["model"]["qkv_dim"], path["model"]["d_ff"], path["model"]["n_heads"]) == (128, 64, 128, 4)
-    assert path["model"]["pooling"] == "mean" and path["train"]["batch_size"] == 512 and path["train"]["max_steps"] == 62400
+    assert (path["model"]["d_model"], path["model"]["qkv_dim"], path["model"]["d_ff"], path["model"]["n_heads"]) == (
+        128,
+        64,
+        128,
+        4,
+    )
+    assert (
+        path["model"]["pooling"] == "mean"
+        and path["train"]["batch_size"] == 512
+        and path["train"]["max_steps"] == 62400
+    )
     pathx = resolve(composed("arm=lra_transformer", "task=pathx", "profile=paper"))
     assert pathx["train"]["grad_clip"] == 1.0 and pathx["train"]["max_steps"] == 500000
     # per-arm deltas: Performer on ListOps, Sparse on Pathfinder, Sinkhorn on image
@@ -199,8 +273,16 @@ def test_arm_trains_on_listops_and_generated_pathfinder(arm, tmp_path, shared_ca
     (Full-length smoke ListOps takes 6-36 s an arm here; test_cli_runs_an_lra_arm_on_the_smoke_profile
     runs one arm on it unchanged.)
     """
-    common = [f"arm=lra_{arm}", "profile=smoke", f"output_dir={tmp_path / 'out'}", f"cache_dir={shared_cache}",
-              f"data_dir={tmp_path / 'no_data'}", "progress=false", "workers=2", "+train.max_steps=4"]
+    common = [
+        f"arm=lra_{arm}",
+        "profile=smoke",
+        f"output_dir={tmp_path / 'out'}",
+        f"cache_dir={shared_cache}",
+        f"data_dir={tmp_path / 'no_data'}",
+        "progress=false",
+        "workers=2",
+        "+train.max_steps=4",
+    ]
     listops = ["task=listops", *SHORT_LISTOPS_OVERRIDES]
     for task, extra in (("listops", listops), ("pathfinder", ["task=pathfinder"])):
         cfg = composed(*common, *extra)
@@ -210,9 +292,16 @@ def test_arm_trains_on_listops_and_generated_pathfinder(arm, tmp_path, shared_ca
 
 
 def test_cli_runs_an_lra_arm_on_the_smoke_profile(tmp_path, shared_cache):
-    done = run_cli("arm=lra_performer", "task=listops", "profile=smoke", f"output_dir={tmp_path / 'out'}",
-                   f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'no_data'}", "task.source=generated",
-                   "progress=false")
+    done = run_cli(
+        "arm=lra_performer",
+        "task=listops",
+        "profile=smoke",
+        f"output_dir={tmp_path / 'out'}",
+        f"cache_dir={shared_cache}",
+        f"data_dir={tmp_path / 'no_data'}",
+        "task.source=generated",
+        "progress=false",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = read_json(tmp_path / "out" / "runs" / "lra_performer" / "listops" / "smoke" / "seed0" / "metrics.json")
     assert metrics["status"] == "complete" and metrics["steps"] == 32
@@ -225,8 +314,16 @@ def test_two_tower_arm_trains_on_retrieval_fixture(tmp_path, shared_cache):
     from test_tasks_smoke import make_aan
 
     make_aan(tmp_path / "data", {"train": 24, "eval": 8, "test": 8}, random.Random(0))
-    cfg = composed("arm=lra_linear", "task=retrieval", "profile=smoke", f"output_dir={tmp_path / 'out'}",
-                   f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'data'}", "progress=false", "+train.max_steps=2")
+    cfg = composed(
+        "arm=lra_linear",
+        "task=retrieval",
+        "profile=smoke",
+        f"output_dir={tmp_path / 'out'}",
+        f"cache_dir={shared_cache}",
+        f"data_dir={tmp_path / 'data'}",
+        "progress=false",
+        "+train.max_steps=2",
+    )
     assert execute(cfg) == 0
     metrics = read_json(tmp_path / "out" / "runs" / "lra_linear" / "retrieval" / "smoke" / "seed0" / "metrics.json")
     assert metrics["status"] == "complete" and metrics["steps"] == 2

@@ -1,4 +1,5 @@
 """Bounded-conv layer, shared encoder and heads, schedules, NaN stop."""
+
 from __future__ import annotations
 
 import math
@@ -8,9 +9,9 @@ import pytest
 import torch
 
 from repro.followup.conv import BoundedConvMixer
+from repro.model import SequenceClassifier, sinusoidal_table
 from repro.ops.conv import IMPL_CHOICES, conv1d_same
 from repro.ops.toeplitz import conv1d_same_toeplitz
-from repro.model import SequenceClassifier, sinusoidal_table
 from repro.schedule import LRController
 from repro.tasks.base import Split, TaskData
 from repro.training import NonFiniteLoss, TrainSettings, train
@@ -58,7 +59,9 @@ def test_conv_gradients_equal_autograd_of_the_plain_convolution(groups, impl):
     w = torch.randn(12, 8 // groups, 5, dtype=torch.float64, requires_grad=True)
     b = torch.randn(12, dtype=torch.float64, requires_grad=True)
     upstream = torch.randn(2, 12, 19, dtype=torch.float64)
-    want = torch.autograd.grad((torch.nn.functional.conv1d(x, w, b, padding=2, groups=groups) * upstream).sum(), [x, w, b])
+    want = torch.autograd.grad(
+        (torch.nn.functional.conv1d(x, w, b, padding=2, groups=groups) * upstream).sum(), [x, w, b]
+    )
     got = torch.autograd.grad((conv1d_same(x, w, b, groups, impl) * upstream).sum(), [x, w, b])
     for g, r in zip(got, want):
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
@@ -73,10 +76,16 @@ def test_toeplitz_conv_over_several_blocks_equals_direct_convolution_and_its_gra
     w = torch.randn(12, 8 // groups, 9, dtype=torch.float64, requires_grad=True)
     b = torch.randn(12, dtype=torch.float64, requires_grad=True)
     got = conv1d_same_toeplitz(x, w, b, groups, block=block)
-    np.testing.assert_allclose(got.detach().numpy(), reference_conv(x.detach().numpy(), w.detach().numpy(), b.detach().numpy(), groups),
-                               rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(
+        got.detach().numpy(),
+        reference_conv(x.detach().numpy(), w.detach().numpy(), b.detach().numpy(), groups),
+        rtol=1e-10,
+        atol=1e-10,
+    )
     upstream = torch.randn(3, 12, length, dtype=torch.float64)
-    want = torch.autograd.grad((torch.nn.functional.conv1d(x, w, b, padding=4, groups=groups) * upstream).sum(), [x, w, b])
+    want = torch.autograd.grad(
+        (torch.nn.functional.conv1d(x, w, b, padding=4, groups=groups) * upstream).sum(), [x, w, b]
+    )
     for g, r in zip(torch.autograd.grad((got * upstream).sum(), [x, w, b]), want):
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
 
@@ -145,15 +154,30 @@ def test_intensity_encoding_is_one_linear_map_of_the_scaled_pixel():
     assert model(torch.randint(0, 256, (2, 64))).shape == (2, 2)
 
 
-@pytest.mark.parametrize("key, value, refusal, choices", [
-    ("token_encoding", "intensity", "model.token_encoding=intensity reads token ids as pixel intensities, but this task "
-     "pads with id 0 (a vocabulary of symbols, not pixels): use model.token_encoding=embedding", "embedding, intensity"),
-    ("norm", "batch", "model.norm=batch takes its statistics over every position, but this task pads with id 0: "
-     "padding would enter them; use model.norm=layer", "layer, batch"),
-])
+@pytest.mark.parametrize(
+    "key, value, refusal, choices",
+    [
+        (
+            "token_encoding",
+            "intensity",
+            "model.token_encoding=intensity reads token ids as pixel intensities, but this task "
+            "pads with id 0 (a vocabulary of symbols, not pixels): use model.token_encoding=embedding",
+            "embedding, intensity",
+        ),
+        (
+            "norm",
+            "batch",
+            "model.norm=batch takes its statistics over every position, but this task pads with id 0: "
+            "padding would enter them; use model.norm=layer",
+            "layer, batch",
+        ),
+    ],
+)
 def test_pixel_only_settings_are_refused_for_a_padded_task_and_unknown_values_are_named(key, value, refusal, choices):
     def build(setting, pad_id):
-        return SequenceClassifier({**CONV_CFG, key: setting}, vocab_size=16, max_len=64, num_classes=2, pad_id=pad_id, two_tower=False)
+        return SequenceClassifier(
+            {**CONV_CFG, key: setting}, vocab_size=16, max_len=64, num_classes=2, pad_id=pad_id, two_tower=False
+        )
 
     with pytest.raises(ValueError) as err:
         build(value, pad_id=0)
@@ -165,7 +189,9 @@ def test_pixel_only_settings_are_refused_for_a_padded_task_and_unknown_values_ar
 
 def test_batch_norm_normalises_each_channel_over_batch_and_positions():
     torch.manual_seed(0)
-    model = SequenceClassifier({**CONV_CFG, "norm": "batch"}, vocab_size=256, max_len=64, num_classes=2, pad_id=None, two_tower=False)
+    model = SequenceClassifier(
+        {**CONV_CFG, "norm": "batch"}, vocab_size=256, max_len=64, num_classes=2, pad_id=None, two_tower=False
+    )
     norm = model.encoder.sublayers[0].norm
     x = torch.randn(3, 20, 8) * 4 + 2
     mean = x.mean(dim=(0, 1))
@@ -217,13 +243,23 @@ class _NaNAfter(torch.nn.Module):
 
 def tiny_task(n: int = 64) -> TaskData:
     rng = np.random.default_rng(0)
+
     def split(m):
         return Split(rng.integers(1, 5, (m, 8)).astype(np.uint8), rng.integers(0, 2, m))
+
     return TaskData("tiny", split(n), split(16), split(16), num_classes=2, vocab_size=5, max_len=8)
 
 
 def test_nan_loss_stops_naming_the_step(tmp_path):
-    settings = TrainSettings(lr=1e-3, weight_decay=0.0, batch_size=8, epochs=3, log_every=4, checkpoint_every_steps=2, checkpoint_every_seconds=None)
+    settings = TrainSettings(
+        lr=1e-3,
+        weight_decay=0.0,
+        batch_size=8,
+        epochs=3,
+        log_every=4,
+        checkpoint_every_steps=2,
+        checkpoint_every_seconds=None,
+    )
     with pytest.raises(NonFiniteLoss, match=r"training loss is nan at step 7; last good checkpoint: .*last\.pt"):
         train(_NaNAfter(7), tiny_task(), settings, seed=0, run_dir=tmp_path, device=torch.device("cpu"), progress=False)
 
@@ -248,13 +284,16 @@ def test_same_seed_same_numbers_on_cpu(tmp_path):
 def test_auto_table_picks_the_fastest_measured_impl_for_the_device_and_shape():
     from repro.ops.conv import table_choice
 
-    table = {"device": "GPU X", "rows": [
-        {"impl": "fft", "kernel": 61, "length": 2000, "groups": 1, "fwd_bwd_ms": 3.9},
-        {"impl": "bf16_flip_tf32w", "kernel": 61, "length": 2000, "groups": 1, "fwd_bwd_ms": 3.1},
-        {"impl": "bf16", "kernel": 61, "length": 1024, "groups": 32, "fwd_bwd_ms": 3.0},
-        {"impl": "bf16_flip", "kernel": 61, "length": 1000, "groups": 1, "fwd_bwd_ms": 1.2},
-        {"impl": "fft", "kernel": 61, "length": 1000, "groups": 1, "fwd_bwd_ms": 1.9},
-    ]}
+    table = {
+        "device": "GPU X",
+        "rows": [
+            {"impl": "fft", "kernel": 61, "length": 2000, "groups": 1, "fwd_bwd_ms": 3.9},
+            {"impl": "bf16_flip_tf32w", "kernel": 61, "length": 2000, "groups": 1, "fwd_bwd_ms": 3.1},
+            {"impl": "bf16", "kernel": 61, "length": 1024, "groups": 32, "fwd_bwd_ms": 3.0},
+            {"impl": "bf16_flip", "kernel": 61, "length": 1000, "groups": 1, "fwd_bwd_ms": 1.2},
+            {"impl": "fft", "kernel": 61, "length": 1000, "groups": 1, "fwd_bwd_ms": 1.9},
+        ],
+    }
     assert table_choice(table, "GPU X", 61, 2000, 1) == "bf16_flip_tf32w"
     assert table_choice(table, "GPU X", 61, 1024, 32) == "bf16"
     # A length within 6% of a measured one takes that length's fastest (bucketed widths) ...
@@ -273,7 +312,14 @@ def test_builtin_auto_rule_follows_the_measured_shapes():
     from repro.ops.conv import builtin_choice
 
     assert [builtin_choice(61, n, 1) for n in (512, 1024, 1088, 1152, 1536, 2000, 4096)] == [
-        "fft", "fft", "fft", "bf16_flip_tf32w", "bf16_flip_tf32w", "bf16_flip_tf32w", "bf16_flip_tf32w"]
+        "fft",
+        "fft",
+        "fft",
+        "bf16_flip_tf32w",
+        "bf16_flip_tf32w",
+        "bf16_flip_tf32w",
+        "bf16_flip_tf32w",
+    ]
     assert builtin_choice(61, 1024, 32) == "toeplitz" and builtin_choice(61, 16384, 32) == "toeplitz"
     assert builtin_choice(31, 1024, 32) == "bf16" and builtin_choice(31, 2000, 1) == "bf16"
 
@@ -301,10 +347,18 @@ def test_a_bad_auto_table_is_refused_naming_the_file(tmp_path, monkeypatch):
     from repro.ops import conv
 
     bad = tmp_path / "table.json"
-    bad.write_text(_json.dumps({"device": "GPU X", "rows": [{"impl": "warp_drive", "kernel": 61, "length": 2000,
-                                                            "groups": 1, "fwd_bwd_ms": 1.0}]}))
+    bad.write_text(
+        _json.dumps(
+            {
+                "device": "GPU X",
+                "rows": [{"impl": "warp_drive", "kernel": 61, "length": 2000, "groups": 1, "fwd_bwd_ms": 1.0}],
+            }
+        )
+    )
     monkeypatch.setenv(conv.AUTO_TABLE_ENV, str(bad))
-    with pytest.raises(RuntimeError, match=r"table.json names conv impl\(s\) \['warp_drive'\] that this version does not have"):
+    with pytest.raises(
+        RuntimeError, match=r"table.json names conv impl\(s\) \['warp_drive'\] that this version does not have"
+    ):
         conv._auto_table()
     broken = tmp_path / "broken.json"
     broken.write_text(_json.dumps({"device": "GPU X"}))
@@ -314,7 +368,14 @@ def test_a_bad_auto_table_is_refused_naming_the_file(tmp_path, monkeypatch):
 
 
 def test_intensity_encoding_stays_float32_under_bf16_autocast():
-    model = SequenceClassifier({**CONV_CFG, "token_encoding": "intensity"}, vocab_size=256, max_len=64, num_classes=2, pad_id=None, two_tower=False)
+    model = SequenceClassifier(
+        {**CONV_CFG, "token_encoding": "intensity"},
+        vocab_size=256,
+        max_len=64,
+        num_classes=2,
+        pad_id=None,
+        two_tower=False,
+    )
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert model.encoder.embed(torch.randint(0, 256, (2, 10))).dtype == torch.float32
 
@@ -322,8 +383,9 @@ def test_intensity_encoding_stays_float32_under_bf16_autocast():
 def test_a_retired_conv_impl_is_refused_naming_the_valid_ones():
     with pytest.raises(ValueError) as info:
         BoundedConvMixer(4, 4, kernel_size=3, impl="conv2d_bf16")
-    assert str(info.value) == ("model.conv_impl='conv2d_bf16': choose one of auto, tf32, bf16, fft, toeplitz, "
-                               "bf16_flip_tf32w, bf16_flip_mmw")
+    assert str(info.value) == (
+        "model.conv_impl='conv2d_bf16': choose one of auto, tf32, bf16, fft, toeplitz, bf16_flip_tf32w, bf16_flip_mmw"
+    )
 
 
 def test_every_backbone_builder_takes_max_len_and_the_model_config_may_not():
@@ -333,6 +395,11 @@ def test_every_backbone_builder_takes_max_len_and_the_model_config_may_not():
 
     for name in _BACKBONE_ENTRIES:
         assert "max_len" in inspect.signature(get_backbone(name)).parameters, name
-    with pytest.raises(ValueError, match=r"^model.max_len=64: the sequence length comes from the task; remove it from "
-                                         r"the model config and set task.max_len$"):
-        SequenceClassifier({**CONV_CFG, "max_len": 64}, vocab_size=16, max_len=64, num_classes=2, pad_id=0, two_tower=False)
+    with pytest.raises(
+        ValueError,
+        match=r"^model.max_len=64: the sequence length comes from the task; remove it from "
+        r"the model config and set task.max_len$",
+    ):
+        SequenceClassifier(
+            {**CONV_CFG, "max_len": 64}, vocab_size=16, max_len=64, num_classes=2, pad_id=0, two_tower=False
+        )

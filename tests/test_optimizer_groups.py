@@ -1,4 +1,5 @@
 """make_optimizer: per-parameter rate hints (S4D/S5 state-space parameters) and the decay rule."""
+
 import torch
 
 from repro.training import TrainSettings, make_optimizer

@@ -1,4 +1,5 @@
 """paper/make.py (lra-paper) on a bundle frozen from synthetic records: tables, claims, baselines, shares."""
+
 from __future__ import annotations
 
 import importlib
@@ -7,12 +8,12 @@ import math
 import os
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import tomllib
 from fake_records import SMOKE_LISTOPS, fixed_labels, make_record
 from omegaconf import OmegaConf
 from scipy import stats as sps
@@ -21,16 +22,32 @@ from statsmodels.stats.proportion import proportion_confint
 from repro import bundle, stats
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLES = ["lra_table1_accuracy", "lra_table2_efficiency", "followup_table1_locality", "followup_table2_transformer",
-          "followup_table3_ssm_gmlp", "followup_table4_positional_ablation", "statistics_claims",
-          "statistics_secondary", "trivial_baselines", "protocol_share", "listops_operator_accuracy", "runs"]
+TABLES = [
+    "lra_table1_accuracy",
+    "lra_table2_efficiency",
+    "followup_table1_locality",
+    "followup_table2_transformer",
+    "followup_table3_ssm_gmlp",
+    "followup_table4_positional_ablation",
+    "statistics_claims",
+    "statistics_secondary",
+    "trivial_baselines",
+    "protocol_share",
+    "listops_operator_accuracy",
+    "runs",
+]
 AT_PROTOCOL = {"locality_k5", "locality_k61"}  # these records ran the whole protocol (steps x batch)
 LISTOPS_N_TRAIN, TEXT_N_TRAIN, TEXT_TRAIN_COUNTS = 128, 100, {0: 60, 1: 40}
-FIGURES = ["lra_figure3_tradeoff", "followup_accuracy_vs_kernel", "listops_label_distribution",
-           "listops_operator_accuracy"]
+FIGURES = [
+    "lra_figure3_tradeoff",
+    "followup_accuracy_vs_kernel",
+    "listops_label_distribution",
+    "listops_operator_accuracy",
+]
 ACCURACY = {  # arm -> task -> per-seed accuracies
-    "lra_transformer": {t: [0.50, 0.55, 0.53]
-                        for t in ("listops", "text", "retrieval", "image", "pathfinder", "pathx")},
+    "lra_transformer": {
+        t: [0.50, 0.55, 0.53] for t in ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
+    },
     "lra_performer": {"listops": [0.2, 0.25], "text": [0.6, 0.62]},
     "locality_k5": {"listops": [0.40, 0.42, 0.41], "text": [0.88, 0.90, 0.89]},
     "locality_k61": {"listops": [0.50, 0.53, 0.52], "text": [0.84, 0.85, 0.86]},
@@ -45,8 +62,11 @@ def protocol_record(arm: str, task: str) -> dict:
     the epochs and batch read from experiments/conf/base/locality.yaml."""
     train = OmegaConf.to_container(OmegaConf.load(ROOT / "experiments/conf/base/locality.yaml"))["tasks"][task]["train"]
     n_train = LISTOPS_N_TRAIN if task == "listops" else TEXT_N_TRAIN
-    return {"steps": train["epochs"] * (n_train // train["batch_size"]), "batch_size": train["batch_size"],
-            "n_train": n_train}
+    return {
+        "steps": train["epochs"] * (n_train // train["batch_size"]),
+        "batch_size": train["batch_size"],
+        "n_train": n_train,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -62,30 +82,61 @@ def frozen(tmp_path_factory) -> Path:
             for seed, acc in enumerate(accuracies):
                 full = protocol_record(arm, task) if arm in AT_PROTOCOL else {}
                 if task == "listops":
-                    make_record(runs, arm, task, seed, labels=listops.test.labels, accuracy=acc, num_classes=10,
-                                task_cfg=SMOKE_LISTOPS, examples_per_s=900.0 + seed, **full)
+                    make_record(
+                        runs,
+                        arm,
+                        task,
+                        seed,
+                        labels=listops.test.labels,
+                        accuracy=acc,
+                        num_classes=10,
+                        task_cfg=SMOKE_LISTOPS,
+                        examples_per_s=900.0 + seed,
+                        **full,
+                    )
                 else:
-                    make_record(runs, arm, task, seed, labels=fixed_labels(task, 100), accuracy=acc,
-                                examples_per_s=1000.0 + 10 * seed, **full,
-                                train_counts=TEXT_TRAIN_COUNTS if task == "text" else None)
+                    make_record(
+                        runs,
+                        arm,
+                        task,
+                        seed,
+                        labels=fixed_labels(task, 100),
+                        accuracy=acc,
+                        examples_per_s=1000.0 + 10 * seed,
+                        **full,
+                        train_counts=TEXT_TRAIN_COUNTS if task == "text" else None,
+                    )
     # same arm with and without the training techniques (told apart by config.yaml's techniques.name)
     for seed, techniques, acc in ((0, "none", 0.80), (1, "none", 0.82), (2, "followup", 0.90), (3, "followup", 0.91)):
         make_record(runs, "s4", "text", seed, labels=fixed_labels("text", 100), accuracy=acc, techniques=techniques)
     for seed, acc in ((0, 0.89), (1, 0.90)):
         make_record(runs, "gmlp", "text", seed, labels=fixed_labels("text", 100), accuracy=acc, techniques="followup")
-    make_record(runs, "lra_transformer", "text", 0, profile="smoke", labels=fixed_labels("text", 100), accuracy=0.5,
-                device="cpu")
+    make_record(
+        runs,
+        "lra_transformer",
+        "text",
+        0,
+        profile="smoke",
+        labels=fixed_labels("text", 100),
+        accuracy=0.5,
+        device="cpu",
+    )
     bench = tmp / "bench"
     bench.mkdir()
-    rows = [("lra_transformer", length, "train", s, int(m * 2**30), "ok", 4)
-            for length, s, m in ((1024, 100.0, 1.0), (4096, 20.0, 5.0), (4096, 22.0, 5.0))]
+    rows = [
+        ("lra_transformer", length, "train", s, int(m * 2**30), "ok", 4)
+        for length, s, m in ((1024, 100.0, 1.0), (4096, 20.0, 5.0), (4096, 22.0, 5.0))
+    ]
     rows += [("lra_transformer", 1024, "train", 500.0, 2**28, "ok", 1)]  # a one-layer memory row: not LRA Table 2's
-    rows += [("lra_performer", 4096, "train", float("nan"), float("nan"), "OOM", 4),
-             ("lra_performer", 4096, "infer", 99.0, 1, "ok", 4)]
+    rows += [
+        ("lra_performer", 4096, "train", float("nan"), float("nan"), "OOM", 4),
+        ("lra_performer", 4096, "infer", 99.0, 1, "ok", 4),
+    ]
     columns = ["model", "length", "mode", "steps_per_s", "peak_mem_bytes", "status", "layers"]
     pd.DataFrame(rows, columns=columns).to_csv(bench / "bench.csv", index=False)
-    out = bundle.freeze("v0", runs, tmp / "results", bench=[bench], data_dir=tmp / "nodata", cache_dir=cache,
-                        log=lambda *a, **k: None)
+    out = bundle.freeze(
+        "v0", runs, tmp / "results", bench=[bench], data_dir=tmp / "nodata", cache_dir=cache, log=lambda *a, **k: None
+    )
     assert bundle.load_manifest(out)["analysis_missing"] == []
     return out
 
@@ -93,8 +144,7 @@ def frozen(tmp_path_factory) -> Path:
 def make(bundle_dir: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     command = [sys.executable, str(ROOT / "paper" / "make.py"), "--bundle", str(bundle_dir), "--out", str(out), *extra]
-    done = subprocess.run(command,
-                          capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     return done
 
 
@@ -140,8 +190,10 @@ def _test_accs(frozen: Path, arm: str, task: str) -> np.ndarray:
 
 def _roots(frozen: Path) -> tuple[pd.DataFrame, dict]:
     [key] = [p.stem for p in (frozen / "analysis/listops_roots").glob("*.csv")]
-    return (pd.read_csv(frozen / f"analysis/listops_roots/{key}.csv"),
-            json.loads((frozen / f"analysis/listops_roots/{key}.json").read_text())["train"])
+    return (
+        pd.read_csv(frozen / f"analysis/listops_roots/{key}.csv"),
+        json.loads((frozen / f"analysis/listops_roots/{key}.json").read_text())["train"],
+    )
 
 
 def _baseline(frozen: Path, task: str) -> tuple[float, tuple[float, float]] | None:
@@ -177,12 +229,20 @@ def test_lra_table1_shows_ours_beside_published_and_counts_missing_cells(made, f
     listops = _seeds_cell(_test_accs(frozen, "lra_transformer", "listops"), frozen, "listops")
     assert transformer[2:4] == [listops, "36.37"]
     assert transformer[12:14] == [_seeds_cell(_test_accs(frozen, "lra_transformer", "pathx")), "FAIL"]
-    average = np.mean([_test_accs(frozen, "lra_transformer", t).mean()
-                       for t in ("listops", "text", "retrieval", "image", "pathfinder")])
+    average = np.mean(
+        [
+            _test_accs(frozen, "lra_transformer", t).mean()
+            for t in ("listops", "text", "retrieval", "image", "pathfinder")
+        ]
+    )
     assert transformer[14:16] == [f"{average:.2f}", "54.39"]  # every task but Path-X ran: our average is shown
     performer = _row(table, "Performer")
-    assert performer[2:6] == [_seeds_cell(_test_accs(frozen, "lra_performer", "listops"), frozen, "listops"), "18.01",
-                              _seeds_cell(_test_accs(frozen, "lra_performer", "text"), frozen, "text"), "65.40"]
+    assert performer[2:6] == [
+        _seeds_cell(_test_accs(frozen, "lra_performer", "listops"), frozen, "listops"),
+        "18.01",
+        _seeds_cell(_test_accs(frozen, "lra_performer", "text"), frozen, "text"),
+        "65.40",
+    ]
     assert performer[6] == "—" and performer[14] == "—"  # not run, never filled
     # 11 models x (6 tasks + avg) of ours; transformer has 7, performer 2; the baselines row is not counted
     assert "Missing cells (not run, marked —): 68 of 77." in table
@@ -211,8 +271,12 @@ def test_followup_tables_map_arms_to_rows(made, frozen):
     assert _row(table3, "s4_techniques")[6].startswith("90.50 ± 0.71 (n=2)") and _row(table3, "s5_techniques")[6] == "—"
     assert _row(table3, "gmlp_techniques")[6:8] == ["89.50 ± 0.71 (n=2)", "89.94"]
     root_accuracy = _baseline(frozen, "listops")[0]
-    for name in ("followup_table1_locality", "followup_table2_transformer", "followup_table3_ssm_gmlp",
-                 "followup_table4_positional_ablation"):  # every table with a ListOps column prints the baseline
+    for name in (
+        "followup_table1_locality",
+        "followup_table2_transformer",
+        "followup_table3_ssm_gmlp",
+        "followup_table4_positional_ablation",
+    ):  # every table with a ListOps column prints the baseline
         row = _row((made[0] / f"tables/{name}.md").read_text(), "Trivial baselines (our test sets)")
         assert row[10].startswith(f"root operator {root_accuracy:.2f}"), name
 
@@ -242,9 +306,13 @@ def _welch_ci(a: np.ndarray, b: np.ndarray, level: float) -> tuple[float, float]
     return a.mean() - b.mean() - half, a.mean() - b.mean() + half
 
 
-@pytest.mark.parametrize("claim,a_arm,b_arm,task,published", [
-    ("followup-locality-text", "locality_k5", "locality_k61", "text", 88.96 - 85.41),
-    ("followup-locality-listops", "locality_k61", "locality_k5", "listops", 52.73 - 45.24)])
+@pytest.mark.parametrize(
+    "claim,a_arm,b_arm,task,published",
+    [
+        ("followup-locality-text", "locality_k5", "locality_k61", "text", 88.96 - 85.41),
+        ("followup-locality-listops", "locality_k61", "locality_k5", "listops", 52.73 - 45.24),
+    ],
+)
 def test_a_claim_row_shows_its_primary_test_and_the_rule_that_fired(made, frozen, claim, a_arm, b_arm, task, published):
     a, b = _test_accs(frozen, a_arm, task), _test_accs(frozen, b_arm, task)
     row = _claim_row(made, claim)
@@ -255,10 +323,18 @@ def test_a_claim_row_shows_its_primary_test_and_the_rule_that_fired(made, frozen
     name = "root operator" if task == "listops" else "majority class"
     assert row[10] == f"{name} {accuracy:.2f} [{b_low:.2f}, {b_high:.2f}]"
     # the rules, from the numbers computed here (repro.stats.decide is tested on hand-made cases)
-    evidence = stats.Evidence(published=published, direction="greater", margin=2.0, estimate=a.mean() - b.mean(),
-                              ci=(low, high), ci_equivalence=_welch_ci(a, b, 0.90), seeds={a_arm: 3, b_arm: 3},
-                              shares={a_arm: 1.0, b_arm: 1.0}, means={a_arm: a.mean(), b_arm: b.mean()},
-                              baseline=(b_low, b_high))
+    evidence = stats.Evidence(
+        published=published,
+        direction="greater",
+        margin=2.0,
+        estimate=a.mean() - b.mean(),
+        ci=(low, high),
+        ci_equivalence=_welch_ci(a, b, 0.90),
+        seeds={a_arm: 3, b_arm: 3},
+        shares={a_arm: 1.0, b_arm: 1.0},
+        means={a_arm: a.mean(), b_arm: b.mean()},
+        baseline=(b_low, b_high),
+    )
     expected = stats.decide(evidence)
     assert row[11:13] == [expected.word, expected.rule] and expected.word != "not tested"
     # seeds needed: statsmodels' power at the seed sd pooled over every cell of this task, computed here
@@ -278,8 +354,9 @@ def test_claims_that_cannot_be_tested_say_which_rule_fired(made):
     assert unrun[6] == "0/3" and unrun[11:13] == ["not tested", "R1: fewer than 2 seeds of lra_linear"]
     unknown = _claim_row(made, "lra-listops-performer")  # records without train_settings: share unknown
     assert unknown[6] == "2/3" and unknown[11] == "not tested"
-    assert unknown[12] == ("R2: below 50% of the protocol's training examples (lra_performer unknown, "
-                           "lra_transformer unknown)")
+    assert unknown[12] == (
+        "R2: below 50% of the protocol's training examples (lra_performer unknown, lra_transformer unknown)"
+    )
     against = _claim_row(made, "followup-locality-text-sota")  # one arm against MEGA's published 90.43
     assert against[3] == "locality_k5 − mega (published) (one-sample t)" and against[6] == "3"
     assert against[4] == f"{88.96 - 90.43:.2f}"
@@ -350,8 +427,10 @@ def test_lra_paper_entry_point_and_its_help():
     module, _, function = scripts["lra-paper"].partition(":")
     assert callable(getattr(importlib.import_module(module), function))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    for command in ([sys.executable, "-m", "repro.paper", "--help"],
-                    [sys.executable, str(ROOT / "paper/make.py"), "--help"]):
+    for command in (
+        [sys.executable, "-m", "repro.paper", "--help"],
+        [sys.executable, str(ROOT / "paper/make.py"), "--help"],
+    ):
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
         assert done.returncode == 0 and done.stdout.startswith("usage: lra-paper") and "--claims" in done.stdout
 

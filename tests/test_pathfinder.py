@@ -1,4 +1,5 @@
 """Pathfinder / Path-X: seeded generator (geometry checked independently of labels) and official reader."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -51,9 +52,16 @@ def marker_components(sample, spec, scale) -> tuple[int, int]:
     return components[ay, ax], components[by, bx]
 
 
-@pytest.mark.parametrize("spec,scale,n", [
-    (SPEC32, 10, 40), (SPEC128, 4, 6), (render.lra_spec(32, "hard", lattice=True), 10, 40),
-    (render.lra_spec(128, "hard", lattice=True), 4, 4)], ids=["32", "128", "32-lattice", "128-lattice"])
+@pytest.mark.parametrize(
+    "spec,scale,n",
+    [
+        (SPEC32, 10, 40),
+        (SPEC128, 4, 6),
+        (render.lra_spec(32, "hard", lattice=True), 10, 40),
+        (render.lra_spec(128, "hard", lattice=True), 4, 4),
+    ],
+    ids=["32", "128", "32-lattice", "128-lattice"],
+)
 def test_markers_connected_iff_positive(spec, scale, n):
     samples = render.chunk_samples(3, "hard", 0, n, spec)
     assert {s.label for s in samples} == {0, 1}
@@ -148,7 +156,9 @@ def test_independent_of_workers(monkeypatch):
 # ---------------------------------------------------------------- official reader
 
 
-def write_fixture(root: Path, difficulty: str, n: int, empty: tuple = (), size: int = 32, files: int = 2) -> list[tuple[str, int]]:
+def write_fixture(
+    root: Path, difficulty: str, n: int, empty: tuple = (), size: int = 32, files: int = 2
+) -> list[tuple[str, int]]:
     """``n`` PNGs in the release layout; pixel 0 of image i is i + 1 (+ 100 per difficulty)."""
     folder = root / "pathfinder32" / pf.OFFICIAL_FOLDERS[difficulty]
     (folder / "metadata").mkdir(parents=True, exist_ok=True)
@@ -170,9 +180,16 @@ def write_fixture(root: Path, difficulty: str, n: int, empty: tuple = (), size: 
 
 
 def official_cfg(**over) -> dict:
-    cfg = {"name": "pathfinder", "source": "official", "resolution": 32, "official_subdir": "pathfinder32",
-           "difficulty": "hard", "data_seed": 0, "max_len": 1024,
-           "generate": {"n_per_difficulty": 10, "render": "release"}}
+    cfg = {
+        "name": "pathfinder",
+        "source": "official",
+        "resolution": 32,
+        "official_subdir": "pathfinder32",
+        "difficulty": "hard",
+        "data_seed": 0,
+        "max_len": 1024,
+        "generate": {"n_per_difficulty": 10, "render": "release"},
+    }
     return {**cfg, **over}
 
 

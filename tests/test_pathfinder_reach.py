@@ -1,4 +1,5 @@
 """The receptive-field geometry of Pathfinder images (repro/tasks/pathfinder_reach.py)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -7,30 +8,54 @@ import torch
 
 from repro.model import SequenceClassifier
 from repro.tasks import pathfinder_render as render
-from repro.tasks.pathfinder_reach import (contour_markers, contour_span, deciding_span, flat_index, marker_gap, reach_rows,
-                                          receptive_reach)
+from repro.tasks.pathfinder_reach import (
+    contour_markers,
+    contour_span,
+    deciding_span,
+    flat_index,
+    marker_gap,
+    reach_rows,
+    receptive_reach,
+)
 
 
 def hand_sample(label: int) -> render.Sample:
     """Target 0: three dashes along row 5 (x 2..20.5), span 18 tokens. Target 1: row 10 x 1..13 and row 11
     x 2..9, span 40 tokens. A distractor along row 30. Positive: both markers end target 0; negative:
     marker 0 starts target 0 and marker 1 ends target 1."""
-    segments = np.array([[5.5, 2.2, 5.5, 8.0], [5.5, 9.0, 5.5, 14.0], [5.5, 15.0, 5.5, 20.5],
-                         [10.5, 13.0, 10.5, 1.0], [11.5, 2.0, 11.5, 9.0], [30.5, 0.0, 30.5, 31.0]])
+    segments = np.array(
+        [
+            [5.5, 2.2, 5.5, 8.0],
+            [5.5, 9.0, 5.5, 14.0],
+            [5.5, 15.0, 5.5, 20.5],
+            [10.5, 13.0, 10.5, 1.0],
+            [11.5, 2.0, 11.5, 9.0],
+            [30.5, 0.0, 30.5, 31.0],
+        ]
+    )
     contour_ids = np.array([0, 0, 0, 1, 1, 2])
     if label == 1:
         markers, marked = np.array([[5.5, 2.2], [5.5, 20.5]]), (0, 0)
     else:
         markers, marked = np.array([[5.5, 2.2], [11.5, 9.0]]), (0, 1)
-    return render.Sample(image=np.zeros((32, 32), np.uint8), label=label, segments=segments, contour_ids=contour_ids,
-                         markers=markers, margin=1.0, extra={"marked_contours": marked})
+    return render.Sample(
+        image=np.zeros((32, 32), np.uint8),
+        label=label,
+        segments=segments,
+        contour_ids=contour_ids,
+        markers=markers,
+        margin=1.0,
+        extra={"marked_contours": marked},
+    )
 
 
 def test_reach_is_depth_times_half_kernel():
     assert receptive_reach(61, 6) == 180
     assert receptive_reach(5, 4) == 8
     assert receptive_reach(1, 3) == 0
-    with pytest.raises(ValueError, match=r"kernel_size must be odd and positive and depth positive, got kernel_size=4, depth=6"):
+    with pytest.raises(
+        ValueError, match=r"kernel_size must be odd and positive and depth positive, got kernel_size=4, depth=6"
+    ):
         receptive_reach(4, 6)
 
 
@@ -99,7 +124,11 @@ def test_the_locality_model_sees_exactly_its_reach(norm):
     states at positions 500 - R .. 500 + R and nowhere else, for K=61 and depth 6 (R = 180)."""
     torch.manual_seed(0)
     cfg = dict(backbone="conv", d_model=8, d_hidden=16, kernel_size=61, depth=6, groups=4, norm=norm, pooling="mean")
-    model = SequenceClassifier(cfg, vocab_size=256, max_len=1024, num_classes=2, pad_id=None, two_tower=False).double().eval()
+    model = (
+        SequenceClassifier(cfg, vocab_size=256, max_len=1024, num_classes=2, pad_id=None, two_tower=False)
+        .double()
+        .eval()
+    )
     ids = torch.randint(0, 256, (1, 1024))
     changed_ids = ids.clone()
     changed_ids[0, 500] = (ids[0, 500] + 128) % 256

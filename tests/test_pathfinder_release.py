@@ -1,5 +1,6 @@
 """Render ``release`` (repro/tasks/pathfinder_release.py): determinism, label geometry by flood fill,
 the release's drawing rules, the fast paths against plain computations, settings and cache keys."""
+
 from __future__ import annotations
 
 import json
@@ -148,7 +149,7 @@ def test_dash_patches_follow_the_generator_geometry():
     reach = draw.patch_reach(5, 1.5, 2)
     assert ink.shape == mask.shape == (2 * reach + 1, 2 * reach + 1)
     row = ink[reach]
-    assert row[reach + 1:reach + 5].min() > 0.9 and row[:reach - 1].max() < 0.05
+    assert row[reach + 1 : reach + 5].min() > 0.9 and row[: reach - 1].max() < 0.05
     assert ink.min() < -0.01, "float Lanczos keeps its ringing"
     assert 0.0 <= mask.min() and mask.max() <= 1.0, "the mask is stored as 8 bits"
     assert (mask > 0.5).sum() > (ink > 0.5).sum()
@@ -214,15 +215,20 @@ def test_lra_settings_and_documented_choices():
     assert rel.release_spec(64, "hard").num_distractors == 5
 
 
-@pytest.mark.parametrize("settings,message", [
-    ({}, r"task.generate.render=None: use release .* or contour_v3"),
-    ({"render": "release", "lattice": True}, r"task.generate.lattice is a setting of render contour_v3"),
-    ({"render": "release", "paddle_length": 2.5}, r"task.generate.paddle_length=2.5: .* whole number"),
-    ({"render": "release", "paddle_lenght": 3},
-     r"unknown setting\(s\) \['paddle_lenght'\] for task.generate.render=release"),
-    ({"render": "release", "rounding": "up"}, r"task.generate.rounding='up': use floor or half"),
-    ({"render": "release", "padding": 0}, r"task.generate.padding=0: .* border"),
-])
+@pytest.mark.parametrize(
+    "settings,message",
+    [
+        ({}, r"task.generate.render=None: use release .* or contour_v3"),
+        ({"render": "release", "lattice": True}, r"task.generate.lattice is a setting of render contour_v3"),
+        ({"render": "release", "paddle_length": 2.5}, r"task.generate.paddle_length=2.5: .* whole number"),
+        (
+            {"render": "release", "paddle_lenght": 3},
+            r"unknown setting\(s\) \['paddle_lenght'\] for task.generate.render=release",
+        ),
+        ({"render": "release", "rounding": "up"}, r"task.generate.rounding='up': use floor or half"),
+        ({"render": "release", "padding": 0}, r"task.generate.padding=0: .* border"),
+    ],
+)
 def test_bad_settings_name_the_key(settings, message):
     with pytest.raises(ValueError, match=message):
         pf.generator_spec({"n_per_difficulty": 4, **settings}, 32, "hard")

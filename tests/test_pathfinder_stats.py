@@ -1,4 +1,5 @@
 """Pathfinder statistics (repro/tasks/pathfinder_stats.py, experiments/pathfinder_stats.py) on hand-made images."""
+
 from __future__ import annotations
 
 import json
@@ -64,8 +65,9 @@ def fake_sample(target_at, distractor_at, marker_at=(0, 0)) -> SimpleNamespace:
     layers["markers"][marker_at] = 0.8
     final = np.maximum(np.maximum(layers["targets"], layers["distractors"]), layers["markers"])
     scale = draw.byte_scale(final, "floor")
-    return SimpleNamespace(layers=layers, image=draw.grey_levels(final, scale), label=1, distractors=1,
-                           extra={"byte_scale": scale})
+    return SimpleNamespace(
+        layers=layers, image=draw.grey_levels(final, scale), label=1, distractors=1, extra={"byte_scale": scale}
+    )
 
 
 def test_layer_stats_touching_and_owner_levels():
@@ -74,8 +76,11 @@ def test_layer_stats_touching_and_owner_levels():
     assert touching["touching"] is True and apart["touching"] is False
     assert touching["target_levels"][255] == 1 and touching["target_levels"].sum() == 1
     assert touching["distractor_levels"][127] == 1 and touching["distractor_levels"].sum() == 1
-    summary = st.summarise([st.image_stats(fake_sample((4, 4), (5, 5)).image)] * 2,
-                           [fake_sample((4, 4), (5, 5)).image] * 2, [touching, apart])
+    summary = st.summarise(
+        [st.image_stats(fake_sample((4, 4), (5, 5)).image)] * 2,
+        [fake_sample((4, 4), (5, 5)).image] * 2,
+        [touching, apart],
+    )
     assert summary["touching_frac"] == 0.5 and summary["separability"]["bayes_accuracy"] == 1.0
 
 
@@ -94,8 +99,10 @@ def test_summarise_and_compare_follow_the_reference_layout():
 
 
 def test_bracket_says_which_values_fall_inside():
-    generated = [{"nonzero_frac": v / 100, "components8_nonzero": v, "components8_ge64": v,
-                  "peak_profile": [255] * st.PROFILE} for v in range(100)]
+    generated = [
+        {"nonzero_frac": v / 100, "components8_nonzero": v, "components8_ge64": v, "peak_profile": [255] * st.PROFILE}
+        for v in range(100)
+    ]
     inside = {"nonzero_frac": 0.5, "components8_nonzero": 50, "components8_ge64": 2, "peak_profile": [255] * st.PROFILE}
     row = st.bracket([inside], generated)[0]
     assert row["nonzero_frac"][3] and row["components8_nonzero"][3] and row["peak_1"][3]
@@ -104,8 +111,13 @@ def test_bracket_says_which_values_fall_inside():
 
 
 def run_cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "experiments" / "pathfinder_stats.py"), *args],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "experiments" / "pathfinder_stats.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
 
 
 def test_cli_on_a_folder_writes_json_and_names_bad_files(tmp_path):
@@ -130,8 +142,20 @@ def test_cli_generates_compares_and_brackets(tmp_path):
     Image.fromarray(hand_image(), mode="L").save(folder / "a.png")
     reference = tmp_path / "ref.json"
     reference.write_text(json.dumps({"B": {"components8_ge64": [20.0, 1, 1, 1]}}))
-    done = run_cli("--generate", "4", "--size", "32", "--against", str(reference), "--against-key", "B",
-                   "--bracket", str(folder), "--set", "rounding=half")
+    done = run_cli(
+        "--generate",
+        "4",
+        "--size",
+        "32",
+        "--against",
+        str(reference),
+        "--against-key",
+        "B",
+        "--bracket",
+        str(folder),
+        "--set",
+        "rounding=half",
+    )
     assert done.returncode == 0, done.stderr
     assert "distractors placed" in done.stdout and "a.png:" in done.stdout
     assert "8-connected components, >= 64" in done.stdout

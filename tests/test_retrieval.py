@@ -1,4 +1,5 @@
 """Retrieval task: the AAN TSV reader, two-tower ids, per-split truncation, errors."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,9 +27,7 @@ def write_release(root, train=TRAIN, eval_=EVAL, test=TEST, newline="\n"):
     folder = root / "tsv_data"
     folder.mkdir(parents=True, exist_ok=True)
     for name, rows in (("train", train), ("eval", eval_), ("test", test)):
-        (folder / f"new_aan_pairs.{name}.tsv").write_bytes(
-            "".join(r + newline for r in rows).encode("utf-8")
-        )
+        (folder / f"new_aan_pairs.{name}.tsv").write_bytes("".join(r + newline for r in rows).encode("utf-8"))
     return root
 
 

@@ -1,4 +1,5 @@
 """The follow-up's rotary Transformer backbone (issue 6, acceptance 1: rotary lines)."""
+
 from __future__ import annotations
 
 import math
@@ -14,9 +15,20 @@ from repro.original.encoder import FeedForward
 
 
 def small_cfg(**extra) -> dict:
-    cfg = dict(backbone="rotary_transformer", d_model=32, n_heads=2, depth=2, d_ff=48, activation="relu",
-               dropout=0.0, pooling="mean", rotary=True, rotary_base=10000, rotary_disable_half=False,
-               positional="none")
+    cfg = dict(
+        backbone="rotary_transformer",
+        d_model=32,
+        n_heads=2,
+        depth=2,
+        d_ff=48,
+        activation="relu",
+        dropout=0.0,
+        pooling="mean",
+        rotary=True,
+        rotary_base=10000,
+        rotary_disable_half=False,
+        positional="none",
+    )
     cfg.update(extra)
     return cfg
 
@@ -88,8 +100,14 @@ def test_backbone_layout_and_summed_position_variants():
     assert sublayers[0].mixer.rotary is not None and model.encoder.embed.positional == "none"
     assert model.head.pooling == "mean" and not any(isinstance(m, torch.nn.Dropout) and m.p for m in model.modules())
     for positional in ("learned", "sinusoidal"):
-        summed = SequenceClassifier(small_cfg(rotary=False, positional=positional), vocab_size=20, max_len=64,
-                                    num_classes=3, pad_id=0, two_tower=False)
+        summed = SequenceClassifier(
+            small_cfg(rotary=False, positional=positional),
+            vocab_size=20,
+            max_len=64,
+            num_classes=3,
+            pad_id=0,
+            two_tower=False,
+        )
         assert summed.encoder.sublayers[0].mixer.rotary is None and summed.encoder.embed.positional == positional
     with pytest.raises(ValueError, match="choose one positional"):
         build_rotary_transformer_layers(small_cfg(positional="learned"), max_len=64)
@@ -112,11 +130,16 @@ def test_attention_matches_an_explicit_softmax_reference():
     torch.testing.assert_close(mixer(x, mask), expected, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("variant", [dict(), dict(rotary_disable_half=True), dict(rotary=False, positional="sinusoidal")])
+@pytest.mark.parametrize(
+    "variant", [dict(), dict(rotary_disable_half=True), dict(rotary=False, positional="sinusoidal")]
+)
 def test_outputs_unchanged_by_appended_padding(variant):
     torch.manual_seed(0)
-    model = SequenceClassifier(small_cfg(**variant), vocab_size=20, max_len=96, num_classes=3, pad_id=0,
-                               two_tower=False).double().eval()
+    model = (
+        SequenceClassifier(small_cfg(**variant), vocab_size=20, max_len=96, num_classes=3, pad_id=0, two_tower=False)
+        .double()
+        .eval()
+    )
     ids = torch.randint(1, 20, (3, 40))
     ids[1, 25:] = 0
     padded = torch.cat([ids, torch.zeros(3, 30, dtype=torch.long)], dim=1)
@@ -177,7 +200,6 @@ def test_head_width_must_allow_a_rotary_table():
 
 import random  # noqa: E402
 
-
 from conftest import SHORT_LISTOPS_OVERRIDES, composed, read_json, run_cli  # noqa: E402
 from test_image import make_official as make_cifar  # noqa: E402
 from test_tasks_smoke import make_aan, make_acl_imdb  # noqa: E402
@@ -197,8 +219,6 @@ SHORT = {
 }
 
 
-
-
 def test_arms_resolve_to_table_5():
     table5 = {  # task: (d_model, depth, heads, d_ff, disable half, lr, batch, weight decay, epochs)
         "listops": (256, 6, 4, 512, False, 0.0001, 64, 0.05, 120),
@@ -210,14 +230,31 @@ def test_arms_resolve_to_table_5():
     for task, row in table5.items():
         run = resolve(composed("arm=rotary_transformer", f"task={task}", "profile=paper"))
         m, t = run["model"], run["train"]
-        got = (m["d_model"], m["depth"], m["n_heads"], m["d_ff"], m["rotary_disable_half"], t["lr"], t["batch_size"],
-               t["weight_decay"], t["epochs"])
+        got = (
+            m["d_model"],
+            m["depth"],
+            m["n_heads"],
+            m["d_ff"],
+            m["rotary_disable_half"],
+            t["lr"],
+            t["batch_size"],
+            t["weight_decay"],
+            t["epochs"],
+        )
         assert got == row, (task, got)
-        assert (m["activation"], m["norm"], m["prenorm"], m["dropout"], m["pooling"]) == ("relu", "layer", True, 0.0, "mean")
+        assert (m["activation"], m["norm"], m["prenorm"], m["dropout"], m["pooling"]) == (
+            "relu",
+            "layer",
+            True,
+            0.0,
+            "mean",
+        )
         assert m["rotary"] and m["rotary_base"] == 10000 and m["positional"] == "none" and t["schedule"] == "followup"
     for arm, positional in (("learned_pe", "learned"), ("sinusoidal_pe", "sinusoidal")):
         m = resolve(composed(f"arm={arm}", "task=text", "profile=paper"))["model"]
-        assert not m["rotary"] and m["positional"] == positional and m["positional_base"] == 10000 and m["d_model"] == 256
+        assert (
+            not m["rotary"] and m["positional"] == positional and m["positional_base"] == 10000 and m["d_model"] == 256
+        )
 
 
 @pytest.fixture(scope="module")
@@ -233,17 +270,31 @@ def fixture_data(tmp_path_factory):
 @pytest.mark.parametrize("task", TABLE4_TASKS)
 @pytest.mark.parametrize("arm", TABLE4_ARMS)
 def test_every_table4_arm_runs_on_every_task_at_smoke_scale(arm, task, tmp_path, shared_cache, fixture_data):
-    cfg = composed(f"arm={arm}", f"task={task}", "profile=smoke", f"output_dir={tmp_path / 'out'}",
-                   f"cache_dir={shared_cache}", f"data_dir={fixture_data}", "progress=false", "workers=2",
-                   "+train.max_steps=2", *SHORT[task])
+    cfg = composed(
+        f"arm={arm}",
+        f"task={task}",
+        "profile=smoke",
+        f"output_dir={tmp_path / 'out'}",
+        f"cache_dir={shared_cache}",
+        f"data_dir={fixture_data}",
+        "progress=false",
+        "workers=2",
+        "+train.max_steps=2",
+        *SHORT[task],
+    )
     assert execute(cfg) == 0, (arm, task)
     metrics = read_json(tmp_path / "out" / "runs" / arm / task / "smoke" / "seed0" / "metrics.json")
     assert metrics["status"] == "complete" and metrics["steps"] == 2 and 0.0 <= metrics["test_acc"] <= 1.0
     with_techniques = arm != "rotary_transformer_notech"
     assert metrics["techniques"]["name"] == ("followup" if with_techniques else "none")
     built = metrics["techniques"]["built"]
-    expected = {"listops": "ListOpsOperandPermutation", "image": "CifarAutoAugment", "text": "MaskedTokenObjective",
-                "retrieval": "MaskedTokenObjective", "pathfinder": None}[task]
+    expected = {
+        "listops": "ListOpsOperandPermutation",
+        "image": "CifarAutoAugment",
+        "text": "MaskedTokenObjective",
+        "retrieval": "MaskedTokenObjective",
+        "pathfinder": None,
+    }[task]
     if with_techniques and expected:
         assert expected in str(built), built
     else:
@@ -253,9 +304,17 @@ def test_every_table4_arm_runs_on_every_task_at_smoke_scale(arm, task, tmp_path,
 
 
 def short_listops_cli(tmp_path, shared_cache, *extra):
-    return run_cli("task=listops", "profile=smoke", f"output_dir={tmp_path / 'out'}", f"cache_dir={shared_cache}",
-                   f"data_dir={tmp_path / 'no_data'}", "task.source=generated", "progress=false", *SHORT["listops"],
-                   *extra)
+    return run_cli(
+        "task=listops",
+        "profile=smoke",
+        f"output_dir={tmp_path / 'out'}",
+        f"cache_dir={shared_cache}",
+        f"data_dir={tmp_path / 'no_data'}",
+        "task.source=generated",
+        "progress=false",
+        *SHORT["listops"],
+        *extra,
+    )
 
 
 def test_cli_runs_rotary_transformer_with_and_without_techniques(tmp_path, shared_cache):
@@ -265,7 +324,9 @@ def test_cli_runs_rotary_transformer_with_and_without_techniques(tmp_path, share
     assert off.returncode == 0, off.stderr[-3000:]
     a = read_json(tmp_path / "out" / "runs" / "rotary_transformer" / "listops" / "smoke" / "seed0" / "metrics.json")
     # not the arm's own techniques: recorded under rotary_transformer+none (repro/records.py: record_arm)
-    b = read_json(tmp_path / "off" / "out" / "runs" / "rotary_transformer+none" / "listops" / "smoke" / "seed0" / "metrics.json")
+    b = read_json(
+        tmp_path / "off" / "out" / "runs" / "rotary_transformer+none" / "listops" / "smoke" / "seed0" / "metrics.json"
+    )
     assert a["techniques"]["augment"] == {"listops_permute": True} and b["techniques"]["augment"] == {}
     assert a["steps"] == b["steps"] == 8  # 32 examples, batch 8, 2 epochs
     assert a["test_loss"] != b["test_loss"]  # the permutation changed training
@@ -280,7 +341,12 @@ def test_resumed_run_with_techniques_matches_the_uninterrupted_one(tmp_path, sha
     resumed = short_listops_cli(tmp_path / "cut", shared_cache, *args)
     assert resumed.returncode == 0 and "from step 11" in resumed.stdout, resumed.stderr[-3000:]
     folder = Path("out") / "runs" / "rotary_transformer" / "listops" / "smoke" / "seed0"
-    a, b = read_json(tmp_path / "whole" / folder / "metrics.json"), read_json(tmp_path / "cut" / folder / "metrics.json")
+    a, b = (
+        read_json(tmp_path / "whole" / folder / "metrics.json"),
+        read_json(tmp_path / "cut" / folder / "metrics.json"),
+    )
     for key in ("best_val_acc", "best_val_step", "test_acc", "test_loss", "steps"):
         assert a[key] == b[key], (key, a[key], b[key])
-    assert (tmp_path / "whole" / folder / "predictions.csv").read_text() == (tmp_path / "cut" / folder / "predictions.csv").read_text()
+    assert (tmp_path / "whole" / folder / "predictions.csv").read_text() == (
+        tmp_path / "cut" / folder / "predictions.csv"
+    ).read_text()

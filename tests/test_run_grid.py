@@ -1,6 +1,7 @@
 """experiments/run_grid.py with the real runner: cells run, complete ones skipped, a deadline respected, a slot's
 archives resumed elsewhere to the same record as an uninterrupted run. (Scheduling with a stand-in runner:
 test_grid_schedule.py.)"""
+
 from __future__ import annotations
 
 import json
@@ -29,15 +30,26 @@ def _grid(tmp_path, minutes_per_run=0.0):
         "common: [" + ", ".join(SHORT) + "]\n"
         f"minutes_per_run: {minutes_per_run}\noverhead_minutes: 0\n"
         "cells:\n  - {arms: [locality_k5], tasks: [listops], seeds: [0, 1]}\n"
-        "  - {arms: [locality_k61], tasks: [listops], seeds: [0], optional: true}\n")
+        "  - {arms: [locality_k61], tasks: [listops], seeds: [0], optional: true}\n"
+    )
     return path
 
 
 def _run(tmp_path, shared_cache, *args):
-    extra = ["--", f"output_dir={tmp_path / 'out'}", f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'none'}",
-             "task.source=generated"]
-    return subprocess.run([sys.executable, str(GRID), str(_grid(tmp_path, *args[:1])), *args[1:], *extra],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    extra = [
+        "--",
+        f"output_dir={tmp_path / 'out'}",
+        f"cache_dir={shared_cache}",
+        f"data_dir={tmp_path / 'none'}",
+        "task.source=generated",
+    ]
+    return subprocess.run(
+        [sys.executable, str(GRID), str(_grid(tmp_path, *args[:1])), *args[1:], *extra],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
 
 
 def test_grid_runs_its_cells_then_skips_them_on_rerun(tmp_path, shared_cache):
@@ -100,15 +112,28 @@ def test_a_cell_claimed_by_another_grid_process_is_left_to_it(tmp_path, shared_c
 def test_sigterm_to_the_grid_reaches_its_running_cell_and_releases_the_claim(tmp_path, shared_cache):
     """A grid stopped by SIGTERM passes it on (the run checkpoints and exits 143), logs it, frees the claim."""
     grid = tmp_path / "grid.yaml"
-    grid.write_text("common: [" + ", ".join(["profile=smoke", *SHORT_LISTOPS_OVERRIDES, "+train.max_steps=6",
-                                            "debug.pause_at_step=2"]) + "]\n"
-                    "minutes_per_run: 0\noverhead_minutes: 0\n"
-                    "cells:\n  - {arms: [locality_k5], tasks: [listops], seeds: [0]}\n")
+    grid.write_text(
+        "common: ["
+        + ", ".join(["profile=smoke", *SHORT_LISTOPS_OVERRIDES, "+train.max_steps=6", "debug.pause_at_step=2"])
+        + "]\n"
+        "minutes_per_run: 0\noverhead_minutes: 0\n"
+        "cells:\n  - {arms: [locality_k5], tasks: [listops], seeds: [0]}\n"
+    )
     claims, out = tmp_path / "claims", tmp_path / "out"
-    extra = ["--", f"output_dir={out}", f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'none'}",
-             "task.source=generated"]
-    grid_process = subprocess.Popen([sys.executable, str(GRID), str(grid), "--gpus", "0", "--claim-dir", str(claims),
-                                     *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    extra = [
+        "--",
+        f"output_dir={out}",
+        f"cache_dir={shared_cache}",
+        f"data_dir={tmp_path / 'none'}",
+        "task.source=generated",
+    ]
+    grid_process = subprocess.Popen(
+        [sys.executable, str(GRID), str(grid), "--gpus", "0", "--claim-dir", str(claims), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
     run_dir = out / "runs" / "locality_k5" / "listops" / "smoke" / "seed0"
     cell_log = out / "grid_logs" / "locality_k5__listops__seed0.log"
 
@@ -134,19 +159,26 @@ def test_a_slot_stopped_mid_run_resumes_from_its_archives_to_the_uninterrupted_r
     """Slot 1 is stopped at step 2 and archives; slot 2 starts from an empty output folder with --resume-from
     and ends with the record an uninterrupted run writes (same predictions, accuracies and steps)."""
     grid = tmp_path / "grid.yaml"
-    grid.write_text("common: [" + ", ".join(["profile=smoke", *SHORT_LISTOPS_OVERRIDES, "+train.max_steps=6"]) + "]\n"
-                    "cells:\n  - {arms: [locality_k5], tasks: [listops], seeds: [0]}\n")
+    grid.write_text(
+        "common: [" + ", ".join(["profile=smoke", *SHORT_LISTOPS_OVERRIDES, "+train.max_steps=6"]) + "]\n"
+        "cells:\n  - {arms: [locality_k5], tasks: [listops], seeds: [0]}\n"
+    )
     shared = [f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'none'}", "task.source=generated"]
 
     def grid_command(*args, output):
         return [sys.executable, str(GRID), str(grid), "--gpus", "0", *args, "--", f"output_dir={output}", *shared]
 
-    reference = subprocess.run(grid_command(output=tmp_path / "ref"), capture_output=True, text=True, timeout=600,
-                               cwd=ROOT)
+    reference = subprocess.run(
+        grid_command(output=tmp_path / "ref"), capture_output=True, text=True, timeout=600, cwd=ROOT
+    )
     assert reference.returncode == 0, reference.stdout[-2000:]
-    first = subprocess.Popen(grid_command("--archive-to", str(tmp_path / "slot1"), output=tmp_path / "out1") +
-                             ["debug.pause_at_step=2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             cwd=ROOT)
+    first = subprocess.Popen(
+        grid_command("--archive-to", str(tmp_path / "slot1"), output=tmp_path / "out1") + ["debug.pause_at_step=2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
     cell_log = tmp_path / "out1" / "grid_logs" / "locality_k5__listops__seed0.log"
     until = time.monotonic() + 300
     while not (cell_log.exists() and "paused after step 2" in cell_log.read_text()) and time.monotonic() < until:
@@ -157,8 +189,13 @@ def test_a_slot_stopped_mid_run_resumes_from_its_archives_to_the_uninterrupted_r
     manifest = json.loads((tmp_path / "slot1" / "grid-manifest.json").read_text())
     carried = {entry["path"].rsplit("/", 1)[-1] for unit in manifest["units"] for entry in unit["files"]}
     assert {"config.yaml", "last.pt", "last.pt.sha256", "grid_log.csv"} <= carried and "metrics.json" not in carried
-    second = subprocess.run(grid_command("--resume-from", str(tmp_path / "slot1"), output=tmp_path / "out2"),
-                            capture_output=True, text=True, timeout=600, cwd=ROOT)
+    second = subprocess.run(
+        grid_command("--resume-from", str(tmp_path / "slot1"), output=tmp_path / "out2"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert second.returncode == 0, second.stdout[-2000:]
     assert "unpacked checkpoint runs/locality_k5/listops/smoke/seed0" in second.stdout
     cell_log = (tmp_path / "out2" / "grid_logs" / "locality_k5__listops__seed0.log").read_text()
@@ -169,8 +206,10 @@ def test_a_slot_stopped_mid_run_resumes_from_its_archives_to_the_uninterrupted_r
     ours, theirs = read_json(resumed / "metrics.json"), read_json(uninterrupted / "metrics.json")
     for key in ("steps", "best_val_acc", "best_val_step", "test_acc", "test_loss"):
         assert ours[key] == theirs[key], key
-    assert [row["exit"] for row in read_rows(tmp_path / "out2" / "grid_log.csv") if row["arm"] != GPU_TOTAL] == \
-        ["143", "0"]  # slot 1's row came along in the archive
+    assert [row["exit"] for row in read_rows(tmp_path / "out2" / "grid_log.csv") if row["arm"] != GPU_TOTAL] == [
+        "143",
+        "0",
+    ]  # slot 1's row came along in the archive
 
 
 def test_the_lra_grid_console_script_is_declared_and_shows_its_help():
@@ -178,12 +217,19 @@ def test_the_lra_grid_console_script_is_declared_and_shows_its_help():
     tomllib = pytest.importorskip("tomllib")
     target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["lra-grid"]
     module, _, function = target.partition(":")
-    for argv, usage in ((["--help"], "usage: lra-grid"), (["ledger", "--help"], "usage: lra-grid ledger"),
-                        (["unpack", "--help"], "usage: lra-grid unpack")):
+    for argv, usage in (
+        (["--help"], "usage: lra-grid"),
+        (["ledger", "--help"], "usage: lra-grid ledger"),
+        (["unpack", "--help"], "usage: lra-grid unpack"),
+    ):
         code = f"import sys; sys.argv = ['lra-grid', *{argv!r}]; from {module} import {function}; {function}()"
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
         assert done.returncode == 0 and done.stdout.startswith(usage), done.stderr[-2000:]
-    assert "--per-gpu" in subprocess.run([sys.executable, "-m", "repro.grid", "--help"], capture_output=True,
-                                         text=True, cwd=ROOT, timeout=120).stdout
+    assert (
+        "--per-gpu"
+        in subprocess.run(
+            [sys.executable, "-m", "repro.grid", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=120
+        ).stdout
+    )
     if shutil.which("lra-grid"):  # installed (pip install -e .)
         assert subprocess.run(["lra-grid", "--help"], capture_output=True, text=True).returncode == 0

@@ -1,4 +1,5 @@
 """The Hydra runner end to end on the smoke profile."""
+
 from __future__ import annotations
 
 import csv
@@ -6,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import composed, read_json, run_cli
 
 from repro.records import METRIC_FIELDS
@@ -14,8 +14,13 @@ from repro.records import METRIC_FIELDS
 
 def common(tmp_path: Path, cache: Path, source: str = "task.source=generated") -> list[str]:
     """A private output and data folder; with a data folder named, generated data is asked for by ``source``."""
-    return [f"output_dir={tmp_path / 'out'}", f"cache_dir={cache}", f"data_dir={tmp_path / 'no_data'}", source,
-            "progress=false"]
+    return [
+        f"output_dir={tmp_path / 'out'}",
+        f"cache_dir={cache}",
+        f"data_dir={tmp_path / 'no_data'}",
+        source,
+        "progress=false",
+    ]
 
 
 def run_folder(tmp_path: Path, arm: str = "locality_k61", task: str = "listops") -> Path:
@@ -82,7 +87,9 @@ def test_killed_run_resumes_to_the_uninterrupted_metrics(tmp_path, shared_cache,
     b = read_json(run_folder(cut, "locality_k5") / "metrics.json")
     for key in ("best_val_acc", "best_val_step", "test_acc", "test_loss", "steps", "epochs"):
         assert a[key] == b[key], (key, a[key], b[key])
-    assert read_csv(run_folder(whole, "locality_k5") / "predictions.csv") == read_csv(run_folder(cut, "locality_k5") / "predictions.csv")
+    assert read_csv(run_folder(whole, "locality_k5") / "predictions.csv") == read_csv(
+        run_folder(cut, "locality_k5") / "predictions.csv"
+    )
     assert a["length_bucketing"]["used"] == (bucketing == "on") == b["length_bucketing"]["used"]
     assert a["length_bucketing"]["mean_train_width"] == b["length_bucketing"]["mean_train_width"]
 
@@ -110,7 +117,9 @@ def test_an_arm_outside_the_package_runs_through_config_dir(tmp_path, shared_cac
         "defaults:\n  - /base/locality@_here_\n  - _self_\n"
         "name: locality_k9\nmodel:\n  kernel_size: 9\n"
     )
-    done = run_cli("--config-dir", str(conf), "arm=locality_k9", "task=listops", "profile=smoke", *common(tmp_path, shared_cache))
+    done = run_cli(
+        "--config-dir", str(conf), "arm=locality_k9", "task=listops", "profile=smoke", *common(tmp_path, shared_cache)
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     folder = run_folder(tmp_path, "locality_k9")
     assert read_json(folder / "metrics.json")["arm"] == "locality_k9"
@@ -133,8 +142,13 @@ def test_without_task_an_arm_runs_its_tasks_and_skips_missing_data(tmp_path, sha
         "tasks:\n  listops: {}\n  listops_official: {}\n"
     )
     # Without a task there is no task.source to type: the profile's ListOps block asks for generated data.
-    done = run_cli("--config-dir", str(conf), "arm=two_tasks", "profile=smoke",
-                   *common(tmp_path, shared_cache, "++profile.tasks.listops.source=generated"))
+    done = run_cli(
+        "--config-dir",
+        str(conf),
+        "arm=two_tasks",
+        "profile=smoke",
+        *common(tmp_path, shared_cache, "++profile.tasks.listops.source=generated"),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     skipped = [line for line in done.stdout.splitlines() if "skipped: data missing" in line]
     assert len(skipped) == 1 and skipped[0].startswith("[two_tasks/listops_official] skipped"), done.stdout
@@ -181,8 +195,14 @@ def test_a_task_setting_typed_on_the_command_line_wins_over_the_techniques():
     beside it must not be dropped silently."""
     from repro.runner import resolve
 
-    cfg = composed("arm=locality_k61", "task=pathfinder", "profile=smoke", "techniques=followup", "task.difficulty=hard",
-                   "task.generate.paddle_margins=[1,2]")
+    cfg = composed(
+        "arm=locality_k61",
+        "task=pathfinder",
+        "profile=smoke",
+        "techniques=followup",
+        "task.difficulty=hard",
+        "task.generate.paddle_margins=[1,2]",
+    )
     assert resolve(cfg)["task"]["difficulty"] == "all"  # the layers alone: the techniques' value
     run = resolve(cfg, ["difficulty", "generate.paddle_margins"])
     assert run["task"]["difficulty"] == "hard"
@@ -191,17 +211,34 @@ def test_a_task_setting_typed_on_the_command_line_wins_over_the_techniques():
 
 def test_the_runner_reads_the_typed_task_settings_from_hydra(tmp_path, shared_cache):
     # smoke's own block sets n_per_difficulty 200: the typed 1000 must win over it too
-    done = run_cli("arm=locality_k5", "task=pathfinder", "profile=smoke", "techniques=followup", "task.difficulty=easy",
-                   "++task.generate.n_per_difficulty=1000", *common(tmp_path, shared_cache))
+    done = run_cli(
+        "arm=locality_k5",
+        "task=pathfinder",
+        "profile=smoke",
+        "techniques=followup",
+        "task.difficulty=easy",
+        "++task.generate.n_per_difficulty=1000",
+        *common(tmp_path, shared_cache),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    config = yaml.safe_load((tmp_path / "out" / "runs" / "locality_k5+followup" / "pathfinder" / "smoke" / "seed0" / "config.yaml").read_text())
+    config = yaml.safe_load(
+        (
+            tmp_path / "out" / "runs" / "locality_k5+followup" / "pathfinder" / "smoke" / "seed0" / "config.yaml"
+        ).read_text()
+    )
     assert config["task"]["difficulty"] == "easy" and config["task"]["generate"]["n_per_difficulty"] == 1000
 
 
 def test_a_typed_block_changes_only_the_keys_it_names_and_deletions_and_list_items_are_handled():
     from repro.runner import resolve, typed_task_paths
 
-    typed = ["task.generate={padding: 2}", "~task.generate.marker_radius", "++task.difficulty=hard", "task=pathfinder", "seed=1"]
+    typed = [
+        "task.generate={padding: 2}",
+        "~task.generate.marker_radius",
+        "++task.difficulty=hard",
+        "task=pathfinder",
+        "seed=1",
+    ]
     assert typed_task_paths(typed) == ["generate.padding", "~generate.marker_radius", "difficulty"]
     # an empty block changes nothing: the profile's per-task settings (smoke: 200 images) stay
     assert typed_task_paths(["task.generate={}"]) == []
@@ -213,20 +250,29 @@ def test_a_typed_block_changes_only_the_keys_it_names_and_deletions_and_list_ite
     cfg = composed("arm=locality_k61", "task=pathfinder", "profile=smoke", "~task.generate.marker_radius")
     assert "marker_radius" not in resolve(cfg, ["~generate.marker_radius"])["task"]["generate"]
     cfg = composed("arm=locality_k61", "task=pathfinder", "profile=smoke", "task.generate.paddle_margins.0=3")
-    with pytest.raises(ValueError, match=r"task.generate.paddle_margins.0: 'paddle_margins' is not a block of settings; "
-                                         r"set the whole value instead \(task.generate.paddle_margins=...\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"task.generate.paddle_margins.0: 'paddle_margins' is not a block of settings; "
+        r"set the whole value instead \(task.generate.paddle_margins=...\)",
+    ):
         resolve(cfg, ["generate.paddle_margins.0"])
 
 
 def test_settings_differences_name_what_shapes_training_and_skip_what_may_change():
     from repro.runner import settings_differences
 
-    old = {"model": {"kernel_size": 61, "norm": "layer"}, "task": {"difficulty": "all", "generate": {"padding": 1}},
-           "train": {"lr": 0.001, "budget_minutes": 5, "eval_every_seconds": 60}, "techniques": {"augment": {}}}
-    new = {"model": {"kernel_size": 61, "norm": "batch", "token_encoding": "intensity"},
-           "task": {"difficulty": "hard", "generate": {"padding": 1}},
-           "train": {"lr": 0.001, "budget_minutes": 60, "eval_every_seconds": 30, "warmup_steps": 10},
-           "techniques": {"augment": {"d4": True}}}
+    old = {
+        "model": {"kernel_size": 61, "norm": "layer"},
+        "task": {"difficulty": "all", "generate": {"padding": 1}},
+        "train": {"lr": 0.001, "budget_minutes": 5, "eval_every_seconds": 60},
+        "techniques": {"augment": {}},
+    }
+    new = {
+        "model": {"kernel_size": 61, "norm": "batch", "token_encoding": "intensity"},
+        "task": {"difficulty": "hard", "generate": {"padding": 1}},
+        "train": {"lr": 0.001, "budget_minutes": 60, "eval_every_seconds": 30, "warmup_steps": 10},
+        "techniques": {"augment": {"d4": True}},
+    }
     assert settings_differences(old, new) == [
         "model.norm: 'layer' -> 'batch'",
         "model.token_encoding: 'embedding' -> 'intensity'",  # absent from the old record: its implicit value
@@ -247,15 +293,19 @@ def test_a_record_folder_holding_other_settings_is_refused_and_force_starts_over
     done = run_cli(*args, "++train.lr=0.002")
     assert done.returncode == 2
     folder = run_folder(tmp_path)
-    assert (f"[locality_k61/listops] {folder} holds a run with other settings (train.lr: 0.001 -> 0.002); its record "
-            "and checkpoints belong to those. Pass output_dir=<another folder> to keep both, or force=true to start "
-            "this run over in its place") in done.stderr
+    assert (
+        f"[locality_k61/listops] {folder} holds a run with other settings (train.lr: 0.001 -> 0.002); its record "
+        "and checkpoints belong to those. Pass output_dir=<another folder> to keep both, or force=true to start "
+        "this run over in its place"
+    ) in done.stderr
     done = run_cli(*args, "++train.lr=0.002", "force=true")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "force=true: starting over" in done.stdout and "resuming" not in done.stdout
     assert yaml.safe_load((folder / "config.yaml").read_text())["train"]["lr"] == 0.002
     assert read_json(folder / "metrics.json")["steps"] == 32  # trained from step 0, not resumed
-    assert "record complete" in run_cli(*args, "++train.lr=0.002", "++train.eval_batch_size=5").stdout  # free keys: same run
+    assert (
+        "record complete" in run_cli(*args, "++train.lr=0.002", "++train.eval_batch_size=5").stdout
+    )  # free keys: same run
     # A forced rerun removes the earlier metrics first: interrupted, it leaves no complete record behind.
     done = run_cli(*args, "++train.lr=0.003", "force=true", "debug.sigterm_at_step=8")
     assert done.returncode == 143 and not (folder / "metrics.json").exists()

@@ -3,6 +3,7 @@
 Each bundle is decompressed and tokenised once into a module-wide temporary cache;
 later builds read the cache. Skipped only when the folders are absent.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,13 +27,32 @@ def cache(tmp_path_factory):
 
 
 def _text_cfg(**over):
-    return {"name": "text", "source": "bundle", "max_len": 4096, "strip": True, "validation": "train_holdout",
-            "val_fraction": 0.1, "data_seed": 0, "official_subdir": "aclImdb", "bundle_subdir": "imdb", **over}
+    return {
+        "name": "text",
+        "source": "bundle",
+        "max_len": 4096,
+        "strip": True,
+        "validation": "train_holdout",
+        "val_fraction": 0.1,
+        "data_seed": 0,
+        "official_subdir": "aclImdb",
+        "bundle_subdir": "imdb",
+        **over,
+    }
 
 
 def _image_cfg(**over):
-    return {"name": "image", "source": "bundle", "variant": "auto", "max_len": 1024, "val_fraction": 0.1,
-            "data_seed": 0, "official_subdir": "cifar-10-batches-py", "bundle_subdir": "cifar10_jpeg", **over}
+    return {
+        "name": "image",
+        "source": "bundle",
+        "variant": "auto",
+        "max_len": 1024,
+        "val_fraction": 0.1,
+        "data_seed": 0,
+        "official_subdir": "cifar-10-batches-py",
+        "bundle_subdir": "cifar10_jpeg",
+        **over,
+    }
 
 
 def _per_class(labels):
@@ -59,7 +79,7 @@ def test_imdb_bundle(cache):
     # validating on test reuses the same tokenised cache entry
     lra_style = text.build(_text_cfg(validation="test"), SHARED, cache)
     assert lra_style.info["cache_hit"] is True and lra_style.val is lra_style.test
-    first = "Story of a man who has unnatural feelings for a pig.".encode()  # aclImdb/train/neg/0_3.txt
+    first = b"Story of a man who has unnatural feelings for a pig."  # aclImdb/train/neg/0_3.txt
     assert lra_style.train.inputs[0, : len(first)].tolist() == [b + 1 for b in first]
     assert lra_style.train.labels[0] == 0 and lra_style.train.labels[-1] == 1
 

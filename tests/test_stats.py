@@ -1,4 +1,5 @@
 """repro.stats against answers computed independently here (the basic tests of repro.stats.core)."""
+
 from __future__ import annotations
 
 import math
@@ -19,7 +20,9 @@ def paired_from_table(both: int, only_a: int, only_b: int, neither: int, seed: i
     return a[order], b[order]
 
 
-@pytest.mark.parametrize("both,only_a,only_b,neither", [(40, 12, 3, 45), (500, 7, 19, 474), (3, 0, 0, 2), (10, 1, 0, 0)])
+@pytest.mark.parametrize(
+    "both,only_a,only_b,neither", [(40, 12, 3, 45), (500, 7, 19, 474), (3, 0, 0, 2), (10, 1, 0, 0)]
+)
 def test_mcnemar_equals_the_exact_binomial_test_on_discordant_pairs(both, only_a, only_b, neither):
     a, b = paired_from_table(both, only_a, only_b, neither)
     assert stats.mcnemar_table(a, b).tolist() == [[both, only_a], [only_b, neither]]
@@ -85,12 +88,14 @@ def test_hierarchical_bootstrap_covers_the_true_accuracy_difference_in_at_least_
     p_a, p_b, seeds, examples, covered = 0.62, 0.55, 8, 300, 0
     for dataset in range(100):
         difficulty = rng.normal(0.0, 1.0, examples)  # shared by both arms: the pairing matters
+
         def runs(p):
             logit = math.log(p / (1 - p))
             # per-seed shift of small size, per-example difficulty, then Bernoulli outcomes
             shifts = rng.normal(0.0, 0.05, (seeds, 1))
             probability = 1.0 / (1.0 + np.exp(-(logit + shifts + difficulty)))
             return (rng.random((seeds, examples)) < probability).astype(float)
+
         result = stats.bootstrap_hierarchical(runs(p_a), runs(p_b), n_resamples=1000, seed=dataset)
         covered += result.ci[0] <= TRUE_DIFF[(p_a, p_b)] <= result.ci[1]
     assert covered >= 90, f"covered the true difference in {covered} of 100 datasets"

@@ -1,5 +1,6 @@
 """The claims' statistics: interval coverage on synthetic records, the verdict rules, the pooled
 per-example test, the permutation test, seeds needed, and the trivial baselines on a fixture."""
+
 from __future__ import annotations
 
 import itertools
@@ -76,33 +77,65 @@ def test_one_sample_intervals_against_a_published_number_reach_their_nominal_cov
 
 def evidence(**changes) -> Evidence:
     """A claim of +5 points (A > B, margin 2), two arms of 3 seeds at the full protocol, away from the baseline."""
-    base = dict(published=5.0, direction="greater", margin=2.0, estimate=5.0, ci=(3.0, 7.0), ci_equivalence=(3.5, 6.5),
-                seeds={"a": 3, "b": 3}, shares={"a": 1.0, "b": 0.8}, means={"a": 60.0, "b": 55.0},
-                baseline=(35.0, 40.0))
+    base = dict(
+        published=5.0,
+        direction="greater",
+        margin=2.0,
+        estimate=5.0,
+        ci=(3.0, 7.0),
+        ci_equivalence=(3.5, 6.5),
+        seeds={"a": 3, "b": 3},
+        shares={"a": 1.0, "b": 0.8},
+        means={"a": 60.0, "b": 55.0},
+        baseline=(35.0, 40.0),
+    )
     return Evidence(**{**base, **changes})
 
 
 CASES = [  # (what changes, verdict, rule)
     ({"seeds": {"a": 3, "b": 1}, "ci": (math.nan, math.nan)}, "not tested", "R1: fewer than 2 seeds of b"),
-    ({"shares": {"a": 1.0, "b": 0.46}}, "not tested",
-     "R2: below 50% of the protocol's training examples (b 46.0%)"),
-    ({"shares": {"a": math.nan, "b": 1.0}}, "not tested",
-     "R2: below 50% of the protocol's training examples (a unknown)"),
-    ({"means": {"a": 38.0, "b": 36.0}}, "not tested",
-     "R3: every arm's mean inside the trivial baseline's [35.00, 40.00]"),
+    ({"shares": {"a": 1.0, "b": 0.46}}, "not tested", "R2: below 50% of the protocol's training examples (b 46.0%)"),
+    (
+        {"shares": {"a": math.nan, "b": 1.0}},
+        "not tested",
+        "R2: below 50% of the protocol's training examples (a unknown)",
+    ),
+    (
+        {"means": {"a": 38.0, "b": 36.0}},
+        "not tested",
+        "R3: every arm's mean inside the trivial baseline's [35.00, 40.00]",
+    ),
     ({}, "matches", "R4: 90% interval [3.50, 6.50] inside +5.00 ± 2"),
-    ({"ci": (-4.5, 0.5), "ci_equivalence": (-4.0, 0.0)}, "contradicted",
-     "R5: interval [-4.50, 0.50] excludes the published +5.00"),
-    ({"ci": (-4.5, -0.5), "ci_equivalence": (-4.0, -1.0)}, "contradicted",
-     "R5: interval [-4.50, -0.50] on the side of zero opposite to the claim"),
-    ({"ci": (7.5, 11.0), "ci_equivalence": (8.0, 10.5)}, "contradicted",
-     "R5: interval [7.50, 11.00] excludes the published +5.00"),
-    ({"ci": (0.5, 12.0), "ci_equivalence": (1.5, 11.0)}, "supported",
-     "R6: interval [0.50, 12.00] on the claimed side of zero, holds +5.00"),
-    ({"ci": (-1.0, 12.0), "ci_equivalence": (0.0, 11.0)}, "inconclusive",
-     "R7: interval [-1.00, 12.00] holds +5.00; holds zero"),
-    ({"direction": "none", "ci": (0.5, 12.0), "ci_equivalence": (1.5, 11.0)}, "inconclusive",
-     "R7: interval [0.50, 12.00] holds +5.00; claim has no direction"),
+    (
+        {"ci": (-4.5, 0.5), "ci_equivalence": (-4.0, 0.0)},
+        "contradicted",
+        "R5: interval [-4.50, 0.50] excludes the published +5.00",
+    ),
+    (
+        {"ci": (-4.5, -0.5), "ci_equivalence": (-4.0, -1.0)},
+        "contradicted",
+        "R5: interval [-4.50, -0.50] on the side of zero opposite to the claim",
+    ),
+    (
+        {"ci": (7.5, 11.0), "ci_equivalence": (8.0, 10.5)},
+        "contradicted",
+        "R5: interval [7.50, 11.00] excludes the published +5.00",
+    ),
+    (
+        {"ci": (0.5, 12.0), "ci_equivalence": (1.5, 11.0)},
+        "supported",
+        "R6: interval [0.50, 12.00] on the claimed side of zero, holds +5.00",
+    ),
+    (
+        {"ci": (-1.0, 12.0), "ci_equivalence": (0.0, 11.0)},
+        "inconclusive",
+        "R7: interval [-1.00, 12.00] holds +5.00; holds zero",
+    ),
+    (
+        {"direction": "none", "ci": (0.5, 12.0), "ci_equivalence": (1.5, 11.0)},
+        "inconclusive",
+        "R7: interval [0.50, 12.00] holds +5.00; claim has no direction",
+    ),
 ]
 
 
@@ -217,17 +250,24 @@ def test_pooled_sd_is_the_sd_of_residuals_from_each_cell_mean():
 
 # ---------------------------------------------------------------- trivial baselines on a fixture
 
-TRAIN = pd.DataFrame({"root": ["[MAX"] * 5 + ["[MIN"] * 4 + ["[SM"] * 3 + ["[MED"] * 3,
-                      "label": [9, 9, 8, 9, 1, 0, 0, 2, 0, 3, 7, 7, 4, 4, 5]})
-TEST = pd.DataFrame({"root": ["[MAX", "[MAX", "[MIN", "[MIN", "[MIN", "[SM", "[MED", "[MED"],
-                     "label": [9, 3, 0, 0, 1, 7, 4, 5]})
+TRAIN = pd.DataFrame(
+    {
+        "root": ["[MAX"] * 5 + ["[MIN"] * 4 + ["[SM"] * 3 + ["[MED"] * 3,
+        "label": [9, 9, 8, 9, 1, 0, 0, 2, 0, 3, 7, 7, 4, 4, 5],
+    }
+)
+TEST = pd.DataFrame(
+    {"root": ["[MAX", "[MAX", "[MIN", "[MIN", "[MIN", "[SM", "[MED", "[MED"], "label": [9, 3, 0, 0, 1, 7, 4, 5]}
+)
 
 
 def test_root_operator_baseline_predicts_each_roots_most_frequent_training_label():
     counts = listops_roots.train_label_counts(TRAIN["root"], TRAIN["label"])
     summary = {root: {"label_counts": c} for root, c in counts.items()}
-    rows = [{"index": i, "root": r, "label": int(y)}
-            for i, (r, y) in enumerate(zip(TEST["root"], TEST["label"], strict=True))]
+    rows = [
+        {"index": i, "root": r, "label": int(y)}
+        for i, (r, y) in enumerate(zip(TEST["root"], TEST["label"], strict=True))
+    ]
     found = baselines.root_operator(summary, rows)
     # independently: pandas' mode per root (smallest label on ties), then the share of test labels equal to it
     mode = TRAIN.groupby("root")["label"].agg(lambda s: s.value_counts().sort_index().idxmax())
@@ -260,13 +300,17 @@ def _task_train(base: str, task: str) -> dict:
     return OmegaConf.to_container(OmegaConf.load(CONF / "base" / f"{base}.yaml"))["tasks"][task]["train"]
 
 
-@pytest.mark.parametrize("arm,base,task,n_train", [("lra_transformer", "lra", "listops", 96000),
-                                                   ("locality_k61", "locality", "text", 22500)])
+@pytest.mark.parametrize(
+    "arm,base,task,n_train", [("lra_transformer", "lra", "listops", 96000), ("locality_k61", "locality", "text", 22500)]
+)
 def test_share_is_examples_trained_over_the_paper_profiles_steps_times_batch(arm, base, task, n_train):
     train = _task_train(base, task)
     steps = 1234
-    metrics = {"steps": steps, "train_settings": {"batch_size": train["batch_size"]},
-               "data": {"source": "generated" if task == "listops" else "bundle", "sizes": {"train": n_train}}}
+    metrics = {
+        "steps": steps,
+        "train_settings": {"batch_size": train["batch_size"]},
+        "data": {"source": "generated" if task == "listops" else "bundle", "sizes": {"train": n_train}},
+    }
     planned = train["epochs"] * (n_train // train["batch_size"])
     if train.get("max_steps") is not None:
         planned = min(planned, train["max_steps"])
@@ -275,8 +319,11 @@ def test_share_is_examples_trained_over_the_paper_profiles_steps_times_batch(arm
 
 
 def test_a_generated_task_is_measured_against_the_paper_profiles_training_set_size():
-    smoke = {"steps": 100, "train_settings": {"batch_size": 32},
-             "data": {"source": "generated", "sizes": {"train": 128}}}
+    smoke = {
+        "steps": 100,
+        "train_settings": {"batch_size": 32},
+        "data": {"source": "generated", "sizes": {"train": 128}},
+    }
     train, generate = _task_train("locality", "listops"), OmegaConf.load(CONF / "task" / "listops.yaml")["generate"]
     share, _ = protocol.share(smoke, "locality_k5", "listops")
     assert share == pytest.approx(100 / (train["epochs"] * (generate["n_train"] // train["batch_size"])))
@@ -285,8 +332,9 @@ def test_a_generated_task_is_measured_against_the_paper_profiles_training_set_si
 def test_an_unknown_protocol_or_record_says_why():
     metrics = {"steps": 10, "train_settings": {"batch_size": 32}, "data": {"sizes": {"train": 100}}}
     share, note = protocol.share(metrics, "no_such_arm", "listops")
-    assert math.isnan(share) and note == ("arm=no_such_arm task=listops profile=paper techniques=none: "
-                                          "In 'config': Could not find 'arm/no_such_arm'")
+    assert math.isnan(share) and note == (
+        "arm=no_such_arm task=listops profile=paper techniques=none: In 'config': Could not find 'arm/no_such_arm'"
+    )
     share, note = protocol.share({"steps": 10}, "locality_k5", "listops")
     assert math.isnan(share) and note == "the record lacks data.sizes.train, steps or train_settings.batch_size"
     share, note = protocol.share(metrics, "locality_k5", "listops", conf_dir=Path("/nonexistent"))

@@ -1,4 +1,5 @@
 """Every task end to end on the smoke profile, from fixtures in the official layouts."""
+
 from __future__ import annotations
 
 import random
@@ -38,9 +39,17 @@ def test_locality_arm_runs_every_task_from_official_layouts(tmp_path):
     make_aan(data, {"train": 40, "eval": 10, "test": 10}, rng)
     make_cifar(data)
     generated = [f"++profile.tasks.{task}.source=generated" for task in ("listops", "pathfinder", "pathx")]
-    done = run_cli("arm=locality_k61", "profile=smoke", f"data_dir={data}", *generated,
-                   f"output_dir={tmp_path / 'out'}", f"cache_dir={tmp_path / 'cache'}", "progress=false", "workers=2",
-                   timeout=900)
+    done = run_cli(
+        "arm=locality_k61",
+        "profile=smoke",
+        f"data_dir={data}",
+        *generated,
+        f"output_dir={tmp_path / 'out'}",
+        f"cache_dir={tmp_path / 'cache'}",
+        "progress=false",
+        "workers=2",
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "arm locality_k61: 6 task(s) done" in done.stdout, done.stdout[-2000:]
     for task in TASKS:

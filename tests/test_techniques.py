@@ -1,4 +1,5 @@
 """The follow-up's training techniques and the techniques config group."""
+
 from __future__ import annotations
 
 import random
@@ -9,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import composed
 from test_listops import independent_eval
 
@@ -25,10 +25,6 @@ from repro.tasks.base import Split, TaskData
 from repro.tasks.listops import VOCAB, encode
 from repro.tasks.pathfinder import build as build_pathfinder
 
-
-
-
-
 # ------------------------------------------------------------------ ListOps operand permutation
 
 
@@ -37,6 +33,7 @@ evaluate_tokens = independent_eval  # the stack evaluator written in tests/test_
 
 def canonical(tokens: list[str]) -> str:
     """The tree with every node's operands sorted: equal iff one is an operand permutation of the other."""
+
     def parse(i):
         tok = tokens[i]
         if not tok.startswith("["):
@@ -86,7 +83,7 @@ def test_permuted_listops_keeps_label_and_tokens_over_1000_trees():
         assert evaluate_tokens(original) == trees.evaluate(tree)  # the test's evaluator agrees with the generator's
         assert evaluate_tokens(permuted) == trees.evaluate(tree)
         assert Counter(before.tolist()) == Counter(after.tolist())  # token multiset, padding included
-        assert (after[len(original):] == 0).all()  # padding stays at the end
+        assert (after[len(original) :] == 0).all()  # padding stays at the end
         assert canonical(permuted) == canonical(original)  # only operand orders changed, at any depth
         changed += permuted != original
     assert changed > 900, changed  # almost every tree is reordered somewhere
@@ -153,8 +150,15 @@ def test_mlm_masking_rates_over_100000_tokens():
     ids[torch.arange(2500)[None, :] >= lengths[:, None]] = 0
     real = ids != 0
     assert int(real.sum()) >= 100_000
-    corrupted, selected = corrupt_tokens(ids, pad_id=0, vocab_size=257, mask_id=257, rate=0.3,
-                                         random_fraction=1 / 3, generator=torch.Generator().manual_seed(1))
+    corrupted, selected = corrupt_tokens(
+        ids,
+        pad_id=0,
+        vocab_size=257,
+        mask_id=257,
+        rate=0.3,
+        random_fraction=1 / 3,
+        generator=torch.Generator().manual_seed(1),
+    )
     assert not selected[~real].any() and torch.equal(corrupted[~real], ids[~real])  # padding never masked
     assert torch.equal(corrupted[~selected], ids[~selected])  # unselected tokens untouched
     rate = selected.sum() / real.sum()
@@ -176,7 +180,9 @@ def test_mlm_loss_is_task_loss_plus_denoising_loss_and_eval_is_unmasked(two_towe
     x[..., 25:] = 0
     split = Split(x.numpy(), np.zeros(6, dtype=np.int64))
     task = TaskData("retrieval" if two_tower else "text", split, split, split, 2, 50, 30, two_tower=two_tower)
-    augment = build_train_augment({"name": "followup", "augment": {"mlm": {"rate": 0.3, "random_fraction": 1 / 3}}}, task)
+    augment = build_train_augment(
+        {"name": "followup", "augment": {"mlm": {"rate": 0.3, "random_fraction": 1 / 3}}}, task
+    )
     cfg = dict(backbone="rotary_transformer", d_model=16, n_heads=2, depth=1, d_ff=16, pooling="mean")
     model_task = augment.model_task(task)
     assert model_task.vocab_size == 51 and augment.objective.mask_id == 50
@@ -189,7 +195,8 @@ def test_mlm_loss_is_task_loss_plus_denoising_loss_and_eval_is_unmasked(two_towe
     corrupted, selected = augment.objective.corrupt(x, augment.draws(0, 3).cpu_generator())
     states = model.encoder(corrupted.reshape(-1, 30), corrupted.reshape(-1, 30) != 0)
     expected = F.cross_entropy(model(corrupted), labels) + F.cross_entropy(
-        model.mlm_head(states[selected.reshape(-1, 30)]), x.reshape(-1, 30)[selected.reshape(-1, 30)])
+        model.mlm_head(states[selected.reshape(-1, 30)]), x.reshape(-1, 30)[selected.reshape(-1, 30)]
+    )
     torch.testing.assert_close(loss, expected.float())  # the engine scores losses in float32
     assert (corrupted == 50).any()
     # evaluation calls model(ids) on clean inputs: nothing in the model masks
@@ -211,10 +218,19 @@ def test_mlm_needs_a_padded_token_task():
 @pytest.fixture(scope="module")
 def pathfinder_tasks(tmp_path_factory):
     cache = tmp_path_factory.mktemp("pf_cache")
-    base = {"name": "pathfinder", "source": "generated", "resolution": 32, "official_subdir": "pathfinder32",
-            "data_seed": 0, "max_len": 1024, "generate": {"render": "release", "n_per_difficulty": 60}}
-    return {d: build_pathfinder({**base, "difficulty": d}, Path("/nonexistent"), cache, workers=1)
-            for d in ("easy", "intermediate", "hard", "all")}
+    base = {
+        "name": "pathfinder",
+        "source": "generated",
+        "resolution": 32,
+        "official_subdir": "pathfinder32",
+        "data_seed": 0,
+        "max_len": 1024,
+        "generate": {"render": "release", "n_per_difficulty": 60},
+    }
+    return {
+        d: build_pathfinder({**base, "difficulty": d}, Path("/nonexistent"), cache, workers=1)
+        for d in ("easy", "intermediate", "hard", "all")
+    }
 
 
 def test_pathfinder_all_trains_on_three_difficulties_and_validates_on_hard(pathfinder_tasks):
@@ -223,7 +239,9 @@ def test_pathfinder_all_trains_on_three_difficulties_and_validates_on_hard(pathf
     assert len(both.train) == 3 * k
     parts = [easy.train.inputs[:k], inter.train.inputs[:k], hard.train.inputs]
     np.testing.assert_array_equal(both.train.inputs, np.concatenate(parts))
-    np.testing.assert_array_equal(both.train.labels, np.concatenate([easy.train.labels[:k], inter.train.labels[:k], hard.train.labels]))
+    np.testing.assert_array_equal(
+        both.train.labels, np.concatenate([easy.train.labels[:k], inter.train.labels[:k], hard.train.labels])
+    )
     for split in ("val", "test"):
         np.testing.assert_array_equal(getattr(both, split).inputs, getattr(hard, split).inputs)
         np.testing.assert_array_equal(getattr(both, split).labels, getattr(hard, split).labels)
@@ -263,10 +281,16 @@ def test_arms_choose_default_techniques_and_the_command_line_wins():
     def techniques(*overrides):
         return resolve(composed(*overrides))["techniques"]
 
-    assert techniques("arm=rotary_transformer", "task=listops") == {"name": "followup", "augment": {"listops_permute": True},
-                                                                    "arm_default": "followup"}
-    assert techniques("arm=rotary_transformer", "task=listops", "techniques=none") == {"name": "none", "augment": {},
-                                                                                        "arm_default": "followup"}
+    assert techniques("arm=rotary_transformer", "task=listops") == {
+        "name": "followup",
+        "augment": {"listops_permute": True},
+        "arm_default": "followup",
+    }
+    assert techniques("arm=rotary_transformer", "task=listops", "techniques=none") == {
+        "name": "none",
+        "augment": {},
+        "arm_default": "followup",
+    }
     assert techniques("arm=rotary_transformer_notech", "task=text")["name"] == "none"
     assert techniques("arm=learned_pe", "task=text")["augment"]["mlm"]["rate"] == 0.3
     assert techniques("arm=sinusoidal_pe", "task=image")["augment"] == {"autoaugment": "cifar10"}

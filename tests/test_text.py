@@ -1,4 +1,5 @@
 """Text task: aclImdb folder and JSONL-bundle readers, byte ids, truncation, splits, errors."""
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,15 @@ def make_bundle(root, rows_by_split=None):
         rows_by_split = {"train": [], "test": []}
         for split, cls, doc_id, rating, data in REVIEWS:
             rows_by_split[split].append(
-                json.dumps({"id": doc_id, "rating": rating, "label": int(cls == "pos"), "text": data.decode(),
-                            "orig_path": f"aclImdb/{split}/{cls}/{doc_id}_{rating}.txt"})
+                json.dumps(
+                    {
+                        "id": doc_id,
+                        "rating": rating,
+                        "label": int(cls == "pos"),
+                        "text": data.decode(),
+                        "orig_path": f"aclImdb/{split}/{cls}/{doc_id}_{rating}.txt",
+                    }
+                )
             )
     for split, rows in rows_by_split.items():
         with lzma.open(folder / f"imdb_{split}.jsonl.xz", "wt", encoding="utf-8") as handle:
@@ -57,8 +65,17 @@ def make_bundle(root, rows_by_split=None):
 
 
 def cfg(**over):
-    base = {"name": "text", "source": "auto", "max_len": MAX_LEN, "strip": True, "validation": "test",
-            "val_fraction": 0.25, "data_seed": 0, "official_subdir": "aclImdb", "bundle_subdir": "imdb"}
+    base = {
+        "name": "text",
+        "source": "auto",
+        "max_len": MAX_LEN,
+        "strip": True,
+        "validation": "test",
+        "val_fraction": 0.25,
+        "data_seed": 0,
+        "official_subdir": "aclImdb",
+        "bundle_subdir": "imdb",
+    }
     return {**base, **over}
 
 

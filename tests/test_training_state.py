@@ -1,4 +1,5 @@
 """Checkpoints written by earlier versions of the training loop resume to the uninterrupted result."""
+
 from __future__ import annotations
 
 import pytest
@@ -56,12 +57,16 @@ def test_a_checkpoint_from_before_batching_was_stored_resumes_twice(tmp_path, mo
 
 def test_a_checkpoint_state_with_an_unknown_key_is_refused_naming_the_file(tmp_path):
     with pytest.raises(RuntimeError) as err:
-        RunState.from_checkpoint({"step": 3, "momentum": 0.9}, {"bucketing": False, "pool_batches": None},
-                                 tmp_path / "last.pt")
-    assert str(err.value) == (f"{tmp_path / 'last.pt'}: the checkpoint's state holds unknown key(s) momentum "
-                              "(written by another version of repro); delete it, or pass resume=false, to start over")
-    state = RunState.from_checkpoint({"step": 3, "bucketed_steps": 3}, {"bucketing": True, "pool_batches": 4},
-                                     tmp_path / "last.pt")
+        RunState.from_checkpoint(
+            {"step": 3, "momentum": 0.9}, {"bucketing": False, "pool_batches": None}, tmp_path / "last.pt"
+        )
+    assert str(err.value) == (
+        f"{tmp_path / 'last.pt'}: the checkpoint's state holds unknown key(s) momentum "
+        "(written by another version of repro); delete it, or pass resume=false, to start over"
+    )
+    state = RunState.from_checkpoint(
+        {"step": 3, "bucketed_steps": 3}, {"bucketing": True, "pool_batches": 4}, tmp_path / "last.pt"
+    )
     assert (state.step, state.width_sum, state.batching) == (3, 0, {"bucketing": True, "pool_batches": 4})
 
 
@@ -75,8 +80,9 @@ def test_data_wait_probe_times_the_fetch_of_every_nth_step_against_the_whole_ste
     calls = []
     for step in range(6):
         state.step = step
-        batch, result = probe.run(state, lambda s=step: calls.append(("fetch", s)) or s,
-                                  lambda b: calls.append(("compute", b)) or b * 10)
+        batch, result = probe.run(
+            state, lambda s=step: calls.append(("fetch", s)) or s, lambda b: calls.append(("compute", b)) or b * 10
+        )
         assert (batch, result) == (step, step * 10)
     assert calls == [(kind, s) for s in range(6) for kind in ("fetch", "compute")]  # every step once, in order
     assert state.data_wait_steps == 2  # steps 0 and 3

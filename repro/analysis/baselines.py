@@ -14,6 +14,7 @@ A baseline's interval is the 95% Wilson interval of its accuracy on the n test e
 set of this size could put the same predictor. An arm whose seed mean lies inside it has not
 been shown to beat the trivial predictor (verdict rule R3, ``repro.stats.verdict``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -65,8 +66,9 @@ def root_operator(train_summary: dict, test_rows: list[dict]) -> Baseline:
     majority = listops_roots.most_frequent(counts)
     roots = [row["root"] for row in test_rows]
     detail = ", ".join(f"{root.lstrip('[')} -> {label}" for root, label in majority.items())
-    return scored("root operator", listops_roots.baseline_predictions(majority, roots), [r["label"] for r in test_rows],
-                  detail)
+    return scored(
+        "root operator", listops_roots.baseline_predictions(majority, roots), [r["label"] for r in test_rows], detail
+    )
 
 
 def listops_train_counts(train_summary: dict) -> dict[int, int]:

@@ -11,6 +11,7 @@ The root-operator baseline predicts, for each test example, the most frequent TR
 of its root operator (ties: the smallest label). The follow-up's greedy algorithm guesses at
 random under SUM MOD instead; this baseline is deterministic everywhere, SUM MOD included.
 """
+
 from __future__ import annotations
 
 import csv
@@ -64,8 +65,10 @@ def rebuild(config: dict, labels: list[int], data_dir: Path, cache_dir: Path, wo
         task = take_subset(task, config["subset"], task_cfg.get("data_seed", 0))
     test_labels = np.asarray(task.test.labels).astype(int).tolist()
     if test_labels != labels:
-        raise ValueError(f"the rebuilt test set ({len(test_labels)} examples) does not match the record's "
-                         f"predictions.csv labels ({len(labels)}): different data; pass the --data-dir the run used")
+        raise ValueError(
+            f"the rebuilt test set ({len(test_labels)} examples) does not match the record's "
+            f"predictions.csv labels ({len(labels)}): different data; pass the --data-dir the run used"
+        )
 
     def roots(split):
         return [VOCAB[int(tok)] for tok in np.asarray(split.inputs)[:, 0]]

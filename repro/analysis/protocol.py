@@ -13,6 +13,7 @@ A record's examples are ``steps x batch_size`` from its ``metrics.json`` (``trai
 the global batch under several processes). Its budget is ``budget_fraction`` of the protocol
 when the record has that field, else a wall-clock cap (``budget_minutes``), else none.
 """
+
 from __future__ import annotations
 
 import math
@@ -48,8 +49,9 @@ class Protocol:
 def paper_protocol(arm: str, task: str, techniques: str = "none", conf_dir: Path = CONF_DIR) -> Protocol:
     """The paper profile's epochs, step cap and batch of ``arm`` on ``task`` with ``techniques``."""
     if not (Path(conf_dir) / "config.yaml").is_file():
-        raise ProtocolUnknown(f"{conf_dir}/config.yaml not found: the protocol is read from a checkout's "
-                              "experiments/conf")
+        raise ProtocolUnknown(
+            f"{conf_dir}/config.yaml not found: the protocol is read from a checkout's experiments/conf"
+        )
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
@@ -62,8 +64,12 @@ def paper_protocol(arm: str, task: str, techniques: str = "none", conf_dir: Path
     except (HydraException, KeyError) as err:
         raise ProtocolUnknown(f"{' '.join(overrides)}: {str(err).splitlines()[0]}") from None
     train, generate = run["train"], (run["task"].get("generate") or {})
-    return Protocol(int(train["epochs"]), None if train.get("max_steps") is None else int(train["max_steps"]),
-                    int(train["batch_size"]), int(generate["n_train"]) if "n_train" in generate else None)
+    return Protocol(
+        int(train["epochs"]),
+        None if train.get("max_steps") is None else int(train["max_steps"]),
+        int(train["batch_size"]),
+        int(generate["n_train"]) if "n_train" in generate else None,
+    )
 
 
 def trained_examples(metrics: dict) -> int | None:

@@ -28,6 +28,7 @@ fast path (``PLAIN_PATH``: flex_attention, fused SDPA, a compiled rotation) are 
 their plain path, the same function written as explicit products (flex_attention does not run
 under the counter).
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
@@ -108,7 +109,7 @@ def counted_forward_flops(model: torch.nn.Module, ids: torch.Tensor, autocast_dt
     """FLOPs FlopCounterMode sees in one forward pass of ``model`` on ``ids`` (evaluation mode, plain paths)."""
     was_training = model.training
     model.eval()
-    autocast = (torch.autocast(ids.device.type, dtype=autocast_dtype) if autocast_dtype is not None else nullcontext())
+    autocast = torch.autocast(ids.device.type, dtype=autocast_dtype) if autocast_dtype is not None else nullcontext()
     try:
         with plain_paths(model), FlopCounterMode(display=False) as counter, torch.no_grad(), autocast:
             model(ids)

@@ -14,12 +14,14 @@ then training (weights, gradients, optimiser state). An out-of-memory error, or 
 other error, in one measurement becomes that row's ``status`` and the loop goes on
 after freeing what the failed step held.
 """
+
 from __future__ import annotations
 
 import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -122,9 +124,8 @@ def time_train(model, ids, labels, spec: BenchModel, settings: Settings, inject)
 
     try:
         return Timing(StepTimer(settings.device).run(step, settings.warmup, settings.reps, settings.max_row_seconds))
-    finally:
+    finally:  # the optimiser's state goes with this frame; the gradients go now
         optimizer.zero_grad(set_to_none=True)
-        del optimizer
 
 
 def attempt(fn) -> tuple[object, str]:
@@ -183,9 +184,16 @@ def measure(spec: BenchModel, length: int, settings: Settings, peak_tflops: floa
     """The rows of one model at one length (one per mode)."""
     device = settings.device
     base = {
-        "model": spec.name, "arm": spec.arm, "kind": spec.kind, "length": int(length),
-        "seq_len": sequence_length(spec, length), "batch": settings.batch, "layers": spec.layers,
-        "parameters": None, "flops_per_step": None, "flops_source": None,
+        "model": spec.name,
+        "arm": spec.arm,
+        "kind": spec.kind,
+        "length": int(length),
+        "seq_len": sequence_length(spec, length),
+        "batch": settings.batch,
+        "layers": spec.layers,
+        "parameters": None,
+        "flops_per_step": None,
+        "flops_source": None,
     }
     model, status = attempt(lambda: build(spec, length, device, settings.seed))
     if model is None:
@@ -201,9 +209,9 @@ def measure(spec: BenchModel, length: int, settings: Settings, peak_tflops: floa
         inject = InjectedOutOfMemory(settings.oom_at, spec.name, length, mode)
         reset_peak(device)
         if mode == "infer":
-            timing, status = attempt(lambda: time_infer(model, ids, settings, inject))
+            timing, status = attempt(partial(time_infer, model, ids, settings, inject))
         else:
-            timing, status = attempt(lambda: time_train(model, ids, labels, spec, settings, inject))
+            timing, status = attempt(partial(time_train, model, ids, labels, spec, settings, inject))
         model.zero_grad(set_to_none=True)
         row["status"] = status
         if timing is not None:
@@ -217,7 +225,7 @@ def measure(spec: BenchModel, length: int, settings: Settings, peak_tflops: floa
             row["peak_mem_reason"] = "out of memory" if status == "OOM" else "not measured: the step failed"
             free_memory(device)  # what the failed step held, before the next measurement
         if status == "ok":
-            rate, conv_status = attempt(lambda: conv_layer_tflops(spec, model, length, mode, settings))
+            rate, conv_status = attempt(partial(conv_layer_tflops, spec, model, length, mode, settings))
             row["conv_layer_tflops"] = rate
             if conv_status != "ok":
                 row["conv_layer_note"] = conv_status
@@ -243,9 +251,20 @@ def describe(row: dict) -> str:
 
 
 def skipped_rows(spec: BenchModel, length: int, settings: Settings, why: str) -> list[dict]:
-    return [{"model": spec.name, "arm": spec.arm, "kind": spec.kind, "length": int(length),
-             "seq_len": sequence_length(spec, length), "mode": mode, "batch": settings.batch, "layers": spec.layers,
-             "status": f"skipped: {why}"} for mode in settings.modes]
+    return [
+        {
+            "model": spec.name,
+            "arm": spec.arm,
+            "kind": spec.kind,
+            "length": int(length),
+            "seq_len": sequence_length(spec, length),
+            "mode": mode,
+            "batch": settings.batch,
+            "layers": spec.layers,
+            "status": f"skipped: {why}",
+        }
+        for mode in settings.modes
+    ]
 
 
 def run_matrix(specs: list[BenchModel], settings: Settings, peak_tflops: float | None) -> list[dict]:
@@ -258,7 +277,9 @@ def run_matrix(specs: list[BenchModel], settings: Settings, peak_tflops: float |
     free_memory(settings.device)
     start = time.monotonic()
     pairs = [(spec, length) for spec in specs for length in settings.lengths]
-    bar = tqdm(pairs, desc="bench", unit="model-length", disable=not settings.progress, dynamic_ncols=True, file=sys.stdout)
+    bar = tqdm(
+        pairs, desc="bench", unit="model-length", disable=not settings.progress, dynamic_ncols=True, file=sys.stdout
+    )
     for spec, length in bar:
         bar.set_postfix_str(f"{spec.name} L={length}")
         if settings.time_budget_s is not None and time.monotonic() - start > settings.time_budget_s:

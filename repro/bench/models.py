@@ -14,6 +14,7 @@ text settings, the follow-up study, Table 7). The sequence length is the benchma
 task's: ``build`` sizes the model for ``length`` tokens (plus the CLS token where
 the arm has one).
 """
+
 from __future__ import annotations
 
 import copy
@@ -130,15 +131,17 @@ def attention_dropout_setting(value) -> float | None:
     except (TypeError, ValueError):
         p = -1.0
     if not 0.0 <= p < 1.0:
-        raise ValueError(f"attention_dropout={value!r} (experiments/conf/bench.yaml): give lra (each arm's own) "
-                         "or a probability in [0, 1), e.g. attention_dropout=0")
+        raise ValueError(
+            f"attention_dropout={value!r} (experiments/conf/bench.yaml): give lra (each arm's own) "
+            "or a probability in [0, 1), e.g. attention_dropout=0"
+        )
     return p
 
 
 def peer_problem(module: str) -> str | None:
     """Why peer package ``module`` cannot be used (not installed, or its import fails), or None."""
     if importlib.util.find_spec(module) is None:
-        return f"peer package {module!r} is not installed (pip install -e \".[peers]\")"
+        return f'peer package {module!r} is not installed (pip install -e ".[peers]")'
     try:
         importlib.import_module(module)
     except Exception as err:  # noqa: BLE001 - any failure to import skips the row, with its reason
@@ -146,8 +149,13 @@ def peer_problem(module: str) -> str | None:
     return None
 
 
-def plan(names: list[str] | None, variants: dict, task: str = "text", depth: int | None = None,
-         attention_dropout: float | None = None) -> tuple[list[BenchModel], list[str]]:
+def plan(
+    names: list[str] | None,
+    variants: dict,
+    task: str = "text",
+    depth: int | None = None,
+    attention_dropout: float | None = None,
+) -> tuple[list[BenchModel], list[str]]:
     """The rows to measure and one line per row skipped (no settings for ``task``, package missing
     or not importing).
 
@@ -160,8 +168,10 @@ def plan(names: list[str] | None, variants: dict, task: str = "text", depth: int
     variants = dict(variants or {})
     unknown = [n for n in (names or []) if n not in arms and n not in variants]
     if unknown:
-        raise KeyError(f"unknown model(s) {', '.join(unknown)} in models=[...]; arms: {', '.join(arms)}; "
-                       f"variants (experiments/conf/bench.yaml): {', '.join(sorted(variants))}")
+        raise KeyError(
+            f"unknown model(s) {', '.join(unknown)} in models=[...]; arms: {', '.join(arms)}; "
+            f"variants (experiments/conf/bench.yaml): {', '.join(sorted(variants))}"
+        )
     wanted = list(names) if names else arms + sorted(variants)
     specs, skipped, resolved = [], [], {}
     for name in wanted:
@@ -169,9 +179,11 @@ def plan(names: list[str] | None, variants: dict, task: str = "text", depth: int
         arm = variant["arm"] if variant else name
         if arm not in resolved:
             if arm not in arms:
-                raise KeyError(f"variant {name!r} (experiments/conf/bench.yaml) names arm {arm!r}, which does not "
-                               "exist; "
-                               f"arms: {', '.join(arms)}")
+                raise KeyError(
+                    f"variant {name!r} (experiments/conf/bench.yaml) names arm {arm!r}, which does not "
+                    "exist; "
+                    f"arms: {', '.join(arms)}"
+                )
             resolved[arm] = resolve_arm(arm, task)
         run = resolved[arm]
         if run is None:
@@ -188,9 +200,18 @@ def plan(names: list[str] | None, variants: dict, task: str = "text", depth: int
         if attention_dropout is not None and "attention_dropout" in model:
             model["attention_dropout"] = float(attention_dropout)
         kind = "arm" if not variant else ("peer" if requires else "variant")
-        specs.append(BenchModel(name=name, arm=arm, kind=kind, model=model, train=dict(run["train"]),
-                                requires=requires, note=(variant or {}).get("note"),
-                                compare_with=list((variant or {}).get("compare_with") or [])))
+        specs.append(
+            BenchModel(
+                name=name,
+                arm=arm,
+                kind=kind,
+                model=model,
+                train=dict(run["train"]),
+                requires=requires,
+                note=(variant or {}).get("note"),
+                compare_with=list((variant or {}).get("compare_with") or []),
+            )
+        )
     if any(s.kind == "peer" for s in specs):
         from .peers import register_peers
 

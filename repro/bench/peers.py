@@ -18,6 +18,7 @@ padded keys; ``LocalAttention(mask=...)`` masks padded keys; ``LinformerSelfAtte
 has no mask argument (padded keys are mixed in, as in LRA's own Linformer). Outputs at
 padded positions are set to 0, our convention.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,16 +48,31 @@ class PeerPerformer(nn.Module):
     ``lra_performer`` text setting), ``"softmax"`` its positive softmax features.
     """
 
-    def __init__(self, d_model: int, n_heads: int, max_len: int, dropout: float = 0.0,
-                 nb_features: int = 256, kernel: str = "relu"):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        max_len: int,
+        dropout: float = 0.0,
+        nb_features: int = 256,
+        kernel: str = "relu",
+    ):
         super().__init__()
         from performer_pytorch import SelfAttention
 
         if kernel not in ("relu", "softmax"):
             raise ValueError(f"peer_performer kernel {kernel!r}: choose relu or softmax")
-        self.attn = SelfAttention(dim=d_model, heads=n_heads, dim_head=d_model // n_heads, nb_features=nb_features,
-                                  generalized_attention=kernel == "relu", kernel_fn=nn.ReLU(), dropout=dropout,
-                                  qkv_bias=False, attn_out_bias=False)
+        self.attn = SelfAttention(
+            dim=d_model,
+            heads=n_heads,
+            dim_head=d_model // n_heads,
+            nb_features=nb_features,
+            generalized_attention=kernel == "relu",
+            kernel_fn=nn.ReLU(),
+            dropout=dropout,
+            qkv_bias=False,
+            attn_out_bias=False,
+        )
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         mask = full_mask(x, mask)
@@ -66,13 +82,15 @@ class PeerPerformer(nn.Module):
 class PeerLinformer(nn.Module):
     """linformer ``LinformerSelfAttention``: keys and values projected along the sequence to ``k``."""
 
-    def __init__(self, d_model: int, n_heads: int, max_len: int, dropout: float = 0.0, k: int = 256,
-                 share_kv: bool = False):
+    def __init__(
+        self, d_model: int, n_heads: int, max_len: int, dropout: float = 0.0, k: int = 256, share_kv: bool = False
+    ):
         super().__init__()
         from linformer import LinformerSelfAttention
 
-        self.attn = LinformerSelfAttention(dim=d_model, seq_len=max_len, k=k, heads=n_heads, share_kv=share_kv,
-                                           dropout=dropout)
+        self.attn = LinformerSelfAttention(
+            dim=d_model, seq_len=max_len, k=k, heads=n_heads, share_kv=share_kv, dropout=dropout
+        )
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         mask = full_mask(x, mask)
@@ -88,14 +106,16 @@ class PeerReformer(nn.Module):
     sequence, masked, to that multiple.
     """
 
-    def __init__(self, d_model: int, n_heads: int, max_len: int, dropout: float = 0.0, n_hashes: int = 1,
-                 n_buckets: int = 10):
+    def __init__(
+        self, d_model: int, n_heads: int, max_len: int, dropout: float = 0.0, n_hashes: int = 1, n_buckets: int = 10
+    ):
         super().__init__()
         from reformer_pytorch import LSHSelfAttention
 
         self.bucket_size = max(1, math.ceil(max_len / n_buckets))
-        self.attn = LSHSelfAttention(dim=d_model, heads=n_heads, bucket_size=self.bucket_size, n_hashes=n_hashes,
-                                     causal=False, dropout=dropout)
+        self.attn = LSHSelfAttention(
+            dim=d_model, heads=n_heads, bucket_size=self.bucket_size, n_hashes=n_hashes, causal=False, dropout=dropout
+        )
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         mask = full_mask(x, mask)
@@ -112,14 +132,28 @@ class PeerLocal(nn.Module):
     """local-attention ``LocalAttention``: windows of ``window_size``, each seeing ``look_backward``
     windows before and ``look_forward`` after it; our q/k/v and output projections around it."""
 
-    def __init__(self, d_model: int, n_heads: int, max_len: int, dropout: float = 0.0, window_size: int = 256,
-                 look_backward: int = 1, look_forward: int = 1):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        max_len: int,
+        dropout: float = 0.0,
+        window_size: int = 256,
+        look_backward: int = 1,
+        look_forward: int = 1,
+    ):
         super().__init__()
         from local_attention import LocalAttention
 
         self.proj = QKVOut(d_model, n_heads)
-        self.attn = LocalAttention(window_size=window_size, causal=False, look_backward=look_backward,
-                                   look_forward=look_forward, dropout=dropout, autopad=True)
+        self.attn = LocalAttention(
+            window_size=window_size,
+            causal=False,
+            look_backward=look_backward,
+            look_forward=look_forward,
+            dropout=dropout,
+            autopad=True,
+        )
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         mask = full_mask(x, mask)

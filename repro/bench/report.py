@@ -11,6 +11,7 @@ Transformer (SDPA backend) at the same length, beside the published TPU numbers
 (``repro.reference.published("lra_table2_efficiency")``) and their ratios to the
 published Transformer.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,15 +26,38 @@ from ..reference import LRA_MODEL_ARMS, published
 
 REFERENCE_MODEL = "lra_transformer"  # relative speed and memory are to this row (SDPA backend)
 ROW_FIELDS = [
-    "model", "arm", "kind", "length", "seq_len", "mode", "batch", "layers", "status",
-    "steps_per_s", "steps_per_s_min", "steps_per_s_max", "step_ms_median", "step_ms_iqr", "reps",
-    "peak_mem_gb", "peak_mem_bytes", "peak_mem_reason", "flops_per_step", "flops_source", "tflops", "roofline_fraction",
-    "conv_layer_tflops", "parameters", "note",
+    "model",
+    "arm",
+    "kind",
+    "length",
+    "seq_len",
+    "mode",
+    "batch",
+    "layers",
+    "status",
+    "steps_per_s",
+    "steps_per_s_min",
+    "steps_per_s_max",
+    "step_ms_median",
+    "step_ms_iqr",
+    "reps",
+    "peak_mem_gb",
+    "peak_mem_bytes",
+    "peak_mem_reason",
+    "flops_per_step",
+    "flops_source",
+    "tflops",
+    "roofline_fraction",
+    "conv_layer_tflops",
+    "parameters",
+    "note",
 ]
 # Our row name -> the model's name in the LRA tables (repro.reference.LRA_MODEL_ARMS); Sparse Transformer and
 # Longformer have no Table 2 row (not timed in the paper: implemented with masks), so no TPU cells.
-PUBLISHED_NAMES = {**{arm: model for model, arm in LRA_MODEL_ARMS.items()},
-                   "lra_transformer_materialized": "transformer"}
+PUBLISHED_NAMES = {
+    **{arm: model for model, arm in LRA_MODEL_ARMS.items()},
+    "lra_transformer_materialized": "transformer",
+}
 MODE_TITLES = {
     "train": "Training steps per second (forward, backward, AdamW step)",
     "infer": "Inference steps per second (forward pass, no gradients)",
@@ -41,10 +65,16 @@ MODE_TITLES = {
 ACCURACY_PROFILES = ("paper", "budget")  # preferred first; smoke runs are not accuracies
 # Arms whose fair reference is not the SDPA Transformer: (reference row, why), for the per-arm section.
 OWN_REFERENCES = {
-    "lra_synthesizer": ("lra_transformer_materialized", "quadratic by design (a learned [H, L, L] logit matrix per "
-                        "layer), so it is set against the Transformer that holds its [L, L] attention matrix too"),
-    "rotary_transformer": ("learned_pe", "the follow-up Transformer rotating q and k, set against the same backbone "
-                           "with learned positions summed into the embeddings"),
+    "lra_synthesizer": (
+        "lra_transformer_materialized",
+        "quadratic by design (a learned [H, L, L] logit matrix per "
+        "layer), so it is set against the Transformer that holds its [L, L] attention matrix too",
+    ),
+    "rotary_transformer": (
+        "learned_pe",
+        "the follow-up Transformer rotating q and k, set against the same backbone "
+        "with learned positions summed into the embeddings",
+    ),
 }
 
 
@@ -196,8 +226,13 @@ def memory_scaling(rows: list[dict]) -> list[str]:
     lengths = sorted({r["length"] for r in rows})
     short, long_ = lengths[0], lengths[-1]
     index = _index(rows)
-    header = ["model", "mode", f"peak GB at {length_label(short)}", f"peak GB at {length_label(long_)}",
-              f"ratio {length_label(long_)} / {length_label(short)}"]
+    header = [
+        "model",
+        "mode",
+        f"peak GB at {length_label(short)}",
+        f"peak GB at {length_label(long_)}",
+        f"ratio {length_label(long_)} / {length_label(short)}",
+    ]
     body = []
     for model in _models_in_order(rows):
         for mode in ("train", "infer"):
@@ -224,8 +259,18 @@ def peer_table(rows: list[dict], pairs: dict) -> list[str]:
     at least as fast with no more memory."""
     longest = max(r["length"] for r in rows)
     index = _index(rows)
-    header = ["peer", "ours", "mode", "ours steps/s", "peer steps/s", "speed ours / peer", "ours GB", "peer GB",
-              "memory ours / peer", "ours as fast, no more memory"]
+    header = [
+        "peer",
+        "ours",
+        "mode",
+        "ours steps/s",
+        "peer steps/s",
+        "speed ours / peer",
+        "ours GB",
+        "peer GB",
+        "memory ours / peer",
+        "ours as fast, no more memory",
+    ]
     body = []
     for peer, ours_names in pairs.items():
         for ours_name in ours_names:
@@ -243,11 +288,20 @@ def peer_table(rows: list[dict], pairs: dict) -> list[str]:
                     verdict = "yes (peer OOM)"
                 else:
                     verdict = "n/a"
-                body.append([peer, ours_name, mode, _value_cell(ours, "steps_per_s", 2),
-                             _value_cell(theirs, "steps_per_s", 2),
-                             f"{speed:.2f}" if speed is not None else "n/a", _value_cell(ours, "peak_mem_gb", 3),
-                             _value_cell(theirs, "peak_mem_gb", 3), f"{memory:.2f}" if memory is not None else "n/a",
-                             verdict])
+                body.append(
+                    [
+                        peer,
+                        ours_name,
+                        mode,
+                        _value_cell(ours, "steps_per_s", 2),
+                        _value_cell(theirs, "steps_per_s", 2),
+                        f"{speed:.2f}" if speed is not None else "n/a",
+                        _value_cell(ours, "peak_mem_gb", 3),
+                        _value_cell(theirs, "peak_mem_gb", 3),
+                        f"{memory:.2f}" if memory is not None else "n/a",
+                        verdict,
+                    ]
+                )
     return _markdown(header, body)
 
 
@@ -263,8 +317,16 @@ def reference_table(rows: list[dict], mode: str) -> list[str]:
     (``OWN_REFERENCES``; ``lra_transformer`` elsewhere): steps/s, peak GB and their ratios."""
     longest = max(r["length"] for r in rows)
     index = _index(rows)
-    header = ["model", "steps/s", "peak GB", f"speed / {REFERENCE_MODEL}", f"memory / {REFERENCE_MODEL}",
-              "reference", "speed / reference", "memory / reference"]
+    header = [
+        "model",
+        "steps/s",
+        "peak GB",
+        f"speed / {REFERENCE_MODEL}",
+        f"memory / {REFERENCE_MODEL}",
+        "reference",
+        "speed / reference",
+        "memory / reference",
+    ]
     base = index.get((REFERENCE_MODEL, longest, mode))
     body = []
     for model in _models_in_order([r for r in rows if r["mode"] == mode and r.get("kind", "arm") == "arm"]):
@@ -273,19 +335,31 @@ def reference_table(rows: list[dict], mode: str) -> list[str]:
         ref = index.get((reference, longest, mode))
         if row is None:
             continue
-        body.append([model, _value_cell(row, "steps_per_s", 2), _value_cell(row, "peak_mem_gb", 3),
-                     _ratio(row, base, "steps_per_s"), _ratio(row, base, "peak_mem_gb"), reference,
-                     _ratio(row, ref, "steps_per_s"), _ratio(row, ref, "peak_mem_gb")])
+        body.append(
+            [
+                model,
+                _value_cell(row, "steps_per_s", 2),
+                _value_cell(row, "peak_mem_gb", 3),
+                _ratio(row, base, "steps_per_s"),
+                _ratio(row, base, "peak_mem_gb"),
+                reference,
+                _ratio(row, ref, "steps_per_s"),
+                _ratio(row, ref, "peak_mem_gb"),
+            ]
+        )
     return _markdown(header, body)
 
 
 def reference_section(meta: dict, rows: list[dict]) -> list[str]:
     mode = "train" if any(r["mode"] == "train" for r in rows) else "infer"
     label = length_label(max(r["length"] for r in rows))
-    lines = [f"## Each arm against {REFERENCE_MODEL} at {label} ({'training' if mode == 'train' else 'inference'}, "
-             f"{dropout_words(meta.get('attention_dropout'))})", "",
-             f"Every row of this run has the same attention dropout, {REFERENCE_MODEL} included. Ratios are speed "
-             "(steps/s) and peak memory over the reference's."]
+    lines = [
+        f"## Each arm against {REFERENCE_MODEL} at {label} ({'training' if mode == 'train' else 'inference'}, "
+        f"{dropout_words(meta.get('attention_dropout'))})",
+        "",
+        f"Every row of this run has the same attention dropout, {REFERENCE_MODEL} included. Ratios are speed "
+        "(steps/s) and peak memory over the reference's.",
+    ]
     lines += [""] + [f"- `{model}` is {why}: its reference is `{ref}`." for model, (ref, why) in OWN_REFERENCES.items()]
     return lines + [""] + reference_table(rows, mode) + [""]
 
@@ -303,7 +377,9 @@ def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str]
         f"Attention dropout: {dropout_words(meta.get('attention_dropout'))}.",
         "",
         f"{meta.get('matmul_dtype', 'bf16')} matmul peak measured in this run: {peak:.3g} TFLOP/s "
-        f"({meta['matmul_n']}^3 product)." if peak else "matmul peak: not measured.",
+        f"({meta['matmul_n']}^3 product)."
+        if peak
+        else "matmul peak: not measured.",
         "",
     ]
     for mode in ("train", "infer"):
@@ -313,21 +389,33 @@ def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str]
         lines += [f"## Peak memory (GB), {'training' if mode == 'train' else 'inference'}", ""]
         lines += efficiency_table(rows, mode, "peak_mem_gb", 3) + [""]
     lines += reference_section(meta, rows)
-    lines += [f"## Roofline at {length_label(max(r['length'] for r in rows))}", "",
-              "Model FLOPs per step (matrix products; training = 3x forward; see repro/bench/flops.py) over the "
-              "median step time, and that rate over the matmul peak above. Conv-layer TFLOP/s: one convolution "
-              "layer alone, timed at the row's shape with the model's own implementation.", ""]
+    lines += [
+        f"## Roofline at {length_label(max(r['length'] for r in rows))}",
+        "",
+        "Model FLOPs per step (matrix products; training = 3x forward; see repro/bench/flops.py) over the "
+        "median step time, and that rate over the matmul peak above. Conv-layer TFLOP/s: one convolution "
+        "layer alone, timed at the row's shape with the model's own implementation.",
+        "",
+    ]
     lines += roofline_table(rows, peak) + [""]
     if len({r["length"] for r in rows}) > 1:
-        lines += ["## Memory scaling", "", "Peak memory at the largest length over the smallest (1 = flat; "
-                  "a fourfold length at quadratic memory gives up to 16).", ""]
+        lines += [
+            "## Memory scaling",
+            "",
+            "Peak memory at the largest length over the smallest (1 = flat; "
+            "a fourfold length at quadratic memory gives up to 16).",
+            "",
+        ]
         lines += memory_scaling(rows) + [""]
     present = {r["model"] for r in rows}
     pairs = {peer: [o for o in ours if o in present] for peer, ours in (pairs or {}).items() if peer in present}
     if any(pairs.values()):
-        lines += [f"## Ours against the peers at {length_label(max(r['length'] for r in rows))}", "",
-                  "Each peer (a public implementation inside our encoder) against our mechanism, measured in this "
-                  "run.", ""]
+        lines += [
+            f"## Ours against the peers at {length_label(max(r['length'] for r in rows))}",
+            "",
+            "Each peer (a public implementation inside our encoder) against our mechanism, measured in this run.",
+            "",
+        ]
         lines += peer_table(rows, pairs) + [""]
     if notes:
         lines += ["## Rows that are variants or peers", ""]
@@ -387,9 +475,15 @@ def figure(rows: list[dict], accuracies: dict, path: Path, meta: dict) -> str:
     for kind, colour in kinds.items():
         chosen = [i for i, r in enumerate(points) if r["kind"] == kind]
         if chosen:
-            ax.scatter([x[i] for i in chosen], [y[i] for i in chosen], s=[sizes[i] for i in chosen], c=colour,
-                       alpha=0.45, edgecolors="black",
-                       label={"arm": "arms", "variant": "variants", "peer": "peers"}[kind])
+            ax.scatter(
+                [x[i] for i in chosen],
+                [y[i] for i in chosen],
+                s=[sizes[i] for i in chosen],
+                c=colour,
+                alpha=0.45,
+                edgecolors="black",
+                label={"arm": "arms", "variant": "variants", "peer": "peers"}[kind],
+            )
     for xi, yi, r in zip(x, y, points, strict=True):
         ax.annotate(r["model"], (xi, yi), fontsize=7, ha="center", va="center")
     ax.set_xlabel(f"{mode} steps per second at {length_label(longest)} (batch {meta['batch']})")
@@ -413,8 +507,15 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "device"
 
 
-def write_bundle(out_root: Path, meta: dict, rows: list[dict], notes: dict, skipped: list[str], accuracies: dict,
-                 pairs: dict | None = None) -> Path:
+def write_bundle(
+    out_root: Path,
+    meta: dict,
+    rows: list[dict],
+    notes: dict,
+    skipped: list[str],
+    accuracies: dict,
+    pairs: dict | None = None,
+) -> Path:
     """Write the four files into a temporary folder and rename it to ``<out_root>/<date>_<device>_<mode>``.
 
     An existing folder of that name is kept; the new one gets a ``-2``, ``-3``, ... suffix.
@@ -434,9 +535,15 @@ def write_bundle(out_root: Path, meta: dict, rows: list[dict], notes: dict, skip
     try:
         rows = complete_rows(rows)
         shows = figure(rows, accuracies, tmp / "figure.png", meta) if any(r["status"] == "ok" for r in rows) else None
-        record = {**meta, "figure_y": shows, "accuracies": {k: {"test_acc": v[0], "records": v[1], "profile": v[2]}
-                                                          for k, v in accuracies.items()},
-                  "notes": notes, "peer_pairs": pairs or {}, "skipped": skipped, "rows": rows}
+        record = {
+            **meta,
+            "figure_y": shows,
+            "accuracies": {k: {"test_acc": v[0], "records": v[1], "profile": v[2]} for k, v in accuracies.items()},
+            "notes": notes,
+            "peer_pairs": pairs or {},
+            "skipped": skipped,
+            "rows": rows,
+        }
         (tmp / "bench.json").write_text(json.dumps(record, indent=2, default=_jsonable) + "\n")
         write_csv(tmp / "bench.csv", rows, ROW_FIELDS)
         (tmp / "table.md").write_text(table_markdown(meta, rows, notes, skipped, pairs) + "\n")
@@ -468,8 +575,11 @@ def rerender(bundle: Path, accuracy_dir: Path | None = None) -> Path:
         record["figure_y"] = figure(rows, accuracies, tmp_png, record)
         os.replace(tmp_png, bundle / "figure.png")
     record["accuracies"] = {k: {"test_acc": v[0], "records": v[1], "profile": v[2]} for k, v in accuracies.items()}
-    write_atomic(bundle / "table.md", table_markdown(record, rows, record.get("notes", {}), record.get("skipped", []),
-                                                     record.get("peer_pairs", {})) + "\n")
+    write_atomic(
+        bundle / "table.md",
+        table_markdown(record, rows, record.get("notes", {}), record.get("skipped", []), record.get("peer_pairs", {}))
+        + "\n",
+    )
     write_atomic(bundle / "bench.json", json.dumps(record, indent=2, default=_jsonable) + "\n")
     return bundle
 
@@ -478,10 +588,15 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(
-        description="Rewrite a benchmark bundle's table.md and figure.png from its bench.json.")
+        description="Rewrite a benchmark bundle's table.md and figure.png from its bench.json."
+    )
     parser.add_argument("bundle", type=Path, help="a folder written by experiments/bench.py")
-    parser.add_argument("--accuracy-dir", type=Path, default=Path("outputs/runs"),
-                        help="run records whose text test accuracy the figure plots (default outputs/runs)")
+    parser.add_argument(
+        "--accuracy-dir",
+        type=Path,
+        default=Path("outputs/runs"),
+        help="run records whose text test accuracy the figure plots (default outputs/runs)",
+    )
     args = parser.parse_args(argv)
     if not (args.bundle / "bench.json").exists():
         raise SystemExit(f"{args.bundle}: no bench.json; pass a folder written by experiments/bench.py")

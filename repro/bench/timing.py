@@ -7,13 +7,14 @@ steps are run first and not timed. Peak memory is
 so it counts what the measured steps themselves held (weights, optimiser state,
 activations); on CPU it is not measured (``None`` with a reason).
 """
+
 from __future__ import annotations
 
 import gc
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -36,7 +37,9 @@ def time_ms(fn, warmup: int = 5, reps: int = 20) -> tuple[float, float]:
     return statistics.median(times), max(times) - min(times)
 
 
-def matmul_peak_tflops(n: int = 8192, device: str | torch.device = "cuda", dtype: torch.dtype = torch.bfloat16) -> float:
+def matmul_peak_tflops(
+    n: int = 8192, device: str | torch.device = "cuda", dtype: torch.dtype = torch.bfloat16
+) -> float:
     """TFLOP/s of one ``n x n @ n x n`` matrix product: the roofline's ceiling on this device."""
     device = torch.device(device)
     a = torch.randn(n, n, device=device, dtype=dtype)

@@ -14,6 +14,7 @@ Writes ``<out_dir>/<date>_<device>_<mode>/`` (``..._attention-dropout-0`` with a
 with bench.json, bench.csv, table.md and figure.png. Exits 1 (after writing) when a row failed with an
 error other than OOM.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -53,13 +54,21 @@ def setup(cfg: DictConfig) -> tuple[list, list[str], Settings]:
     device = pick_device(str(cfg.device))
     variants = OmegaConf.to_container(cfg.variants, resolve=True) or {}
     dropout = attention_dropout_setting(cfg.attention_dropout)
-    specs, skipped = plan(as_list(cfg.models, "models"), variants, task=str(cfg.task), depth=cfg.depth,
-                          attention_dropout=dropout)
+    specs, skipped = plan(
+        as_list(cfg.models, "models"), variants, task=str(cfg.task), depth=cfg.depth, attention_dropout=dropout
+    )
     settings = Settings(
-        lengths=[int(n) for n in as_list(cfg.lengths, "lengths")], batch=int(cfg.batch), modes=modes_for(str(cfg.mode)),
-        dtype=str(cfg.dtype), warmup=int(cfg.warmup), reps=int(cfg.reps),
+        lengths=[int(n) for n in as_list(cfg.lengths, "lengths")],
+        batch=int(cfg.batch),
+        modes=modes_for(str(cfg.mode)),
+        dtype=str(cfg.dtype),
+        warmup=int(cfg.warmup),
+        reps=int(cfg.reps),
         max_row_seconds=None if cfg.max_row_seconds is None else float(cfg.max_row_seconds),
-        count_batch=int(cfg.count_batch), seed=int(cfg.seed), device=device, progress=bool(cfg.progress),
+        count_batch=int(cfg.count_batch),
+        seed=int(cfg.seed),
+        device=device,
+        progress=bool(cfg.progress),
         time_budget_s=None if cfg.time_budget_s is None else float(cfg.time_budget_s),
         oom_at=cfg.debug.oom_at,
     )
@@ -86,8 +95,10 @@ def bench_app(cfg: DictConfig) -> None:
     matmul_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # CPU: the dtype the models run in
     peak = matmul_peak_tflops(matmul_n, device, matmul_dtype)
     name = device_name(device)
-    print(f"{len(specs)} models x {len(settings.lengths)} lengths x {len(settings.modes)} modes on {name}; "
-          f"{matmul_dtype} matmul peak {peak:.3g} TFLOP/s ({matmul_n}^3)")
+    print(
+        f"{len(specs)} models x {len(settings.lengths)} lengths x {len(settings.modes)} modes on {name}; "
+        f"{matmul_dtype} matmul peak {peak:.3g} TFLOP/s ({matmul_n}^3)"
+    )
     rows = run_matrix(specs, settings, peak)
     meta = {
         "device": name,

@@ -4,6 +4,7 @@ The configs stay in the checkout (users add arms there, or pass ``--config-dir``
 ``lra-run`` and ``lra-bench`` need the package installed editable (``pip install -e .``),
 which leaves it in the checkout, next to experiments/.
 """
+
 from __future__ import annotations
 
 import sys
@@ -22,8 +23,10 @@ def fail(message: str) -> None:
 def config_dir(prog: str, config_name: str, conf: Path = CONF) -> str:
     """``conf`` as a path for ``hydra.main``; exits 2 naming the fix when it lacks ``<config_name>.yaml``."""
     if not (conf / f"{config_name}.yaml").is_file():
-        fail(f"{prog}: no {config_name}.yaml under {conf}: the Hydra configs live in the checkout's experiments/conf, "
-             "so install the checkout editable (pip install -e <checkout>) or run the experiments/ script from it")
+        fail(
+            f"{prog}: no {config_name}.yaml under {conf}: the Hydra configs live in the checkout's experiments/conf, "
+            "so install the checkout editable (pip install -e <checkout>) or run the experiments/ script from it"
+        )
     return str(conf)
 
 
@@ -32,5 +35,7 @@ def require_same_checkout(script: str) -> None:
     (which would run that checkout's code and configs)."""
     here = Path(script).resolve().parents[1]
     if here != CHECKOUT:
-        fail(f"{Path(script).name}: `import repro` gives {CHECKOUT / 'repro'}, not this checkout's: "
-             f"run `pip install -e .` in {here} (or set PYTHONPATH={here})")
+        fail(
+            f"{Path(script).name}: `import repro` gives {CHECKOUT / 'repro'}, not this checkout's: "
+            f"run `pip install -e .` in {here} (or set PYTHONPATH={here})"
+        )

@@ -16,6 +16,7 @@ Scaling out:
   member (SIGTERM/SIGUSR1: checkpointed) stops the sweep with 128 + signum, and rerunning
   resumes it. On Slurm: ``hydra/launcher=...`` (experiments/conf/hydra/launcher/).
 """
+
 from __future__ import annotations
 
 import sys
@@ -56,9 +57,11 @@ def run_app(cfg: DictConfig) -> None:
             sys.exit(statuses[name])
     failed = [t for t, s in statuses.items() if s not in (0, 3)]
     skipped = [t for t, s in statuses.items() if s == 3]
-    print(f"arm {cfg.arm.name}: {len(statuses) - len(failed) - len(skipped)} task(s) done"
-          + (f", skipped (no data): {', '.join(skipped)}" if skipped else "")
-          + (f", failed: {', '.join(failed)}" if failed else ""))
+    print(
+        f"arm {cfg.arm.name}: {len(statuses) - len(failed) - len(skipped)} task(s) done"
+        + (f", skipped (no data): {', '.join(skipped)}" if skipped else "")
+        + (f", failed: {', '.join(failed)}" if failed else "")
+    )
     if failed:
         finish(1)
 

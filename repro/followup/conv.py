@@ -11,6 +11,7 @@ Padded positions are zeroed before the convolution, so a sequence's outputs do
 not depend on how much padding follows it. How the convolution runs on a GPU
 (``model.conv_impl``, default ``auto``) is ``repro/ops/conv.py``'s business.
 """
+
 from __future__ import annotations
 
 import torch

@@ -17,6 +17,7 @@ of a length-L sequence (``a = b = L - 1``) needs ``n >= 2L - 1``, as a causal on
 ``torch.fft`` does not take bf16: the work runs in float32 with autocast off
 (float64 stays float64 for the reference tests), and the result is float32.
 """
+
 from __future__ import annotations
 
 import torch
@@ -52,8 +53,9 @@ def fft_conv(u: torch.Tensor, kernel: torch.Tensor, left: int = 0) -> torch.Tens
     return y[..., :length]
 
 
-def two_sided(forward: torch.Tensor, backward: torch.Tensor,
-              backward_includes_current: bool) -> tuple[torch.Tensor, int]:
+def two_sided(
+    forward: torch.Tensor, backward: torch.Tensor, backward_includes_current: bool
+) -> tuple[torch.Tensor, int]:
     """One kernel for a bidirectional pass: ``forward`` [..., K] at offsets 0..K-1 (input at or
     before the output) and ``backward`` [..., K] reading inputs after it.
 

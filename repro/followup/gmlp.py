@@ -20,6 +20,7 @@ initial kernel scale, uniform(-1e-3/L, 1e-3/L), is our choice.
 The convolution runs by FFT in O(L log L) (repro/followup/fftconv.py). Padded
 positions are zeroed before it, so real outputs do not depend on appended padding.
 """
+
 from __future__ import annotations
 
 import torch
@@ -36,7 +37,9 @@ class SpatialGatingUnit(nn.Module):
     def __init__(self, d_hidden: int, max_len: int, channels: int, norm: bool = True, init_scale: float = 1e-3):
         super().__init__()
         if d_hidden % channels:
-            raise ValueError(f"model.channels={channels} must divide model.d_hidden={d_hidden} (Table 6: kernels repeated to H)")
+            raise ValueError(
+                f"model.channels={channels} must divide model.d_hidden={d_hidden} (Table 6: kernels repeated to H)"
+            )
         self.max_len = max_len
         self.channels = channels
         self.norm = nn.LayerNorm(d_hidden) if norm else nn.Identity()
@@ -67,8 +70,16 @@ class SpatialGatingUnit(nn.Module):
 class GMLPMixer(nn.Module):
     """One gMLP block's token mixer: U (D -> 2H), activation, spatial gating, V (H -> D)."""
 
-    def __init__(self, d_model: int, d_hidden: int, max_len: int, channels: int, activation: str = "gelu",
-                 sgu_norm: bool = True, dropout: float = 0.0):
+    def __init__(
+        self,
+        d_model: int,
+        d_hidden: int,
+        max_len: int,
+        channels: int,
+        activation: str = "gelu",
+        sgu_norm: bool = True,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"model.activation={activation!r}: choose one of {', '.join(ACTIVATIONS)}")

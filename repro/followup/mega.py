@@ -66,6 +66,7 @@ Padding: padded inputs are zeroed before the EMA (linear, so the backward EMA re
 there), padded keys are masked, and a chunk of padding only attends to itself, so real
 outputs do not depend on appended padding.
 """
+
 from __future__ import annotations
 
 import math
@@ -135,7 +136,7 @@ class RelativePositionBias(nn.Module):
         """[L, L]: entry (i, j) is the bias of offset j - i."""
         if length > self.max_len:
             raise ValueError(f"MEGA: attention span {length} exceeds max_len {self.max_len}")
-        offsets = self.bias[self.max_len - length: self.max_len + length - 1]  # offsets -(L-1) .. L-1
+        offsets = self.bias[self.max_len - length : self.max_len + length - 1]  # offsets -(L-1) .. L-1
         return offsets.unfold(0, length, 1).flip(0)  # row i = offsets[L-1-i : 2L-1-i]
 
 
@@ -144,10 +145,23 @@ class MegaMixer(nn.Module):
 
     PLAIN_PATH = ("attention_impl", "materialized")  # what FLOP counting runs (repro/bench/flops.py)
 
-    def __init__(self, d_model: int, d_hidden: int, qkv_dim: int, max_len: int, ema_dim: int = 16,
-                 bidirectional: bool = True, ema_truncation: int | None = None, chunk_size: int | None = None,
-                 dropout: float = 0.0, attention_dropout: float = 0.0, hidden_dropout: float = 0.0,
-                 attention_impl: str = "auto", flex_value_split="auto", flex_kernel_options="auto"):
+    def __init__(
+        self,
+        d_model: int,
+        d_hidden: int,
+        qkv_dim: int,
+        max_len: int,
+        ema_dim: int = 16,
+        bidirectional: bool = True,
+        ema_truncation: int | None = None,
+        chunk_size: int | None = None,
+        dropout: float = 0.0,
+        attention_dropout: float = 0.0,
+        hidden_dropout: float = 0.0,
+        attention_impl: str = "auto",
+        flex_value_split="auto",
+        flex_kernel_options="auto",
+    ):
         super().__init__()
         if attention_impl not in ATTENTION_IMPLS:
             raise ValueError(f"model.attention_impl={attention_impl!r}: choose one of {', '.join(ATTENTION_IMPLS)}")
@@ -156,8 +170,10 @@ class MegaMixer(nn.Module):
         self.attention_impl = attention_impl
         self.flex_value_split = check_choice("mega", "flex_value_split", flex_value_split, "model.flex_value_split")
         if flex_kernel_options != "auto" and not isinstance(flex_kernel_options, (dict, type(None))):
-            raise ValueError(f"model.flex_kernel_options={flex_kernel_options!r}: give auto, null or a mapping of "
-                             "flex_attention kernel options")
+            raise ValueError(
+                f"model.flex_kernel_options={flex_kernel_options!r}: give auto, null or a mapping of "
+                "flex_attention kernel options"
+            )
         self.flex_kernel_options = flex_kernel_options
         self.ema = MultiDimEMA(d_model, ema_dim, bidirectional, ema_truncation)
         self.omega = nn.Parameter(torch.randn(d_model))
@@ -181,8 +197,9 @@ class MegaMixer(nn.Module):
             return self.attention_impl
         return choose("mega", "attention_impl", "auto") if device.type == "cuda" else "materialized"
 
-    def flex_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor | None,
-                       scale: float, dropout: float) -> torch.Tensor:
+    def flex_attention(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor | None, scale: float, dropout: float
+    ) -> torch.Tensor:
         """The same attention through ``flex_attention``: the relative bias is a score_mod term reading one
         scalar per offset (its gradient accumulated by the kernel, never a dense [c, c] bias or its
         gradient), the key padding a -inf key bias (a chunk of padding only attends over itself
@@ -196,13 +213,26 @@ class MegaMixer(nn.Module):
         def relative_bias(score, b, h, q_idx, kv_idx):
             return score + table[kv_idx - q_idx + centre]  # entry (i, j): the bias of offset j - i
 
-        key_mask = torch.ones(q.shape[0], length, dtype=torch.bool, device=q.device) if keys is None else (
-            open_fully_masked(keys[:, 0]))
+        key_mask = (
+            torch.ones(q.shape[0], length, dtype=torch.bool, device=q.device)
+            if keys is None
+            else (open_fully_masked(keys[:, 0]))
+        )
         options = choose("mega", "flex_kernel_options", self.flex_kernel_options)
         settings = FlexSettings(kernel_options=tuple(sorted((options or {}).items())))
         split = choose("mega", "flex_value_split", self.flex_value_split)
-        return flex_pattern_attention(q, k, v, key_mask, None, dropout_p=dropout, settings=settings,
-                                      bias_mod=relative_bias, scale=scale, value_split=split)
+        return flex_pattern_attention(
+            q,
+            k,
+            v,
+            key_mask,
+            None,
+            dropout_p=dropout,
+            settings=settings,
+            bias_mod=relative_bias,
+            scale=scale,
+            value_split=split,
+        )
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """Single-head softmax attention with the relative bias, within chunks when ``chunk_size`` is set."""
@@ -249,8 +279,15 @@ class MegaMixer(nn.Module):
         return phi * (h - x.to(h.dtype))
 
 
-def materialized_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
-                           keys: torch.Tensor | None, scale: float, dropout: float) -> torch.Tensor:
+def materialized_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor,
+    keys: torch.Tensor | None,
+    scale: float,
+    dropout: float,
+) -> torch.Tensor:
     """softmax(q k^T * scale + bias) v with the scores in memory; padded keys (``keys`` [N, 1, c] False) get
     no weight unless a row has no real key at all (Mega's release then leaves the row unmasked)."""
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale + bias
@@ -277,25 +314,28 @@ def build_mega_layers(cfg: dict, max_len: int) -> list[nn.Module]:
     """``depth`` Mega blocks: gated-attention sublayer then FFN sublayer, each in the shared residual block."""
     # techniques: see the techniques config group
     if cfg.get("attention", "softmax") != "softmax":
-        raise ValueError(f"model.attention={cfg.get('attention')!r}: the follow-up restricts MEGA to softmax "
-                         "(seed 003 A.2)")
+        raise ValueError(
+            f"model.attention={cfg.get('attention')!r}: the follow-up restricts MEGA to softmax (seed 003 A.2)"
+        )
     layers: list[nn.Module] = []
     for _ in range(cfg["depth"]):
-        layers.append(MegaMixer(
-            d_model=cfg["d_model"],
-            d_hidden=cfg["d_hidden"],
-            qkv_dim=cfg["qkv_dim"],
-            max_len=max_len,
-            ema_dim=cfg.get("ema_dim", 16),
-            bidirectional=cfg.get("bidirectional", True),
-            ema_truncation=cfg.get("ema_truncation"),
-            chunk_size=cfg.get("chunk_size"),
-            dropout=cfg.get("dropout", 0.0),
-            attention_dropout=cfg.get("attention_dropout", 0.0),
-            hidden_dropout=cfg.get("hidden_dropout", 0.0),
-            attention_impl=cfg.get("attention_impl", "auto"),
-            flex_value_split=cfg.get("flex_value_split", "auto"),
-            flex_kernel_options=cfg.get("flex_kernel_options", "auto"),
-        ))
+        layers.append(
+            MegaMixer(
+                d_model=cfg["d_model"],
+                d_hidden=cfg["d_hidden"],
+                qkv_dim=cfg["qkv_dim"],
+                max_len=max_len,
+                ema_dim=cfg.get("ema_dim", 16),
+                bidirectional=cfg.get("bidirectional", True),
+                ema_truncation=cfg.get("ema_truncation"),
+                chunk_size=cfg.get("chunk_size"),
+                dropout=cfg.get("dropout", 0.0),
+                attention_dropout=cfg.get("attention_dropout", 0.0),
+                hidden_dropout=cfg.get("hidden_dropout", 0.0),
+                attention_impl=cfg.get("attention_impl", "auto"),
+                flex_value_split=cfg.get("flex_value_split", "auto"),
+                flex_kernel_options=cfg.get("flex_kernel_options", "auto"),
+            )
+        )
         layers.append(MegaFeedForward(cfg["d_model"], cfg["d_ff"], cfg.get("hidden_dropout", 0.0)))
     return layers

@@ -35,6 +35,7 @@ as a boolean ``attn_mask`` (fused kernels on GPU); padded queries output exactly
 (``AttentionMixer``'s convention). Projections: q/k/v and output ``Linear`` with biases
 (PyTorch's multi-head attention default), Xavier-uniform kernels.
 """
+
 from __future__ import annotations
 
 import torch
@@ -146,26 +147,39 @@ class RotarySelfAttention(AttentionMixer):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_key_mask(mask))
 
     def extra_repr(self) -> str:
-        return (super().extra_repr() + f", rotary={self.rotary is not None}, disable_half={self.disable_half}, "
-                f"impl={self.impl!r}")
+        return (
+            super().extra_repr() + f", rotary={self.rotary is not None}, disable_half={self.disable_half}, "
+            f"impl={self.impl!r}"
+        )
 
 
 def build_rotary_transformer_layers(cfg: dict, max_len: int) -> list[nn.Module]:
     """[attention, feed-forward] per layer, ``cfg['depth']`` layers (seed 003 Table 5)."""
     if cfg.get("dropout", 0.0):
-        raise ValueError(f"model.dropout={cfg['dropout']}: the follow-up Transformer has no dropout (Table 5); set it to 0")
+        raise ValueError(
+            f"model.dropout={cfg['dropout']}: the follow-up Transformer has no dropout (Table 5); set it to 0"
+        )
     d_model, n_heads = int(cfg["d_model"]), int(cfg["n_heads"])
     if d_model % n_heads:
         raise ValueError(f"model.d_model={d_model} is not divisible by model.n_heads={n_heads}")
     rotary = bool(cfg.get("rotary", True))
     if rotary and cfg.get("positional", "none") != "none":
-        raise ValueError(f"model.rotary=true with model.positional={cfg['positional']!r}: choose one positional "
-                         "scheme (rotary, or rotary=false with summed learned/sinusoidal positions)")
+        raise ValueError(
+            f"model.rotary=true with model.positional={cfg['positional']!r}: choose one positional "
+            "scheme (rotary, or rotary=false with summed learned/sinusoidal positions)"
+        )
     layers: list[nn.Module] = []
     for _ in range(int(cfg["depth"])):
-        layers.append(RotarySelfAttention(d_model, n_heads, max_len, rotary=rotary,
-                                          base=float(cfg.get("rotary_base", 10000.0)),
-                                          disable_half=bool(cfg.get("rotary_disable_half", False)),
-                                          impl=str(cfg.get("rotary_impl", "auto"))))
+        layers.append(
+            RotarySelfAttention(
+                d_model,
+                n_heads,
+                max_len,
+                rotary=rotary,
+                base=float(cfg.get("rotary_base", 10000.0)),
+                disable_half=bool(cfg.get("rotary_disable_half", False)),
+                impl=str(cfg.get("rotary_impl", "auto")),
+            )
+        )
         layers.append(FeedForward(d_model, int(cfg["d_ff"]), cfg.get("activation", "relu")))
     return layers

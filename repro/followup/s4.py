@@ -27,6 +27,7 @@ Optimiser: S4D trains A, B and dt with learning rate 0.001 and no weight decay. 
 parameters carry that as ``param._optim = {"lr": ..., "weight_decay": 0.0}`` (the S4
 repository's convention); repro/train.py: make_optimizer gives them their own group, scaled by the schedule.
 """
+
 from __future__ import annotations
 
 import math
@@ -61,8 +62,16 @@ def _complex(t: torch.Tensor) -> torch.Tensor:
 class S4DKernel(nn.Module):
     """The S4D convolution kernel(s) K [channels, H, L] of H independent SISO systems."""
 
-    def __init__(self, d_model: int, d_state: int = 64, channels: int = 1, init: str = "lin",
-                 dt_min: float = 0.001, dt_max: float = 0.1, ssm_lr: float | None = 0.001):
+    def __init__(
+        self,
+        d_model: int,
+        d_state: int = 64,
+        channels: int = 1,
+        init: str = "lin",
+        dt_min: float = 0.001,
+        dt_max: float = 0.1,
+        ssm_lr: float | None = 0.001,
+    ):
         super().__init__()
         if d_state % 2:
             raise ValueError(f"model.d_state={d_state} must be even (conjugate pairs keep d_state/2 modes)")
@@ -98,8 +107,17 @@ class S4DKernel(nn.Module):
 class S4DMixer(nn.Module):
     """S4D layer as a token mixer: SSM convolution + D skip, GELU, Linear(H, 2H), GLU."""
 
-    def __init__(self, d_model: int, d_state: int = 64, init: str = "lin", bidirectional: bool = True,
-                 dt_min: float = 0.001, dt_max: float = 0.1, dropout: float = 0.0, ssm_lr: float | None = 0.001):
+    def __init__(
+        self,
+        d_model: int,
+        d_state: int = 64,
+        init: str = "lin",
+        bidirectional: bool = True,
+        dt_min: float = 0.001,
+        dt_max: float = 0.1,
+        dropout: float = 0.0,
+        ssm_lr: float | None = 0.001,
+    ):
         super().__init__()
         self.bidirectional = bidirectional
         self.kernel = S4DKernel(d_model, d_state, 2 if bidirectional else 1, init, dt_min, dt_max, ssm_lr)

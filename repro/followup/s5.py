@@ -63,6 +63,7 @@ zeros there and real outputs do not depend on appended padding.
 Optimiser: S5 trains Lambda, B and dt with ``ssm_lr`` and no weight decay; the parameters
 carry ``param._optim`` (see repro/followup/s4.py), which repro/train.py: make_optimizer honours.
 """
+
 from __future__ import annotations
 
 import math
@@ -178,10 +179,21 @@ def _real_pair(t: torch.Tensor) -> torch.Tensor:
 class S5SSM(nn.Module):
     """The MIMO diagonal SSM, [B, L, H] -> [B, L, H]."""
 
-    def __init__(self, d_model: int, d_state: int, blocks: int = 1, c_init: str = "trunc_standard_normal",
-                 bidirectional: bool = True, dt_min: float = 0.001, dt_max: float = 0.1, clip_eigs: bool = False,
-                 ssm_lr: float | None = 0.001, impl: str = "auto", fft_layout: str = "auto",
-                 proj_dtype: str = "auto"):
+    def __init__(
+        self,
+        d_model: int,
+        d_state: int,
+        blocks: int = 1,
+        c_init: str = "trunc_standard_normal",
+        bidirectional: bool = True,
+        dt_min: float = 0.001,
+        dt_max: float = 0.1,
+        clip_eigs: bool = False,
+        ssm_lr: float | None = 0.001,
+        impl: str = "auto",
+        fft_layout: str = "auto",
+        proj_dtype: str = "auto",
+    ):
         super().__init__()
         if c_init not in C_INITS:
             raise ValueError(f"model.c_init={c_init!r}: choose one of {', '.join(C_INITS)}")

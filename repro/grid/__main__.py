@@ -1,4 +1,5 @@
 """``python -m repro.grid ...``: the ``lra-grid`` command without installing the package."""
+
 from .cli import entry
 
 entry()

@@ -21,6 +21,7 @@ over a different complete record (an error names it); a checkpoint replaces a lo
 when it has trained more steps, and is skipped when the run's record is complete here;
 ``grid_log.csv`` and the logs keep the local lines and add the archive's lines they lack.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -38,8 +39,12 @@ from .schedule import utc_now
 
 MANIFEST = "grid-manifest.json"
 PIECE_BYTES = 4 * 2**20
-CHECKPOINT_FILES = ("checkpoints/best.pt", "checkpoints/best.pt.sha256", "checkpoints/last.pt",
-                    "checkpoints/last.pt.sha256")
+CHECKPOINT_FILES = (
+    "checkpoints/best.pt",
+    "checkpoints/best.pt.sha256",
+    "checkpoints/last.pt",
+    "checkpoints/last.pt.sha256",
+)
 _END = gzip.compress(b"\0" * 1024, compresslevel=6, mtime=0)  # tar's end: two zero blocks
 
 
@@ -70,8 +75,9 @@ def collect_units(root: Path) -> list[Unit]:
         elif (folder / "checkpoints" / "last.pt").exists():
             names = ["config.yaml", *[n for n in CHECKPOINT_FILES if (folder / n).exists()]]
             state = checkpoint_state(folder) or {"elapsed_s": 0.0}
-            unfinished.append((-state["elapsed_s"], rel, Unit("checkpoint", f"checkpoint {rel}",
-                                                                [f"{rel}/{n}" for n in names], rel)))
+            unfinished.append(
+                (-state["elapsed_s"], rel, Unit("checkpoint", f"checkpoint {rel}", [f"{rel}/{n}" for n in names], rel))
+            )
     units = done + ([Unit("log", "grid_log.csv", ["grid_log.csv"])] if (root / "grid_log.csv").exists() else [])
     units += [unit for *_, unit in sorted(unfinished, key=lambda item: item[:2])]
     logs = sorted(p.relative_to(root).as_posix() for p in root.glob("grid_logs/*.log"))
@@ -112,7 +118,7 @@ class _Packer:
             data = (root / path).read_bytes()
             pieces = []
             for number, offset in enumerate(range(0, max(len(data), 1), self.piece_bytes)):
-                chunk = data[offset:offset + self.piece_bytes]
+                chunk = data[offset : offset + self.piece_bytes]
                 member = path if len(data) <= self.piece_bytes else f"{path}.part{number:03d}"
                 blob = _member(member, chunk)
                 index = self._place(len(blob))
@@ -156,8 +162,15 @@ def pack(root: Path, out: Path, max_files: int = 8, max_mib: float = 16.0, piece
         if stale.name not in {a["name"] for a in archives}:
             stale.unlink()
     limits = {"files": max_files, "mib": max_mib}
-    manifest = {"format": 1, "written_utc": utc_now(), "source": str(root), "limits": limits,
-                "archives": archives, "units": units, "left_out": left_out}
+    manifest = {
+        "format": 1,
+        "written_utc": utc_now(),
+        "source": str(root),
+        "limits": limits,
+        "archives": archives,
+        "units": units,
+        "left_out": left_out,
+    }
     records.write_atomic(out / MANIFEST, json.dumps(manifest, indent=1) + "\n")
     return manifest
 
@@ -181,8 +194,12 @@ def read_archives(folder: Path) -> tuple[dict, dict[str, bytes]]:
             _safe(entry["path"], folder / MANIFEST)
         if unit["folder"]:
             _safe(unit["folder"], folder / MANIFEST)
-    wanted = {(piece["archive"], piece["member"]): (entry, piece)
-              for unit in manifest["units"] for entry in unit["files"] for piece in entry["pieces"]}
+    wanted = {
+        (piece["archive"], piece["member"]): (entry, piece)
+        for unit in manifest["units"]
+        for entry in unit["files"]
+        for piece in entry["pieces"]
+    }
     contents = {entry["path"]: bytearray(entry["bytes"]) for unit in manifest["units"] for entry in unit["files"]}
     for archive in manifest["archives"]:
         path = folder / archive["name"]
@@ -195,7 +212,7 @@ def read_archives(folder: Path) -> tuple[dict, dict[str, bytes]]:
                 if entry is None or not member.isfile() or member.size != piece["bytes"]:
                     raise GridError(f"{path}: member {member.name!r} is not in {MANIFEST} as a file of that size")
                 start = piece["offset"]
-                contents[entry["path"]][start:start + piece["bytes"]] = tar.extractfile(member).read()
+                contents[entry["path"]][start : start + piece["bytes"]] = tar.extractfile(member).read()
     for unit in manifest["units"]:
         for entry in unit["files"]:
             if hashlib.sha256(contents[entry["path"]]).hexdigest() != entry["sha256"]:

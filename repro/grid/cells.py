@@ -15,6 +15,7 @@ A grid file (YAML)::
 ``--include-optional``. ``overrides`` (a block's): its cells' own settings, after ``common`` and
 before the command line's.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -103,11 +104,15 @@ def _block_cells(block, i: int, path: Path) -> list[Cell]:
         raise GridError(f"{path}: cells[{i}].seeds must be whole numbers, not {bad_seeds[0]!r}")
     overrides = block.get("overrides", [])
     if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
-        raise GridError(f"{path}: cells[{i}].overrides must be a list of KEY=VALUE settings, e.g. "
-                        f"[task.source=generated], not {overrides!r}")
+        raise GridError(
+            f"{path}: cells[{i}].overrides must be a list of KEY=VALUE settings, e.g. "
+            f"[task.source=generated], not {overrides!r}"
+        )
     optional = bool(block.get("optional", False))
-    return [Cell(str(arm), str(task), int(seed), per_gpu, optional, tuple(overrides))
-            for arm, task, seed in itertools.product(block["arms"], block["tasks"], block["seeds"])]
+    return [
+        Cell(str(arm), str(task), int(seed), per_gpu, optional, tuple(overrides))
+        for arm, task, seed in itertools.product(block["arms"], block["tasks"], block["seeds"])
+    ]
 
 
 def load_grid(path: Path, include_optional: bool = False) -> Grid:
@@ -135,14 +140,29 @@ def load_grid(path: Path, include_optional: bool = False) -> Grid:
             else:
                 seen.add(cell.key)
                 cells.append(cell)
-    return Grid(path, [str(x) for x in common], _number(grid, "minutes_per_run", path),
-                _number(grid, "overhead_minutes", path), cells, left_out)
+    return Grid(
+        path,
+        [str(x) for x in common],
+        _number(grid, "minutes_per_run", path),
+        _number(grid, "overhead_minutes", path),
+        cells,
+        left_out,
+    )
 
 
 def command(runner: Path, cell: Cell, common: list[str], extra: list[str]) -> list[str]:
     """The cell's command line: ``python RUNNER arm=A task=T seed=S progress=false <common> <block's> <extra>``."""
-    return [sys.executable, str(runner), f"arm={cell.arm}", f"task={cell.task}", f"seed={cell.seed}", "progress=false",
-            *common, *cell.overrides, *extra]
+    return [
+        sys.executable,
+        str(runner),
+        f"arm={cell.arm}",
+        f"task={cell.task}",
+        f"seed={cell.seed}",
+        "progress=false",
+        *common,
+        *cell.overrides,
+        *extra,
+    ]
 
 
 def override_value(overrides: list[str], key: str, default: str | None = None) -> str | None:

@@ -41,6 +41,7 @@ Cell output goes to ``<output_dir>/grid_logs/ARM__TASK__seedS.log``, except when
 one at a time on this process's device (no ``--gpus``), where it is this process's output.
 ``--claim-dir D`` shares the queue with other grid processes on a shared file system.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,16 +53,27 @@ from .cells import DEFAULT_RUNNER, GridError, command, load_grid, output_dir
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lra-grid", description=__doc__.split("\n\n")[0],
-                                     epilog="'lra-grid ledger --help': the ledger. After '--': overrides for each cell")
+    parser = argparse.ArgumentParser(
+        prog="lra-grid",
+        description=__doc__.split("\n\n")[0],
+        epilog="'lra-grid ledger --help': the ledger. After '--': overrides for each cell",
+    )
     parser.add_argument("grid", type=Path, help="the grid file (YAML)")
     run = parser.add_argument_group("running")
     run.add_argument("--gpus", default=None, help="'all' or comma-separated GPU ids; none: this process's device")
     run.add_argument("--per-gpu", type=int, default=1, help="cells at once on each GPU (a block's per_gpu wins)")
-    run.add_argument("--pack-slowdown", type=float, default=None,
-                     help="how many times longer a cell runs on a full GPU than alone (default: the packing limit)")
-    run.add_argument("--deadline-minutes", type=float, default=None,
-                     help="stop, checkpointing the running cells, this long after the start")
+    run.add_argument(
+        "--pack-slowdown",
+        type=float,
+        default=None,
+        help="how many times longer a cell runs on a full GPU than alone (default: the packing limit)",
+    )
+    run.add_argument(
+        "--deadline-minutes",
+        type=float,
+        default=None,
+        help="stop, checkpointing the running cells, this long after the start",
+    )
     run.add_argument("--stop-at", default=None, help="stop at this UTC time (HH:MM or ISO 8601)")
     run.add_argument("--stop-grace-seconds", type=float, default=120.0, help="time a stopped cell has to checkpoint")
     run.add_argument("--carry-over", action="store_true", help="also start cells that cannot end before the deadline")
@@ -79,27 +91,43 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--slot-minutes", type=float, default=30.0, help="flag cells longer than this")
     plan.add_argument("--probe-steps", type=int, default=300, help="training steps of a timing probe")
     plan.add_argument("--probe-all", action="store_true", help="probe every (arm, task), even with records")
-    plan.add_argument("--records", type=Path, action="append", default=None,
-                      help="another output folder whose records count (repeatable)")
+    plan.add_argument(
+        "--records",
+        type=Path,
+        action="append",
+        default=None,
+        help="another output folder whose records count (repeatable)",
+    )
     plan.add_argument("--plan-out", type=Path, default=None, help="plan file (default <output_dir>/grid_plan.csv)")
     return parser
 
 
 def _ledger_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lra-grid ledger", description="Write the grid's LEDGER.md: cells done, "
-                                     "GPU-minutes spent, cells left, GPU-minutes estimated left.")
+    parser = argparse.ArgumentParser(
+        prog="lra-grid ledger",
+        description="Write the grid's LEDGER.md: cells done, "
+        "GPU-minutes spent, cells left, GPU-minutes estimated left.",
+    )
     parser.add_argument("grid", type=Path)
     parser.add_argument("--records", type=Path, required=True, help="the output folder holding runs/ and grid_log.csv")
     parser.add_argument("--plan-file", type=Path, default=None, help="the estimates of --plan")
-    parser.add_argument("--grid-log", type=Path, action="append", default=None,
-                        help="grid_log.csv files (default: <records>/grid_log.csv when present)")
+    parser.add_argument(
+        "--grid-log",
+        type=Path,
+        action="append",
+        default=None,
+        help="grid_log.csv files (default: <records>/grid_log.csv when present)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="default: <grid folder>/<grid name>/LEDGER.md")
     return parser
 
 
 def _unpack_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lra-grid unpack", description="Unpack a slot's archives (--archive-to) "
-                                     "into an output folder, as --resume-from does, and run nothing.")
+    parser = argparse.ArgumentParser(
+        prog="lra-grid unpack",
+        description="Unpack a slot's archives (--archive-to) "
+        "into an output folder, as --resume-from does, and run nothing.",
+    )
     parser.add_argument("folder", type=Path, help="the folder holding grid-manifest.json and the archives")
     parser.add_argument("--into", type=Path, required=True, help="the output folder (runs/, grid_log.csv)")
     return parser
@@ -131,7 +159,7 @@ def _check(args) -> None:
 
 
 def _main(argv: list[str], started: float) -> int:
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
     if argv[:1] == ["ledger"]:
         from .ledger import ledger_command

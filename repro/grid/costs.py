@@ -10,6 +10,7 @@ start-up). The planned steps and validations come from the cell's resolved setti
 training loop counts them. Periodic checkpoints (``checkpoint_every_seconds``: 10 minutes at
 ``profile=paper``) are not counted.
 """
+
 from __future__ import annotations
 
 import csv
@@ -69,8 +70,11 @@ def steady_step_s(history: Path) -> tuple[float, float] | None:
     logged fewer than two such rows. The first steps carry the one-off costs (kernel compilation, cuDNN
     autotuning, caches warming), which a short probe must not spread over a whole run's steps."""
     with Path(history).open(newline="") as handle:
-        rows = [(int(r["step"]), float(r["elapsed_s"])) for r in csv.DictReader(handle)
-                if r.get("train_loss") not in (None, "") and r.get("val_acc") in (None, "")]
+        rows = [
+            (int(r["step"]), float(r["elapsed_s"]))
+            for r in csv.DictReader(handle)
+            if r.get("train_loss") not in (None, "") and r.get("val_acc") in (None, "")
+        ]
     if len(rows) < 2 or rows[-1][0] <= rows[0][0]:
         return None
     (first_step, first_s), (last_step, last_s) = rows[0], rows[-1]
@@ -92,6 +96,11 @@ def cost_from_run(metrics: dict, history: Path, beyond_elapsed_s: float, source:
     measured = steady_step_s(history) if steady else None
     if measured is not None:
         step_s, warm_up_s = measured
-    return Cost(step_s=step_s, val_pass_s=max(0.0, elapsed_s - train_s) / max(passes, 1),
-                fixed_s=max(0.0, beyond_elapsed_s) + warm_up_s, steps_per_epoch=int(per_epoch),
-                device=str(metrics.get("device", "?")), source=source)
+    return Cost(
+        step_s=step_s,
+        val_pass_s=max(0.0, elapsed_s - train_s) / max(passes, 1),
+        fixed_s=max(0.0, beyond_elapsed_s) + warm_up_s,
+        steps_per_epoch=int(per_epoch),
+        device=str(metrics.get("device", "?")),
+        source=source,
+    )

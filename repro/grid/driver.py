@@ -1,4 +1,5 @@
 """The grid command's flows: run the cells (the slot driver) and plan them; ``cli`` parses the command line."""
+
 from __future__ import annotations
 
 import calendar
@@ -29,8 +30,10 @@ def visible_gpus() -> list[str]:
 
         ids = [str(i) for i in range(torch.cuda.device_count())]
     if not ids:
-        raise GridError("--gpus all: no CUDA device is visible; name the GPUs (--gpus 0,1) or leave --gpus out "
-                        "to run on this process's own device")
+        raise GridError(
+            "--gpus all: no CUDA device is visible; name the GPUs (--gpus 0,1) or leave --gpus out "
+            "to run on this process's own device"
+        )
     return ids
 
 
@@ -118,12 +121,20 @@ class Campaign:
         if self.claim_dir is not None:
             (self.claim_dir / ended.job.key).unlink(missing_ok=True)
         metrics = complete_metrics(cell_run.run_dir) or {}
-        row = {"arm": cell_run.cell.arm, "task": cell_run.cell.task, "seed": cell_run.cell.seed,
-               "exit": ended.returncode, "wall_s": ended.wall_s, "finished_utc": ended.finished_utc,
-               "gpu": "" if ended.gpu is None else str(ended.gpu), "per_gpu": ended.job.per_gpu,
-               "started_utc": ended.started_utc, "gpu_s": ended.gpu_s,
-               "examples": max(0, examples_done(cell_run.run_dir) - self.before[ended.job.key]),
-               "examples_per_s": metrics.get("train_examples_per_s", "")}
+        row = {
+            "arm": cell_run.cell.arm,
+            "task": cell_run.cell.task,
+            "seed": cell_run.cell.seed,
+            "exit": ended.returncode,
+            "wall_s": ended.wall_s,
+            "finished_utc": ended.finished_utc,
+            "gpu": "" if ended.gpu is None else str(ended.gpu),
+            "per_gpu": ended.job.per_gpu,
+            "started_utc": ended.started_utc,
+            "gpu_s": ended.gpu_s,
+            "examples": max(0, examples_done(cell_run.run_dir) - self.before[ended.job.key]),
+            "examples_per_s": metrics.get("train_examples_per_s", ""),
+        }
         append_rows(self.log_path, [row])
         self.rows.append(row)
         if ended.returncode not in (0, 3):
@@ -149,8 +160,9 @@ def claim(folder: Path, name: str) -> bool:
     return True
 
 
-def build_jobs(campaign: Campaign, cell_runs: list[CellRun], args, plan: dict, runner: Path, extra: list[str],
-               foreground: bool) -> tuple[list[Job], int]:
+def build_jobs(
+    campaign: Campaign, cell_runs: list[CellRun], args, plan: dict, runner: Path, extra: list[str], foreground: bool
+) -> tuple[list[Job], int]:
     """A job per cell without a complete record of its settings; returns (jobs, cells skipped as complete)."""
     jobs, skipped = [], 0
     for number, cell_run in enumerate(cell_runs, 1):
@@ -165,8 +177,14 @@ def build_jobs(campaign: Campaign, cell_runs: list[CellRun], args, plan: dict, r
         left = max(0.0, 1.0 - state["step"] / steps) if state and steps else 1.0
         slowdown = args.pack_slowdown if args.pack_slowdown is not None else float(per_gpu)
         log = None if foreground else campaign.out / "grid_logs" / f"{cell.name}.log"
-        job = Job(cell.name, f"{cell} [{number}/{len(cell_runs)}]", command(runner, cell, campaign.grid.common, extra),
-                  per_gpu=per_gpu, est_s=60.0 * minutes * left * slowdown, log_path=log)
+        job = Job(
+            cell.name,
+            f"{cell} [{number}/{len(cell_runs)}]",
+            command(runner, cell, campaign.grid.common, extra),
+            per_gpu=per_gpu,
+            est_s=60.0 * minutes * left * slowdown,
+            log_path=log,
+        )
         campaign.by_key[job.key] = cell_run
         jobs.append(job)
     return jobs, skipped
@@ -181,9 +199,11 @@ def report(campaign: Campaign, outcome, skipped: int, total: int) -> None:
     for cell, status in campaign.failed:
         print(f"[grid] failed with exit {status}: {cell}")
     left = len(outcome.not_started) + len(outcome.left_queued) + campaign.interrupted
-    print(f"[grid] {campaign.started} of {total} cells attempted, {campaign.elsewhere} claimed by another grid "
-          f"process, {len(campaign.failed)} failed, {left} left, {skipped} already complete; log {campaign.log_path}",
-          flush=True)
+    print(
+        f"[grid] {campaign.started} of {total} cells attempted, {campaign.elsewhere} claimed by another grid "
+        f"process, {len(campaign.failed)} failed, {left} left, {skipped} already complete; log {campaign.log_path}",
+        flush=True,
+    )
 
 
 def archive(out: Path, folder: Path, files: int, mib: float) -> bool:
@@ -191,11 +211,18 @@ def archive(out: Path, folder: Path, files: int, mib: float) -> bool:
     manifest = pack(out, folder, files, mib)
     kinds = [unit["kind"] for unit in manifest["units"]]
     sizes = ", ".join(f"{a['name']} {a['bytes'] / 2**20:.1f} MiB" for a in manifest["archives"])
-    print(f"[grid] archived {kinds.count('record')} record(s), {kinds.count('checkpoint')} checkpoint(s), "
-          f"{kinds.count('log')} log(s) into {folder}: {sizes or 'no archive'}", flush=True)
+    print(
+        f"[grid] archived {kinds.count('record')} record(s), {kinds.count('checkpoint')} checkpoint(s), "
+        f"{kinds.count('log')} log(s) into {folder}: {sizes or 'no archive'}",
+        flush=True,
+    )
     for item in manifest["left_out"]:
-        print(f"[grid] archive: left out (no room in {files - 1} archives of {mib:g} MiB): {item['unit']} "
-              f"({item['bytes'] / 2**20:.1f} MiB)", file=sys.stderr, flush=True)
+        print(
+            f"[grid] archive: left out (no room in {files - 1} archives of {mib:g} MiB): {item['unit']} "
+            f"({item['bytes'] / 2**20:.1f} MiB)",
+            file=sys.stderr,
+            flush=True,
+        )
     return not manifest["left_out"]
 
 
@@ -211,8 +238,14 @@ def run_grid(args, grid: Grid, extra: list[str], runner: Path, started: float) -
     campaign = Campaign(grid, out, out / "grid_log.csv", args.claim_dir)
     foreground = gpus == [None] and args.per_gpu == 1 and all(not c.per_gpu or c.per_gpu == 1 for c in grid.cells)
     jobs, skipped = build_jobs(campaign, cell_runs, args, plan, runner, extra, foreground)
-    scheduler = Scheduler(gpus, deadline=deadline_of(args, started), grace_s=args.stop_grace_seconds,
-                          carry_over=args.carry_over, on_start=campaign.on_start, on_end=campaign.on_end)
+    scheduler = Scheduler(
+        gpus,
+        deadline=deadline_of(args, started),
+        grace_s=args.stop_grace_seconds,
+        carry_over=args.carry_over,
+        on_start=campaign.on_start,
+        on_end=campaign.on_end,
+    )
     scheduler.start = started
     outcome = scheduler.run(jobs)
     first = {}

@@ -12,6 +12,7 @@ seconds the GPU was busy in ``wall_s`` and ``gpu_s``, the examples its cells tra
 their aggregate ``examples / busy seconds`` (the packing measure of the fast-arms issue).
 Rows of older versions have the first seven columns only.
 """
+
 from __future__ import annotations
 
 import csv
@@ -19,8 +20,20 @@ from pathlib import Path
 
 from .cells import GridError
 
-COLUMNS = ("arm", "task", "seed", "exit", "wall_s", "finished_utc", "gpu", "per_gpu", "started_utc", "gpu_s",
-           "examples", "examples_per_s")
+COLUMNS = (
+    "arm",
+    "task",
+    "seed",
+    "exit",
+    "wall_s",
+    "finished_utc",
+    "gpu",
+    "per_gpu",
+    "started_utc",
+    "gpu_s",
+    "examples",
+    "examples_per_s",
+)
 LEGACY_COLUMNS = 7
 GPU_TOTAL = "(gpu total)"
 
@@ -52,8 +65,10 @@ def read_rows(path: Path) -> list[dict]:
             if not fields:
                 continue
             if len(fields) not in (LEGACY_COLUMNS, len(COLUMNS)):
-                raise GridError(f"{path}:{number}: {len(fields)} fields; a grid_log.csv row has {LEGACY_COLUMNS} "
-                                f"or {len(COLUMNS)} ({', '.join(COLUMNS)})")
+                raise GridError(
+                    f"{path}:{number}: {len(fields)} fields; a grid_log.csv row has {LEGACY_COLUMNS} "
+                    f"or {len(COLUMNS)} ({', '.join(COLUMNS)})"
+                )
             rows.append(dict(zip(COLUMNS, fields + [""] * (len(COLUMNS) - len(fields)), strict=True)))
     return rows
 
@@ -66,10 +81,19 @@ def gpu_totals(cell_rows: list[dict], busy_s: dict, started: dict) -> list[dict]
         if not mine:
             continue
         examples = sum(int(row["examples"] or 0) for row in mine)
-        totals.append({"arm": GPU_TOTAL, "wall_s": busy, "gpu_s": busy, "gpu": "" if gpu is None else gpu,
-                       "per_gpu": max(int(row["per_gpu"]) for row in mine), "started_utc": started.get(gpu, ""),
-                       "finished_utc": max(row["finished_utc"] for row in mine), "examples": examples,
-                       "examples_per_s": examples / busy if busy > 0 else ""})
+        totals.append(
+            {
+                "arm": GPU_TOTAL,
+                "wall_s": busy,
+                "gpu_s": busy,
+                "gpu": "" if gpu is None else gpu,
+                "per_gpu": max(int(row["per_gpu"]) for row in mine),
+                "started_utc": started.get(gpu, ""),
+                "finished_utc": max(row["finished_utc"] for row in mine),
+                "examples": examples,
+                "examples_per_s": examples / busy if busy > 0 else "",
+            }
+        )
     return totals
 
 
@@ -77,8 +101,11 @@ def summary_line(totals: list[dict], cells: int) -> str:
     """``[grid] throughput: ...`` over every GPU's row."""
     examples = sum(int(row["examples"]) for row in totals)
     busy = sum(float(row["wall_s"]) for row in totals)
-    parts = [f"GPU {row['gpu'] or '-'} {float(row['examples_per_s'] or 0):.1f}/s over "
-             f"{float(row['wall_s']) / 60:.1f} min" for row in totals]
+    parts = [
+        f"GPU {row['gpu'] or '-'} {float(row['examples_per_s'] or 0):.1f}/s over {float(row['wall_s']) / 60:.1f} min"
+        for row in totals
+    ]
     rate = examples / busy if busy > 0 else 0.0
-    return (f"[grid] throughput: {examples} training examples in {cells} cell(s), {rate:.1f} examples/s per busy GPU"
-            + (f" ({'; '.join(parts)})" if parts else ""))
+    return f"[grid] throughput: {examples} training examples in {cells} cell(s), {rate:.1f} examples/s per busy GPU" + (
+        f" ({'; '.join(parts)})" if parts else ""
+    )

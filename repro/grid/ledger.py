@@ -9,6 +9,7 @@ record's ``max(elapsed_s, wall_time_s)``. GPU-minutes left per cell: the plan fi
 settings shows (``costs``), else none (counted as such). Columns are (task, seed) in the
 grid's order; optional blocks are counted apart.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -45,8 +46,9 @@ def cell_status(cell_run: CellRun, spent: dict, plan: dict, out: Path, overhead_
     status = {"cell": cell_run.cell, "done": done, "spent": minutes, "left": None, "source": ""}
     if done:
         return status
-    planned = plan.get(key) or next((row for (arm, task, _), row in plan.items()
-                                     if (arm, task) == (cell_run.cell.arm, cell_run.cell.task)), None)
+    planned = plan.get(key) or next(
+        (row for (arm, task, _), row in plan.items() if (arm, task) == (cell_run.cell.arm, cell_run.cell.task)), None
+    )
     if planned is not None:  # a cell's cost does not depend on its seed: another seed's plan row serves
         return {**status, "left": planned["minutes"], "source": "plan"}
     cost = record_cost(cell_run, out, [], overhead_s)
@@ -66,16 +68,20 @@ def _column_rows(statuses: list[dict]) -> list[str]:
     for status in statuses:
         cell = status["cell"]
         columns.setdefault((cell.task, cell.seed, cell.optional), []).append(status)
-    lines = ["| task | seed | cells | done | left | GPU-min spent | GPU-min est. left | arms left |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| task | seed | cells | done | left | GPU-min spent | GPU-min est. left | arms left |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for (task, seed, optional), group in columns.items():
         left = [s for s in group if not s["done"]]
         known = [s["left"] for s in left if s["left"] is not None]
         estimate = _estimate(known, len(left) - len(known))
         arms = ", ".join(s["cell"].arm for s in left) or "-"
         name = f"{task} (optional)" if optional else task
-        lines.append(f"| {name} | {seed} | {len(group)} | {len(group) - len(left)} | {len(left)} | "
-                     f"{sum(s['spent'] for s in group):.1f} | {estimate if left else '0.0'} | {arms} |")
+        lines.append(
+            f"| {name} | {seed} | {len(group)} | {len(group) - len(left)} | {len(left)} | "
+            f"{sum(s['spent'] for s in group):.1f} | {estimate if left else '0.0'} | {arms} |"
+        )
     return lines
 
 
@@ -83,21 +89,30 @@ def _totals(statuses: list[dict], label: str) -> str:
     done = [s for s in statuses if s["done"]]
     left = [s for s in statuses if not s["done"]]
     known = [s for s in left if s["left"] is not None]
-    by_source = ", ".join(f"{sum(1 for s in known if s['source'] == src)} from the {src}"
-                          for src in ("plan", "records") if any(s["source"] == src for s in known))
+    by_source = ", ".join(
+        f"{sum(1 for s in known if s['source'] == src)} from the {src}"
+        for src in ("plan", "records")
+        if any(s["source"] == src for s in known)
+    )
     estimate = _estimate([s["left"] for s in known], len(left) - len(known)) + (f" ({by_source})" if by_source else "")
-    return (f"| {label} | {len(done)} of {len(statuses)} | {sum(s['spent'] for s in done):.1f} | "
-            f"{sum(s['spent'] for s in left):.1f} | {len(left)} | {estimate} |")
+    return (
+        f"| {label} | {len(done)} of {len(statuses)} | {sum(s['spent'] for s in done):.1f} | "
+        f"{sum(s['spent'] for s in left):.1f} | {len(left)} | {estimate} |"
+    )
 
 
 def render(grid_path: Path, statuses: list[dict], sources: list[str]) -> str:
     required = [s for s in statuses if not s["cell"].optional]
     optional = [s for s in statuses if s["cell"].optional]
-    lines = [f"# Ledger of `{grid_path.as_posix()}`", "",
-             f"Written by `lra-grid ledger` on {utc_now()[:10]} from {'; '.join(sources)}.", "",
-             "| cells | done | GPU-min spent on done cells | GPU-min spent on cells not done | left "
-             "| GPU-min est. left |",
-             "| --- | --- | --- | --- | --- | --- |", _totals(required, "required")]
+    lines = [
+        f"# Ledger of `{grid_path.as_posix()}`",
+        "",
+        f"Written by `lra-grid ledger` on {utc_now()[:10]} from {'; '.join(sources)}.",
+        "",
+        "| cells | done | GPU-min spent on done cells | GPU-min spent on cells not done | left | GPU-min est. left |",
+        "| --- | --- | --- | --- | --- | --- |",
+        _totals(required, "required"),
+    ]
     if optional:
         lines.append(_totals(optional, "optional"))
     lines += ["", "Per column (all arms of one task and seed), in the grid's order:", "", *_column_rows(statuses), ""]

@@ -9,6 +9,7 @@ one probe per GPU at a time. The seconds per step, per validation and the fixed 
 validation settings). Cells over ``--slot-minutes`` are flagged. The plan is printed and
 written as CSV (``PLAN_COLUMNS``) for ``--plan-file`` of the slot driver and of the ledger.
 """
+
 from __future__ import annotations
 
 import csv
@@ -24,15 +25,34 @@ from .costs import Cost, cell_seconds, cost_from_run
 from .runs import CellRun, complete_metrics
 from .schedule import Job, Scheduler
 
-PLAN_COLUMNS = ("arm", "task", "seed", "profile", "planned_steps", "steps_per_s", "validations", "val_pass_s",
-                "fixed_s", "minutes", "over_slot", "device", "source")
+PLAN_COLUMNS = (
+    "arm",
+    "task",
+    "seed",
+    "profile",
+    "planned_steps",
+    "steps_per_s",
+    "validations",
+    "val_pass_s",
+    "fixed_s",
+    "minutes",
+    "over_slot",
+    "device",
+    "source",
+)
 
 
 def probe_overrides(steps: int) -> list[str]:
     """The probe's step cap; one validation at its last step; no periodic checkpoint; no budget."""
-    return [f"++train.max_steps={steps}", f"++train.eval_every_steps={steps}", "++train.eval_every_seconds=null",
-            "++train.checkpoint_every_steps=null", "++train.checkpoint_every_seconds=null",
-            "++train.budget_minutes=null", "resume=false"]
+    return [
+        f"++train.max_steps={steps}",
+        f"++train.eval_every_steps={steps}",
+        "++train.eval_every_seconds=null",
+        "++train.checkpoint_every_steps=null",
+        "++train.checkpoint_every_seconds=null",
+        "++train.budget_minutes=null",
+        "resume=false",
+    ]
 
 
 def record_cost(cell_run: CellRun, output_dir: Path, record_dirs: list[Path], overhead_s: float) -> Cost | None:
@@ -55,8 +75,9 @@ def record_cost(cell_run: CellRun, output_dir: Path, record_dirs: list[Path], ov
     return None
 
 
-def probe_jobs(cell_runs: list[CellRun], runner_path: Path, common: list[str], extra: list[str], steps: int,
-               scratch: Path) -> dict[str, tuple[Job, CellRun]]:
+def probe_jobs(
+    cell_runs: list[CellRun], runner_path: Path, common: list[str], extra: list[str], steps: int, scratch: Path
+) -> dict[str, tuple[Job, CellRun]]:
     """One probe job per (arm, task) pair: the pair's first cell, capped at ``steps`` steps, in ``scratch/<pair>``."""
     jobs = {}
     kept = [item for item in extra if not item.lstrip("+").startswith("output_dir=")]
@@ -66,8 +87,13 @@ def probe_jobs(cell_runs: list[CellRun], runner_path: Path, common: list[str], e
             continue
         folder = scratch / key
         overrides = [*kept, f"output_dir={folder}", *probe_overrides(steps)]
-        job = Job(key, f"probe {cell_run.cell.arm} {cell_run.cell.task} ({steps} steps)",
-                  command(runner_path, cell_run.cell, common, overrides), per_gpu=1, log_path=folder / "probe.log")
+        job = Job(
+            key,
+            f"probe {cell_run.cell.arm} {cell_run.cell.task} ({steps} steps)",
+            command(runner_path, cell_run.cell, common, overrides),
+            per_gpu=1,
+            log_path=folder / "probe.log",
+        )
         jobs[key] = (job, cell_run)
     return jobs
 
@@ -78,12 +104,18 @@ def probe_cost(folder: Path, wall_s: float, steps: int) -> Cost:
     if len(found) != 1:
         raise GridError(f"{folder}: the probe left {len(found)} records, not 1; see {folder / 'probe.log'}")
     metrics = json.loads(found[0].read_text())
-    return cost_from_run(metrics, found[0].parent / "history.csv", wall_s - float(metrics["elapsed_s"]),
-                         f"probe of {metrics['steps']} steps", steady=True)
+    return cost_from_run(
+        metrics,
+        found[0].parent / "history.csv",
+        wall_s - float(metrics["elapsed_s"]),
+        f"probe of {metrics['steps']} steps",
+        steady=True,
+    )
 
 
-def run_probes(todo: list[CellRun], gpus: list, deadline, runner_path: Path, common: list[str], extra: list[str],
-               steps: int) -> dict[tuple[str, str], Cost | str]:
+def run_probes(
+    todo: list[CellRun], gpus: list, deadline, runner_path: Path, common: list[str], extra: list[str], steps: int
+) -> dict[tuple[str, str], Cost | str]:
     """Probe each (arm, task) pair of ``todo``; a pair's value is its Cost or why it has none."""
     scratch = Path(tempfile.mkdtemp(prefix="lra-grid-probe-"))
     try:
@@ -106,8 +138,9 @@ def run_probes(todo: list[CellRun], gpus: list, deadline, runner_path: Path, com
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def gather_costs(cell_runs: list[CellRun], output_dir: Path, record_dirs: list[Path], overhead_s: float,
-                 probe_all: bool, probe) -> dict:
+def gather_costs(
+    cell_runs: list[CellRun], output_dir: Path, record_dirs: list[Path], overhead_s: float, probe_all: bool, probe
+) -> dict:
     """Per cell key: a record's cost (unless ``probe_all``), else its (arm, task) pair's probe (``probe(todo)``)."""
     costs: dict = {}
     if not probe_all:
@@ -132,10 +165,20 @@ def plan_rows(cell_runs: list[CellRun], costs: dict, slot_minutes: float) -> lis
             rows.append({**row, "source": cost})
             continue
         steps, passes, seconds = cell_seconds(cost, cell_run.train)
-        rows.append({**row, "planned_steps": steps, "steps_per_s": round(1.0 / cost.step_s, 3), "validations": passes,
-                     "val_pass_s": round(cost.val_pass_s, 3), "fixed_s": round(cost.fixed_s, 1),
-                     "minutes": round(seconds / 60.0, 2), "over_slot": "yes" if seconds / 60.0 > slot_minutes else "no",
-                     "device": cost.device, "source": cost.source})
+        rows.append(
+            {
+                **row,
+                "planned_steps": steps,
+                "steps_per_s": round(1.0 / cost.step_s, 3),
+                "validations": passes,
+                "val_pass_s": round(cost.val_pass_s, 3),
+                "fixed_s": round(cost.fixed_s, 1),
+                "minutes": round(seconds / 60.0, 2),
+                "over_slot": "yes" if seconds / 60.0 > slot_minutes else "no",
+                "device": cost.device,
+                "source": cost.source,
+            }
+        )
     return rows
 
 
@@ -163,7 +206,9 @@ def read_plan(path: Path) -> dict[tuple[str, str, int], dict]:
                     continue
                 try:
                     plan[row["arm"], row["task"], int(row["seed"])] = {
-                        "minutes": float(row["minutes"]), "planned_steps": int(row["planned_steps"])}
+                        "minutes": float(row["minutes"]),
+                        "planned_steps": int(row["planned_steps"]),
+                    }
                 except ValueError as err:
                     raise GridError(f"{path}:{number}: seed, minutes or planned_steps is not a number ({err})") from err
     except OSError as err:
@@ -179,9 +224,13 @@ def print_plan(rows: list[dict], slot_minutes: float) -> None:
             print(f"{name:<44} {'':>7} {'':>8} {'':>5} {'?':>8}  {row['source']}")
             continue
         flag = "  OVER SLOT" if row["over_slot"] == "yes" else ""
-        print(f"{name:<44} {row['planned_steps']:>7} {row['steps_per_s']:>8.2f} {row['validations']:>5} "
-              f"{row['minutes']:>8.2f}  {row['source']}, {row['device']}{flag}")
+        print(
+            f"{name:<44} {row['planned_steps']:>7} {row['steps_per_s']:>8.2f} {row['validations']:>5} "
+            f"{row['minutes']:>8.2f}  {row['source']}, {row['device']}{flag}"
+        )
     known = [row for row in rows if row.get("minutes") not in (None, "")]
     over = [row for row in known if row["over_slot"] == "yes"]
-    print(f"[plan] total: {sum(row['minutes'] for row in known):.1f} GPU-minutes for {len(known)} of {len(rows)} "
-          f"cells; {len(over)} over the {slot_minutes:g}-minute slot; {len(rows) - len(known)} without an estimate")
+    print(
+        f"[plan] total: {sum(row['minutes'] for row in known):.1f} GPU-minutes for {len(known)} of {len(rows)} "
+        f"cells; {len(over)} over the {slot_minutes:g}-minute slot; {len(rows) - len(known)} without an estimate"
+    )

@@ -5,6 +5,7 @@ The cells' settings come from Hydra's compose API over ``experiments/conf`` and
 changes the record folder's last part. So the grid skips, plans and archives exactly the
 folders ``experiments/run.py`` writes.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,8 +40,9 @@ def _compose(arm: str, task: str, overrides: list[str], where: str) -> tuple[dic
     return run, runner.run_dir_for(cfg, run).parent
 
 
-def resolve_cells(cells: list[Cell], common: list[str], extra: list[str], where: str,
-                  conf_dir: Path = CONF_DIR) -> list[CellRun]:
+def resolve_cells(
+    cells: list[Cell], common: list[str], extra: list[str], where: str, conf_dir: Path = CONF_DIR
+) -> list[CellRun]:
     """Each cell's resolved settings and record folder: the grid's ``common`` overrides, the cell's block's, then
     the command line's ``extra`` (the order of ``cells.command``)."""
     from hydra import initialize_config_dir

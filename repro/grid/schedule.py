@@ -11,6 +11,7 @@ the deadline, or on SIGTERM / SIGINT / SIGUSR1 to this process, the running jobs
 signal (SIGTERM at the deadline: the runner checkpoints and exits 143), ``grace_s`` to end,
 then SIGKILL.
 """
+
 from __future__ import annotations
 
 import os
@@ -78,9 +79,17 @@ class _Running:
 class Scheduler:
     """Runs jobs on ``gpus`` (ids for ``CUDA_VISIBLE_DEVICES``; ``[None]``: this process's device)."""
 
-    def __init__(self, gpus: list[str | None], deadline: float | None = None, grace_s: float = 120.0,
-                 carry_over: bool = False, on_start: Callable[[Job], bool] | None = None,
-                 on_end: Callable[[Ended], None] | None = None, poll_s: float = 0.5, clock=time.monotonic):
+    def __init__(
+        self,
+        gpus: list[str | None],
+        deadline: float | None = None,
+        grace_s: float = 120.0,
+        carry_over: bool = False,
+        on_start: Callable[[Job], bool] | None = None,
+        on_end: Callable[[Ended], None] | None = None,
+        poll_s: float = 0.5,
+        clock=time.monotonic,
+    ):
         self.slots = GpuSlots(gpus)
         self.deadline, self.grace_s, self.carry_over = deadline, grace_s, carry_over
         self.on_start, self.on_end, self.poll_s, self.clock = on_start, on_end, poll_s, clock
@@ -150,8 +159,13 @@ class Scheduler:
             job.log_path.parent.mkdir(parents=True, exist_ok=True)
             handle = job.log_path.open("a")
         try:
-            process = subprocess.Popen(job.command, env=env, stdout=handle, preexec_fn=os.setsid,  # noqa: PLW1509
-                                       stderr=subprocess.STDOUT if handle else None)
+            process = subprocess.Popen(
+                job.command,
+                env=env,
+                stdout=handle,
+                preexec_fn=os.setsid,  # noqa: PLW1509
+                stderr=subprocess.STDOUT if handle else None,
+            )
         except BaseException:
             if handle is not None:
                 handle.close()
@@ -171,12 +185,21 @@ class Scheduler:
             entry.handle.close()
         now = self.clock()
         gpu_s = self.slots.remove(entry.gpu, key, now)
-        ended = Ended(entry.job, entry.gpu, entry.process.returncode, now - entry.began, gpu_s, entry.started_utc,
-                      utc_now(), stopped)
+        ended = Ended(
+            entry.job,
+            entry.gpu,
+            entry.process.returncode,
+            now - entry.began,
+            gpu_s,
+            entry.started_utc,
+            utc_now(),
+            stopped,
+        )
         self.outcome.ended.append(ended)
         where = f" on GPU {entry.gpu}" if entry.gpu is not None else ""
-        print(f"[grid] done{where}: {entry.job.label}, exit {ended.returncode}, {ended.wall_s / 60:.1f} min",
-              flush=True)
+        print(
+            f"[grid] done{where}: {entry.job.label}, exit {ended.returncode}, {ended.wall_s / 60:.1f} min", flush=True
+        )
         if self.on_end is not None:
             self.on_end(ended)
 

@@ -5,6 +5,7 @@ counting the one to be placed, so a job whose block says ``per_gpu: 1`` runs alo
 goes to the GPU with the fewest jobs (then the first listed). While ``k`` jobs share a GPU, each
 is charged ``1/k`` of the elapsed time: the charges of one GPU add up to the time it was busy.
 """
+
 from __future__ import annotations
 
 

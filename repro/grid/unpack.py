@@ -7,6 +7,7 @@ local ``last.pt`` has trained as many steps or more; otherwise it replaces the l
 the local ``last.prev.pt`` of the older lineage goes). Record files are written with
 ``metrics.json`` last, each through a temporary file, so no half record is ever complete.
 """
+
 from __future__ import annotations
 
 import io
@@ -43,11 +44,16 @@ def _decide(unit: dict, contents: dict[str, bytes], root: Path) -> str:
     if unit["kind"] == "record":
         if complete_metrics(local) is None:
             return "write"
-        differ = [e["path"] for e in unit["files"]
-                  if not (root / e["path"]).exists() or (root / e["path"]).read_bytes() != contents[e["path"]]]
+        differ = [
+            e["path"]
+            for e in unit["files"]
+            if not (root / e["path"]).exists() or (root / e["path"]).read_bytes() != contents[e["path"]]
+        ]
         if differ:
-            raise GridError(f"{root / differ[0]}: a complete record here differs from the archive's; move one of them "
-                            f"away (e.g. to another output_dir) and unpack again")
+            raise GridError(
+                f"{root / differ[0]}: a complete record here differs from the archive's; move one of them "
+                f"away (e.g. to another output_dir) and unpack again"
+            )
         return "the same record is here"
     if complete_metrics(local) is not None:
         return "its record is complete here"

@@ -11,6 +11,7 @@ cuDNN's grouped kernels are slow (Pathfinder's groups 32). ``fft`` is the FFT pa
 (``repro/ops/fft.py``). ``auto`` (the default) picks per shape the fastest implementation that
 ``experiments/bench_conv.py`` measured (paper/performance.md, "Bounded convolution").
 """
+
 from __future__ import annotations
 
 import functools
@@ -34,8 +35,9 @@ AUTO_TABLE_ENV = "LRA_CONV_AUTO_TABLE"
 TABLE_LENGTH_RATIO = 1.06
 
 
-def conv1d_same(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, groups: int,
-                impl: str) -> torch.Tensor:
+def conv1d_same(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, groups: int, impl: str
+) -> torch.Tensor:
     """Symmetric 'same' convolution of ``x`` [B, C_in, L] by ``weight`` [C_out, C_in/groups, K]."""
     pad = weight.shape[-1] // 2
     if impl == "auto":
@@ -118,8 +120,12 @@ def table_choice(table: dict | None, device: str, kernel_size: int, length: int,
     ``builtin_choice``); else None, and the built-in rule decides."""
     if not table or table.get("device") != device:
         return None
-    rows = [r for r in table.get("rows", []) if (r["kernel"], r["groups"]) == (kernel_size, groups)
-            and max(r["length"], length) <= TABLE_LENGTH_RATIO * min(r["length"], length)]
+    rows = [
+        r
+        for r in table.get("rows", [])
+        if (r["kernel"], r["groups"]) == (kernel_size, groups)
+        and max(r["length"], length) <= TABLE_LENGTH_RATIO * min(r["length"], length)
+    ]
     if not rows:
         return None
     nearest = min(rows, key=lambda r: abs(math.log(r["length"] / length)))["length"]
@@ -144,11 +150,14 @@ def _auto_table() -> dict | None:
             if not numbers or not isinstance(table["device"], str):
                 raise TypeError("rows need numeric kernel, length, groups, fwd_bwd_ms and the record a device name")
         except (OSError, ValueError, KeyError, TypeError) as err:
-            raise RuntimeError(f"{AUTO_TABLE_ENV}={path}: not a readable experiments/bench_conv.py record "
-                               f"({type(err).__name__}: {err}); unset it or point it at bench_conv.py --out output"
-                               ) from err
+            raise RuntimeError(
+                f"{AUTO_TABLE_ENV}={path}: not a readable experiments/bench_conv.py record "
+                f"({type(err).__name__}: {err}); unset it or point it at bench_conv.py --out output"
+            ) from err
         if unknown:
-            raise RuntimeError(f"{AUTO_TABLE_ENV}={path} names conv impl(s) {unknown} that this version does not have "
-                               f"({', '.join(CONV_IMPLS)}); rerun experiments/bench_conv.py with this version")
+            raise RuntimeError(
+                f"{AUTO_TABLE_ENV}={path} names conv impl(s) {unknown} that this version does not have "
+                f"({', '.join(CONV_IMPLS)}); rerun experiments/bench_conv.py with this version"
+            )
         _TABLES[path] = table
     return _TABLES[path]

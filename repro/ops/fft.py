@@ -1,4 +1,5 @@
 """The 'same' convolution through the FFT, and FFT sizes that cuFFT and pocketfft run fast."""
+
 from __future__ import annotations
 
 import torch

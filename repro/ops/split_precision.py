@@ -6,6 +6,7 @@ Here the input gradient is a bf16 *forward* convolution of the output gradient b
 transposed kernel (``flip``), and the weight gradient is cuDNN's in TF32 or bf16 matrix products.
 All accumulate in float32; float64 stays float64 (exact reference tests).
 """
+
 from __future__ import annotations
 
 import torch
@@ -38,8 +39,9 @@ def input_grad_flip(grad_out: torch.Tensor, weight: torch.Tensor, groups: int) -
     return F.conv1d(grad_out, w_t.contiguous(), None, padding=k // 2, groups=groups)
 
 
-def weight_grad_mm(x: torch.Tensor, grad_out: torch.Tensor, weight_shape, groups: int,
-                   taps_per_chunk: int = 16) -> torch.Tensor:
+def weight_grad_mm(
+    x: torch.Tensor, grad_out: torch.Tensor, weight_shape, groups: int, taps_per_chunk: int = 16
+) -> torch.Tensor:
     """dL/dW[o, c, t] = sum_{b,l} g[b, o, l] x_pad[b, c, l + t] as matrix products over b*l.
 
     Channels-last windows of ``taps_per_chunk`` taps at a time are materialised
@@ -105,8 +107,9 @@ class FlippedGradConv(torch.autograd.Function):
         return grad_x, grad_w, grad_b, None, None
 
 
-def conv1d_same_split(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, groups: int,
-                      impl: str) -> torch.Tensor:
+def conv1d_same_split(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, groups: int, impl: str
+) -> torch.Tensor:
     """Symmetric 'same' convolution of ``x`` [B, C_in, L] by ``weight`` [C_out, C_in/groups, K] by the
     split-precision ``impl`` (a key of ``SPLIT_IMPLS``)."""
     return FlippedGradConv.apply(x, weight, bias, groups, SPLIT_IMPLS[impl])

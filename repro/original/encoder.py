@@ -33,6 +33,7 @@ projection ``qkv_dim -> d_model``, each Xavier-uniform with LRA's fan-in/fan-out
 (Flax ``DenseGeneral`` flattens ``[d_model, heads, head_dim]`` to
 ``[d_model, qkv_dim]`` for its initialiser).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -106,8 +107,9 @@ def widen_projections(mixer: nn.Module, d_model: int, qkv_dim: int) -> nn.Module
             mixer.dense_hidden = _xavier(d_model, qkv_dim, mixer.dense_hidden.bias is not None)
         refitted += 1
     if not refitted:
-        raise TypeError(f"{type(mixer).__name__}: qkv_dim != d_model is supported only for mixers built on "
-                        "QKVOut or HeadedMixer")
+        raise TypeError(
+            f"{type(mixer).__name__}: qkv_dim != d_model is supported only for mixers built on QKVOut or HeadedMixer"
+        )
     return mixer
 
 
@@ -125,10 +127,18 @@ def build_lra_layers(cfg: dict, max_len: int) -> list[nn.Module]:
     layers: list[nn.Module] = []
     for index in range(int(cfg["depth"])):
         extra = {"seed": seed_offset + index} if takes_seed else {}
-        mixer = cls(d_model=qkv_dim, n_heads=n_heads, max_len=max_len,
-                    dropout=float(cfg.get("attention_dropout", 0.0)), **params, **extra)
+        mixer = cls(
+            d_model=qkv_dim,
+            n_heads=n_heads,
+            max_len=max_len,
+            dropout=float(cfg.get("attention_dropout", 0.0)),
+            **params,
+            **extra,
+        )
         if qkv_dim != d_model:
             widen_projections(mixer, d_model, qkv_dim)
         layers.append(mixer)
-        layers.append(FeedForward(d_model, int(cfg["d_ff"]), cfg.get("activation", "gelu_tanh"), float(cfg.get("dropout", 0.0))))
+        layers.append(
+            FeedForward(d_model, int(cfg["d_ff"]), cfg.get("activation", "gelu_tanh"), float(cfg.get("dropout", 0.0)))
+        )
     return layers

@@ -1,4 +1,5 @@
 """``python -m repro.paper``: the same as ``lra-paper``."""
+
 import sys
 
 from .cli import main

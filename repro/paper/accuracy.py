@@ -4,6 +4,7 @@ A cell of ours whose seed mean lies inside the task's strongest trivial baseline
 marked †, one below it ‡ (``repro.analysis.baselines``); the baselines row is printed under the
 rows of every table with a task column (for ListOps: the root-operator and majority baselines).
 """
+
 from __future__ import annotations
 
 import math
@@ -14,26 +15,57 @@ from ..reference import LRA_MODEL_ARMS, published
 from .render import MISSING, Table, fmt_number, fmt_seeds
 from .view import BundleView
 
-TASK_NAMES = {"listops": "ListOps", "text": "Text", "retrieval": "Retrieval", "image": "Image",
-              "pathfinder": "Pathfinder", "pathx": "Path-X"}
-LRA_NAMES = {"bigbird": "BigBird", "linear_transformer": "Linear Transformer", "local_attention": "Local Attention",
-             "sparse_transformer": "Sparse Transformer"}
-LRA_TABLE1_TASKS = [("listops", "listops"), ("text", "text"), ("retrieval", "retrieval"), ("image", "image"),
-                    ("pathfinder", "pathfinder"), ("path_x", "pathx")]  # (published column, our task)
+TASK_NAMES = {
+    "listops": "ListOps",
+    "text": "Text",
+    "retrieval": "Retrieval",
+    "image": "Image",
+    "pathfinder": "Pathfinder",
+    "pathx": "Path-X",
+}
+LRA_NAMES = {
+    "bigbird": "BigBird",
+    "linear_transformer": "Linear Transformer",
+    "local_attention": "Local Attention",
+    "sparse_transformer": "Sparse Transformer",
+}
+LRA_TABLE1_TASKS = [
+    ("listops", "listops"),
+    ("text", "text"),
+    ("retrieval", "retrieval"),
+    ("image", "image"),
+    ("pathfinder", "pathfinder"),
+    ("path_x", "pathx"),
+]  # (published column, our task)
 LRA_AVG_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")  # LRA's average leaves Path-X out
 FOLLOWUP_TASKS = ("image", "pathfinder", "text", "retrieval", "listops")  # the follow-up's column order
 # Follow-up table rows -> our arms. "ARM+TECHNIQUES" selects the records of ARM trained with that
 # techniques group (config.yaml's techniques.name: none | followup); a bare ARM takes its records
 # whatever the techniques. None: not reproduced here (the row stays "—").
-FOLLOWUP_TABLE2 = {"transformer": "lra_transformer", "transformer_pretrained": None,
-                   "rotary_transformer_techniques": "rotary_transformer", "mega": "mega+none",
-                   "mega_techniques": "mega+followup"}
-FOLLOWUP_TABLE3 = {"s4": "s4+none", "s5": "s5+none", "s4_techniques": "s4+followup", "s5_techniques": "s5+followup",
-                   "gmlp_techniques": "gmlp+followup"}
-FOLLOWUP_TABLE4 = {("learned", "yes"): "learned_pe", ("sinusoidal", "yes"): "sinusoidal_pe",
-                   ("rotary", "no"): "rotary_transformer_notech", ("rotary", "yes"): "rotary_transformer"}
-MARKS_NOTE = ("† our mean lies inside the task's trivial baseline's 95% interval, ‡ below it: the runs have not "
-              "left the trivial predictor (trivial_baselines).")
+FOLLOWUP_TABLE2 = {
+    "transformer": "lra_transformer",
+    "transformer_pretrained": None,
+    "rotary_transformer_techniques": "rotary_transformer",
+    "mega": "mega+none",
+    "mega_techniques": "mega+followup",
+}
+FOLLOWUP_TABLE3 = {
+    "s4": "s4+none",
+    "s5": "s5+none",
+    "s4_techniques": "s4+followup",
+    "s5_techniques": "s5+followup",
+    "gmlp_techniques": "gmlp+followup",
+}
+FOLLOWUP_TABLE4 = {
+    ("learned", "yes"): "learned_pe",
+    ("sinusoidal", "yes"): "sinusoidal_pe",
+    ("rotary", "no"): "rotary_transformer_notech",
+    ("rotary", "yes"): "rotary_transformer",
+}
+MARKS_NOTE = (
+    "† our mean lies inside the task's trivial baseline's 95% interval, ‡ below it: the runs have not "
+    "left the trivial predictor (trivial_baselines)."
+)
 
 
 def pub_cell(value, digits: int = 2) -> str:
@@ -89,11 +121,20 @@ def lra_table1(view: BundleView) -> Table:
         for column, task in LRA_TABLE1_TASKS:
             row += [ours_cell(view, arm, task), pub_cell(pub.loc[model, column])]
         rows.append(row + [_average(view, arm, LRA_AVG_TASKS), pub_cell(pub.loc[model, "avg"])])
-    return Table("lra_table1_accuracy", "LRA Table 1: test accuracy (%), ours beside the published", columns, rows,
-                 ours_cols,
-                 [view.profile_note(), "Avg: mean over the five tasks without Path-X, as LRA's; ours only when all "
-                  "five ran. Published: Tay et al. 2021, Table 1 (FAIL: chance on Path-X).", MARKS_NOTE],
-                 [baseline_row(view, [t for _, t in LRA_TABLE1_TASKS], 2, True)])
+    return Table(
+        "lra_table1_accuracy",
+        "LRA Table 1: test accuracy (%), ours beside the published",
+        columns,
+        rows,
+        ours_cols,
+        [
+            view.profile_note(),
+            "Avg: mean over the five tasks without Path-X, as LRA's; ours only when all "
+            "five ran. Published: Tay et al. 2021, Table 1 (FAIL: chance on Path-X).",
+            MARKS_NOTE,
+        ],
+        [baseline_row(view, [t for _, t in LRA_TABLE1_TASKS], 2, True)],
+    )
 
 
 def followup_table(view: BundleView, name: str, title: str, source: str, arms: dict, key) -> Table:
@@ -127,29 +168,80 @@ def followup_tables(view: BundleView) -> list[Table]:
     """The follow-up study's Tables 1-4."""
     kernels = {int(k): f"locality_k{int(k)}" for k in published("followup_table1_locality")["kernel_size"]}
     return [
-        followup_table(view, "followup_table1_locality",
-                       "Follow-up Table 1: bounded-kernel convolution, test accuracy (%) per kernel size K",
-                       "followup_table1_locality", kernels, lambda r: int(r["kernel_size"])),
-        followup_table(view, "followup_table2_transformer",
-                       "Follow-up Table 2: Transformer arms and MEGA, test accuracy (%)",
-                       "followup_table2_transformer", FOLLOWUP_TABLE2, lambda r: r["arm"]),
-        followup_table(view, "followup_table3_ssm_gmlp", "Follow-up Table 3: SSMs and gMLP, test accuracy (%)",
-                       "followup_table3_ssm_gmlp", FOLLOWUP_TABLE3, lambda r: r["arm"]),
-        followup_table(view, "followup_table4_positional_ablation",
-                       "Follow-up Table 4: positional encodings with and without training techniques, "
-                       "test accuracy (%)",
-                       "followup_table4_positional_ablation", FOLLOWUP_TABLE4,
-                       lambda r: (r["positional"], r["training_techniques"])),
+        followup_table(
+            view,
+            "followup_table1_locality",
+            "Follow-up Table 1: bounded-kernel convolution, test accuracy (%) per kernel size K",
+            "followup_table1_locality",
+            kernels,
+            lambda r: int(r["kernel_size"]),
+        ),
+        followup_table(
+            view,
+            "followup_table2_transformer",
+            "Follow-up Table 2: Transformer arms and MEGA, test accuracy (%)",
+            "followup_table2_transformer",
+            FOLLOWUP_TABLE2,
+            lambda r: r["arm"],
+        ),
+        followup_table(
+            view,
+            "followup_table3_ssm_gmlp",
+            "Follow-up Table 3: SSMs and gMLP, test accuracy (%)",
+            "followup_table3_ssm_gmlp",
+            FOLLOWUP_TABLE3,
+            lambda r: r["arm"],
+        ),
+        followup_table(
+            view,
+            "followup_table4_positional_ablation",
+            "Follow-up Table 4: positional encodings with and without training techniques, test accuracy (%)",
+            "followup_table4_positional_ablation",
+            FOLLOWUP_TABLE4,
+            lambda r: (r["positional"], r["training_techniques"]),
+        ),
     ]
 
 
 def runs_table(view: BundleView) -> Table:
-    rows = [[r.arm, r.techniques, TASK_NAMES.get(r.task, r.task), r.profile, str(r.seed), fmt_number(r.test_acc),
-             fmt_number(r.best_val_acc), str(r.steps), fmt_number(r.examples_per_s, 1), fmt_number(r.peak_mem_gb),
-             str(r.device), f"{100 * r.share:.1f}%" if math.isfinite(r.share) else MISSING]
-            for r in view.all_runs.itertuples()]
-    return Table("runs", "Every run record in the bundle",
-                 ["Arm", "Techniques", "Task", "Profile", "Seed", "Test acc", "Best val acc", "Steps",
-                  "Train examples/s", "Peak GB", "Device", "Share of protocol"], rows, [5, 6, 7, 8, 11],
-                 ["Test accuracy at the best-validation checkpoint (%). Peak GB: torch.cuda.max_memory_allocated "
-                  "(— on CPU). Share of protocol: training examples trained / the protocol's (protocol_share)."])
+    rows = [
+        [
+            r.arm,
+            r.techniques,
+            TASK_NAMES.get(r.task, r.task),
+            r.profile,
+            str(r.seed),
+            fmt_number(r.test_acc),
+            fmt_number(r.best_val_acc),
+            str(r.steps),
+            fmt_number(r.examples_per_s, 1),
+            fmt_number(r.peak_mem_gb),
+            str(r.device),
+            f"{100 * r.share:.1f}%" if math.isfinite(r.share) else MISSING,
+        ]
+        for r in view.all_runs.itertuples()
+    ]
+    return Table(
+        "runs",
+        "Every run record in the bundle",
+        [
+            "Arm",
+            "Techniques",
+            "Task",
+            "Profile",
+            "Seed",
+            "Test acc",
+            "Best val acc",
+            "Steps",
+            "Train examples/s",
+            "Peak GB",
+            "Device",
+            "Share of protocol",
+        ],
+        rows,
+        [5, 6, 7, 8, 11],
+        [
+            "Test accuracy at the best-validation checkpoint (%). Peak GB: torch.cuda.max_memory_allocated "
+            "(— on CPU). Share of protocol: training examples trained / the protocol's (protocol_share)."
+        ],
+    )

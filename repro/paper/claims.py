@@ -9,6 +9,7 @@ read from the published tables (``repro.reference``), never typed: each side nam
 ``published`` row (``table`` and a ``row`` selector such as ``{model: performer}``).
 ``secondary`` comparisons are computed and printed but give no verdict.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -117,8 +118,9 @@ def _side(node, where: str, path: Path, column: str, need_published: bool) -> Si
         return Side(arm, None, ())
     table = _need(pub, "table", f"{where}.published", path)
     if table not in TABLES:
-        raise ClaimsError(f"{path}: {where}.published.table {table!r} is not a published table; "
-                          f"use one of {', '.join(TABLES)}")
+        raise ClaimsError(
+            f"{path}: {where}.published.table {table!r} is not a published table; use one of {', '.join(TABLES)}"
+        )
     row = _need(pub, "row", f"{where}.published", path, (dict,))
     side = Side(arm, table, tuple(sorted((str(k), str(v)) for k, v in row.items())))
     frame = published(table)
@@ -128,13 +130,16 @@ def _side(node, where: str, path: Path, column: str, need_published: bool) -> Si
             raise ClaimsError(f"{path}: {where}.published.row key {key!r} is not a column of {table}")
         match = match[match[key].astype(str) == value]
     if len(match) != 1:
-        raise ClaimsError(f"{path}: {where}.published.row {dict(side.row)} selects {len(match)} rows of {table}; "
-                          "it must select one")
+        raise ClaimsError(
+            f"{path}: {where}.published.row {dict(side.row)} selects {len(match)} rows of {table}; it must select one"
+        )
     try:
         side.published_value(column)
     except (KeyError, ValueError):
-        raise ClaimsError(f"{path}: {where}.published: {table} has no number in column {column!r} "
-                          f"for {dict(side.row)} (got {match.iloc[0].get(column)!r})") from None
+        raise ClaimsError(
+            f"{path}: {where}.published: {table} has no number in column {column!r} "
+            f"for {dict(side.row)} (got {match.iloc[0].get(column)!r})"
+        ) from None
     return side
 
 
@@ -174,10 +179,16 @@ def _claim(node, i: int, path: Path) -> Claim:
     secondary = node.get("secondary") or []
     if not isinstance(secondary, list):
         raise ClaimsError(f"{path}: {where}.secondary is {secondary!r}; expected a list of comparisons")
-    return Claim(ident, paper, _need(node, "source", where, path), _need(node, "statement", where, path),
-                 _comparison(node.get("primary"), f"{where}.primary", path, primary=True), float(margin),
-                 _need(node, "margin_reason", where, path),
-                 tuple(_comparison(s, f"{where}.secondary[{j}]", path, primary=False) for j, s in enumerate(secondary)))
+    return Claim(
+        ident,
+        paper,
+        _need(node, "source", where, path),
+        _need(node, "statement", where, path),
+        _comparison(node.get("primary"), f"{where}.primary", path, primary=True),
+        float(margin),
+        _need(node, "margin_reason", where, path),
+        tuple(_comparison(s, f"{where}.secondary[{j}]", path, primary=False) for j, s in enumerate(secondary)),
+    )
 
 
 def load(path: Path) -> ClaimsFile:

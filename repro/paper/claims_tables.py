@@ -1,5 +1,6 @@
 """The claims tables: each claim's primary test and verdict, the secondary tests, the trivial
 baselines and the share of the protocol each cell ran."""
+
 from __future__ import annotations
 
 import math
@@ -9,8 +10,14 @@ from .evaluate import ClaimResult, Result, shares_frame
 from .render import MISSING, Table, fmt_ci, fmt_number, fmt_p
 from .view import BundleView
 
-TASK_NAMES = {"listops": "ListOps", "text": "Text", "retrieval": "Retrieval", "image": "Image",
-              "pathfinder": "Pathfinder", "pathx": "Path-X"}
+TASK_NAMES = {
+    "listops": "ListOps",
+    "text": "Text",
+    "retrieval": "Retrieval",
+    "image": "Image",
+    "pathfinder": "Pathfinder",
+    "pathx": "Path-X",
+}
 
 RULES_NOTE = (
     "Verdict rules, the first that applies (repro/stats/verdict.py): R1 not tested: an arm has < 2 seeds. "
@@ -19,7 +26,8 @@ RULES_NOTE = (
     "R4 matches: the 90% interval lies inside published ± margin. "
     "R5 contradicted: the 95% interval excludes the published effect, or lies wholly against the claimed direction. "
     "R6 supported: the 95% interval lies on the claimed side of zero (holding the published effect). "
-    "R7 inconclusive: otherwise.")
+    "R7 inconclusive: otherwise."
+)
 
 
 def _where(task: str | None) -> str:
@@ -46,6 +54,7 @@ def _share(result: Result) -> str:
 def _needed(r: ClaimResult) -> str:
     def one(n):
         return str(n) if n is not None else "—"
+
     return f"{one(r.seeds_detect)} / {one(r.seeds_match)}"
 
 
@@ -64,27 +73,64 @@ def claims_table(results: list[ClaimResult], view: BundleView, alpha: float, pow
     rows = []
     for r in results:
         res = r.result
-        rows.append([r.claim.paper, r.claim.id, _where(r.claim.primary.task), _test(res), fmt_number(res.published),
-                     f"±{r.claim.margin:g}", _seeds(res), fmt_number(res.primary.estimate), fmt_ci(*res.primary.ci),
-                     _share(res), _baseline(r), r.verdict.word, r.verdict.rule, _short(r.budget_reading), _needed(r)])
-    notes = [view.profile_note(),
-             "Each claim's primary test (paper/claims.yaml, fixed before the runs): Δ = mean(A) − mean(B) over seeds "
-             f"(accuracy points), its {100 * (1 - alpha):g}% Welch interval, or the one-sample t interval against a "
-             "published number. Published Δ: the same difference in the published tables. Share: examples trained / "
-             "the protocol's (the arm's paper-profile epochs × training set, or its step cap × batch), mean over "
-             "seeds, A / B. Trivial baseline: the strongest on the task's test set, with its 95% Wilson interval.",
-             RULES_NOTE,
-             "Without R2: the same rules with R2 left out: what the numbers say at the budget the runs had, "
-             "never a verdict on the paper.",
-             f"Seeds/arm (detect / match): seeds per arm for power {power:g} at level {alpha:g} to detect the "
-             "published Δ (two-sided), and for TOST to show our Δ within ± margin of it when it equals it; from "
-             "the seed sd pooled over the bundle's cells (see statistics_secondary).",
-             "Secondary tests (statistics_secondary) give no verdict."]
-    return Table("statistics_claims", "Claims of both papers: the primary test, its interval and the verdict rule",
-                 ["Paper", "Claim", "Task", "Primary test (A − B)", "Published Δ", "Margin", "Seeds", "Δ ours",
-                  f"{100 * (1 - alpha):g}% CI", "Share of protocol", "Trivial baseline", "Verdict", "Rule",
-                  "Without R2", "Seeds/arm needed"],
-                 rows, [6, 7, 8, 9, 10], notes)
+        rows.append(
+            [
+                r.claim.paper,
+                r.claim.id,
+                _where(r.claim.primary.task),
+                _test(res),
+                fmt_number(res.published),
+                f"±{r.claim.margin:g}",
+                _seeds(res),
+                fmt_number(res.primary.estimate),
+                fmt_ci(*res.primary.ci),
+                _share(res),
+                _baseline(r),
+                r.verdict.word,
+                r.verdict.rule,
+                _short(r.budget_reading),
+                _needed(r),
+            ]
+        )
+    notes = [
+        view.profile_note(),
+        "Each claim's primary test (paper/claims.yaml, fixed before the runs): Δ = mean(A) − mean(B) over seeds "
+        f"(accuracy points), its {100 * (1 - alpha):g}% Welch interval, or the one-sample t interval against a "
+        "published number. Published Δ: the same difference in the published tables. Share: examples trained / "
+        "the protocol's (the arm's paper-profile epochs × training set, or its step cap × batch), mean over "
+        "seeds, A / B. Trivial baseline: the strongest on the task's test set, with its 95% Wilson interval.",
+        RULES_NOTE,
+        "Without R2: the same rules with R2 left out: what the numbers say at the budget the runs had, "
+        "never a verdict on the paper.",
+        f"Seeds/arm (detect / match): seeds per arm for power {power:g} at level {alpha:g} to detect the "
+        "published Δ (two-sided), and for TOST to show our Δ within ± margin of it when it equals it; from "
+        "the seed sd pooled over the bundle's cells (see statistics_secondary).",
+        "Secondary tests (statistics_secondary) give no verdict.",
+    ]
+    return Table(
+        "statistics_claims",
+        "Claims of both papers: the primary test, its interval and the verdict rule",
+        [
+            "Paper",
+            "Claim",
+            "Task",
+            "Primary test (A − B)",
+            "Published Δ",
+            "Margin",
+            "Seeds",
+            "Δ ours",
+            f"{100 * (1 - alpha):g}% CI",
+            "Share of protocol",
+            "Trivial baseline",
+            "Verdict",
+            "Rule",
+            "Without R2",
+            "Seeds/arm needed",
+        ],
+        rows,
+        [6, 7, 8, 9, 10],
+        notes,
+    )
 
 
 def _secondary_rows(claim_id: str, kind: str, result: Result) -> list[list[str]]:
@@ -92,20 +138,63 @@ def _secondary_rows(claim_id: str, kind: str, result: Result) -> list[list[str]]
     b = c.b.arm or c.b.label
     rows = []
     if kind == "secondary":
-        rows.append([claim_id, kind, where, c.a.arm, b, _seeds(result), fmt_number(result.published),
-                     result.primary.test, fmt_number(result.primary.estimate), fmt_ci(*result.primary.ci),
-                     fmt_p(result.primary.p_value), result.primary.note])
+        rows.append(
+            [
+                claim_id,
+                kind,
+                where,
+                c.a.arm,
+                b,
+                _seeds(result),
+                fmt_number(result.published),
+                result.primary.test,
+                fmt_number(result.primary.estimate),
+                fmt_ci(*result.primary.ci),
+                fmt_p(result.primary.p_value),
+                result.primary.note,
+            ]
+        )
     ran = not (kind == "secondary" and result.primary.note)  # a secondary that did not run: its one row says so
     if result.permutation is not None and ran:
         perm = result.permutation
-        rows.append([claim_id, kind, where, c.a.arm, b, _seeds(result), fmt_number(result.published), perm.test,
-                     fmt_number(perm.estimate), MISSING, fmt_p(perm.p_value), perm.note])
+        rows.append(
+            [
+                claim_id,
+                kind,
+                where,
+                c.a.arm,
+                b,
+                _seeds(result),
+                fmt_number(result.published),
+                perm.test,
+                fmt_number(perm.estimate),
+                MISSING,
+                fmt_p(perm.p_value),
+                perm.note,
+            ]
+        )
     if result.cmh is not None:
         cmh = result.cmh
-        said = (f"{cmh.details['seed_pairs']} seed pairs; only A right {cmh.details['only_a']}, only B right "
-                f"{cmh.details['only_b']}")
-        rows.append([claim_id, kind, where, c.a.arm, b, _seeds(result), fmt_number(result.published), cmh.test,
-                     fmt_number(100 * cmh.estimate), MISSING, fmt_p(cmh.p_value), cmh.note or said])
+        said = (
+            f"{cmh.details['seed_pairs']} seed pairs; only A right {cmh.details['only_a']}, only B right "
+            f"{cmh.details['only_b']}"
+        )
+        rows.append(
+            [
+                claim_id,
+                kind,
+                where,
+                c.a.arm,
+                b,
+                _seeds(result),
+                fmt_number(result.published),
+                cmh.test,
+                fmt_number(100 * cmh.estimate),
+                MISSING,
+                fmt_p(cmh.p_value),
+                cmh.note or said,
+            ]
+        )
     return rows
 
 
@@ -117,18 +206,24 @@ def secondary_table(results: list[ClaimResult], view: BundleView, sds: tuple[dic
             rows += _secondary_rows(r.claim.id, "secondary", s)
     per_task, overall = sds
     pooled = ", ".join(f"{TASK_NAMES.get(t, t)} {sd:.2f}" for t, sd in per_task.items()) or "none"
-    notes = [view.profile_note(),
-             "Secondary tests never give a verdict. Exact permutation: every split of the pooled seeds (scipy); "
-             "with 3 + 3 seeds its smallest p is 0.1. CMH over seed pairs: per-example matched pairs of every "
-             "(seed of A, seed of B), one stratum per pair and example (statsmodels StratifiedTable); it conditions "
-             "on the trained networks, so it says whether these networks differ on these examples, not whether "
-             "other seeds would. Secondary comparisons: Welch (or one-sample t) as the primary, without a verdict.",
-             f"Seed sd pooled over the cells with >= 2 seeds (sqrt of the dof-weighted mean variance): {pooled}; "
-             f"all tasks {fmt_number(overall)}. These give the seeds needed in statistics_claims."]
-    return Table("statistics_secondary", "Claims: secondary tests (per-example evidence over every seed pair, "
-                 "exact permutation, further comparisons)",
-                 ["Claim", "Kind", "Task", "A", "B", "Seeds", "Published Δ", "Test", "Δ ours", "95% CI", "p", "Note"],
-                 rows, [5, 8, 9, 10], notes)
+    notes = [
+        view.profile_note(),
+        "Secondary tests never give a verdict. Exact permutation: every split of the pooled seeds (scipy); "
+        "with 3 + 3 seeds its smallest p is 0.1. CMH over seed pairs: per-example matched pairs of every "
+        "(seed of A, seed of B), one stratum per pair and example (statsmodels StratifiedTable); it conditions "
+        "on the trained networks, so it says whether these networks differ on these examples, not whether "
+        "other seeds would. Secondary comparisons: Welch (or one-sample t) as the primary, without a verdict.",
+        f"Seed sd pooled over the cells with >= 2 seeds (sqrt of the dof-weighted mean variance): {pooled}; "
+        f"all tasks {fmt_number(overall)}. These give the seeds needed in statistics_claims.",
+    ]
+    return Table(
+        "statistics_secondary",
+        "Claims: secondary tests (per-example evidence over every seed pair, exact permutation, further comparisons)",
+        ["Claim", "Kind", "Task", "A", "B", "Seeds", "Published Δ", "Test", "Δ ours", "95% CI", "p", "Note"],
+        rows,
+        [5, 8, 9, 10],
+        notes,
+    )
 
 
 def baselines_table(view: BundleView) -> Table:
@@ -136,29 +231,63 @@ def baselines_table(view: BundleView) -> Table:
     for task, (found, missing) in sorted(view.baselines.items()):
         data = "; ".join(sorted(set(view.runs.loc[view.runs["task"] == task, "data"])))
         for b in found:
-            rows.append([TASK_NAMES.get(task, task), data, b.name, b.detail, str(b.n_test), fmt_number(b.accuracy),
-                         fmt_ci(*b.interval)])
+            rows.append(
+                [
+                    TASK_NAMES.get(task, task),
+                    data,
+                    b.name,
+                    b.detail,
+                    str(b.n_test),
+                    fmt_number(b.accuracy),
+                    fmt_ci(*b.interval),
+                ]
+            )
         if missing:
             rows.append([TASK_NAMES.get(task, task), data, MISSING, missing, MISSING, MISSING, MISSING])
-    return Table("trivial_baselines", "Trivial baselines on our test sets (accuracy %, from the training labels)",
-                 ["Task", "Data", "Baseline", "Predicts", "Test examples", "Accuracy", "95% interval"], rows, [5, 6],
-                 ["Majority class: the most frequent training label everywhere. Root operator (ListOps): each root "
-                  "operator's most frequent training label (the follow-up study, appendix B; its greedy algorithm "
-                  "guesses at random under SM instead). Interval: 95% Wilson interval of the accuracy on n test "
-                  "examples. Computed by repro/analysis/baselines.py from the bundle's records and its ListOps "
-                  "root analysis."])
+    return Table(
+        "trivial_baselines",
+        "Trivial baselines on our test sets (accuracy %, from the training labels)",
+        ["Task", "Data", "Baseline", "Predicts", "Test examples", "Accuracy", "95% interval"],
+        rows,
+        [5, 6],
+        [
+            "Majority class: the most frequent training label everywhere. Root operator (ListOps): each root "
+            "operator's most frequent training label (the follow-up study, appendix B; its greedy algorithm "
+            "guesses at random under SM instead). Interval: 95% Wilson interval of the accuracy on n test "
+            "examples. Computed by repro/analysis/baselines.py from the bundle's records and its ListOps "
+            "root analysis."
+        ],
+    )
 
 
 def shares_table(view: BundleView) -> Table:
     rows = []
     for r in shares_frame(view).itertuples():
-        rows.append([r.arm, r.techniques, TASK_NAMES.get(r.task, r.task), r.data, r.budget, str(r.seeds),
-                     fmt_number(r.epochs), f"{r.examples:,.0f}" if math.isfinite(r.examples) else MISSING,
-                     f"{100 * r.share:.1f}%" if math.isfinite(r.share) else MISSING, r.note])
-    return Table("protocol_share", "How much of the protocol each cell ran: training examples trained / the protocol's",
-                 ["Arm", "Techniques", "Task", "Data", "Budget", "Seeds", "Epochs", "Examples trained", "Share",
-                  "Note"], rows, [5, 6, 7, 8],
-                 [view.profile_note(), "Examples trained: steps × batch, mean over seeds. Protocol: the arm's "
-                  "paper-profile settings (experiments/conf, profile=paper): min(epochs × (n_train // batch), "
-                  "max_steps) × batch (repro/analysis/protocol.py). Budget: a record's budget_fraction when it "
-                  "has one, else its wall-clock cap."])
+        rows.append(
+            [
+                r.arm,
+                r.techniques,
+                TASK_NAMES.get(r.task, r.task),
+                r.data,
+                r.budget,
+                str(r.seeds),
+                fmt_number(r.epochs),
+                f"{r.examples:,.0f}" if math.isfinite(r.examples) else MISSING,
+                f"{100 * r.share:.1f}%" if math.isfinite(r.share) else MISSING,
+                r.note,
+            ]
+        )
+    return Table(
+        "protocol_share",
+        "How much of the protocol each cell ran: training examples trained / the protocol's",
+        ["Arm", "Techniques", "Task", "Data", "Budget", "Seeds", "Epochs", "Examples trained", "Share", "Note"],
+        rows,
+        [5, 6, 7, 8],
+        [
+            view.profile_note(),
+            "Examples trained: steps × batch, mean over seeds. Protocol: the arm's "
+            "paper-profile settings (experiments/conf, profile=paper): min(epochs × (n_train // batch), "
+            "max_steps) × batch (repro/analysis/protocol.py). Budget: a record's budget_fraction when it "
+            "has one, else its wall-clock cap.",
+        ],
+    )

@@ -6,6 +6,7 @@ optionally ``mode`` (only ``train`` rows are used) and ``status`` (``OOM`` is sh
 Where several rows give one cell, the median is shown; where rows of several depths (``layers``)
 exist, a model's deepest ones.
 """
+
 from __future__ import annotations
 
 import math
@@ -75,17 +76,27 @@ def lra_table2(view: BundleView, bench: pd.DataFrame) -> Table:
     for model in models:
         row = [LRA_NAMES.get(model, model.capitalize()) if model in LRA_MODEL_ARMS else model]
         for label, length in LENGTHS:
-            row += [_bench_cell(bench, model, length, "steps_per_s", 1),
-                    pub_cell(pub.loc[model, f"steps_per_s_{label}"], 1) if model in pub.index else MISSING]
+            row += [
+                _bench_cell(bench, model, length, "steps_per_s", 1),
+                pub_cell(pub.loc[model, f"steps_per_s_{label}"], 1) if model in pub.index else MISSING,
+            ]
         for label, length in LENGTHS:
-            row += [_bench_cell(bench, model, length, "peak_mem_gb", 2),
-                    pub_cell(pub.loc[model, f"peak_mem_gb_{label}"]) if model in pub.index else MISSING]
+            row += [
+                _bench_cell(bench, model, length, "peak_mem_gb", 2),
+                pub_cell(pub.loc[model, f"peak_mem_gb_{label}"]) if model in pub.index else MISSING,
+            ]
         rows.append(row)
     devices = sorted(view.manifest.get("devices", []))
-    return Table("lra_table2_efficiency",
-                 "LRA Table 2: training steps per second and peak memory (GB), ours beside the published",
-                 columns, rows, ours_cols,
-                 ["Ours: the bundle's benchmark records (bench/*.csv, training rows, median per cell); run devices: "
-                  f"{', '.join(devices) or 'none'}.",
-                  "Published: 4x4 TPU v3, batch 32, byte-level text (Tay et al. 2021, Table 2); Sparse Transformer "
-                  "and Longformer were not timed there."])
+    return Table(
+        "lra_table2_efficiency",
+        "LRA Table 2: training steps per second and peak memory (GB), ours beside the published",
+        columns,
+        rows,
+        ours_cols,
+        [
+            "Ours: the bundle's benchmark records (bench/*.csv, training rows, median per cell); run devices: "
+            f"{', '.join(devices) or 'none'}.",
+            "Published: 4x4 TPU v3, batch 32, byte-level text (Tay et al. 2021, Table 2); Sparse Transformer "
+            "and Longformer were not timed there.",
+        ],
+    )

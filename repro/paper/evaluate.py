@@ -11,6 +11,7 @@ Seeds needed: ``stats.seeds_needed`` at the claim's published effect and margin,
 pooled per task over the bundle's cells (all tasks pooled where a task has none; for the average,
 sqrt(sum of the five tasks' variances) / 5, tasks taken as independent).
 """
+
 from __future__ import annotations
 
 import math
@@ -76,9 +77,15 @@ def _task_data(view: BundleView, arm: str, task: str, label: str) -> ArmData:
     shares = seeds["share"].to_numpy(dtype=float)
     notes = [n for n in seeds["share_note"] if n]
     found = view.correctness(seeds) if len(seeds) else None
-    return ArmData(label, tuple(int(s) for s in seeds["seed"]), seeds["test_acc"].to_numpy(dtype=float),
-                   float(shares.mean()) if shares.size else math.nan, notes[0] if notes else "",
-                   found[0] if found else None, found[1] if found else None)
+    return ArmData(
+        label,
+        tuple(int(s) for s in seeds["seed"]),
+        seeds["test_acc"].to_numpy(dtype=float),
+        float(shares.mean()) if shares.size else math.nan,
+        notes[0] if notes else "",
+        found[0] if found else None,
+        found[1] if found else None,
+    )
 
 
 def _average_data(view: BundleView, arm: str, label: str) -> ArmData:
@@ -87,8 +94,15 @@ def _average_data(view: BundleView, arm: str, label: str) -> ArmData:
     values = [np.mean([float(f.loc[f["seed"] == s, "test_acc"].iloc[0]) for f in per_task.values()]) for s in common]
     shares = [float(f["share"].mean()) if len(f) else math.nan for f in per_task.values()]
     notes = [n for f in per_task.values() for n in f["share_note"] if n]
-    return ArmData(label, tuple(common), np.asarray(values, dtype=float), min(shares) if shares else math.nan,
-                   notes[0] if notes else "", None, None)
+    return ArmData(
+        label,
+        tuple(common),
+        np.asarray(values, dtype=float),
+        min(shares) if shares else math.nan,
+        notes[0] if notes else "",
+        None,
+        None,
+    )
 
 
 def arm_data(view: BundleView, arm: str, task: str | None) -> ArmData:
@@ -128,6 +142,7 @@ def pooled_sds(view: BundleView) -> tuple[dict[str, float], float]:
 
 def claim_sd(comparison: Comparison, per_task: dict[str, float], overall: float) -> tuple[float, str]:
     """The seed sd a claim's power is computed from, and where it comes from."""
+
     def one(task: str) -> tuple[float, bool]:
         return (per_task[task], True) if task in per_task else (overall, False)
 
@@ -143,10 +158,18 @@ def claim_sd(comparison: Comparison, per_task: dict[str, float], overall: float)
 def _evidence(result: Result, claim: Claim, baseline: Baseline | None, alpha: float) -> stats.Evidence:
     sides = [result.a] + ([result.b] if result.b is not None else [])
     return stats.Evidence(
-        published=result.published, direction=claim.primary.direction, margin=claim.margin,
-        estimate=result.primary.estimate, ci=result.primary.ci, ci_equivalence=result.equivalence_ci,
-        seeds={s.label: len(s.seeds) for s in sides}, shares={s.label: s.share for s in sides},
-        means={s.label: s.mean for s in sides}, baseline=baseline.interval if baseline else None, alpha=alpha)
+        published=result.published,
+        direction=claim.primary.direction,
+        margin=claim.margin,
+        estimate=result.primary.estimate,
+        ci=result.primary.ci,
+        ci_equivalence=result.equivalence_ci,
+        seeds={s.label: len(s.seeds) for s in sides},
+        shares={s.label: s.share for s in sides},
+        means={s.label: s.mean for s in sides},
+        baseline=baseline.interval if baseline else None,
+        alpha=alpha,
+    )
 
 
 def evaluate(view: BundleView, spec: ClaimsFile) -> list[ClaimResult]:
@@ -160,13 +183,33 @@ def evaluate(view: BundleView, spec: ClaimsFile) -> list[ClaimResult]:
         evidence = _evidence(result, claim, baseline, spec.alpha)
         sd, source = claim_sd(primary, per_task, overall)
         two_arms = primary.b.arm is not None
-        detect = stats.seeds_needed(result.published, sd, goal="detect", alpha=spec.alpha, power=spec.power,
-                                    two_arms=two_arms)
-        match = stats.seeds_needed(result.published, sd, goal="match", alpha=spec.alpha, power=spec.power,
-                                   margin=claim.margin, two_arms=two_arms)
+        detect = stats.seeds_needed(
+            result.published, sd, goal="detect", alpha=spec.alpha, power=spec.power, two_arms=two_arms
+        )
+        match = stats.seeds_needed(
+            result.published,
+            sd,
+            goal="match",
+            alpha=spec.alpha,
+            power=spec.power,
+            margin=claim.margin,
+            two_arms=two_arms,
+        )
         secondary = tuple(compare(view, s, spec.alpha, claim.margin) for s in claim.secondary)
-        out.append(ClaimResult(claim, result, stats.decide(evidence), stats.decide(evidence, share_rule=False),
-                               baseline, sd, source, detect, match, secondary))
+        out.append(
+            ClaimResult(
+                claim,
+                result,
+                stats.decide(evidence),
+                stats.decide(evidence, share_rule=False),
+                baseline,
+                sd,
+                source,
+                detect,
+                match,
+                secondary,
+            )
+        )
     return out
 
 
@@ -174,9 +217,20 @@ def shares_frame(view: BundleView) -> pd.DataFrame:
     """Per cell (arm, techniques, task) of the profile shown: seeds, data, budget, examples and share."""
     rows = []
     for (arm, techniques, task), cell in view.runs.groupby(["arm", "techniques", "task"], sort=True):
-        rows.append({"arm": arm, "techniques": techniques, "task": task, "seeds": len(cell),
-                     "data": "; ".join(sorted(set(cell["data"]))), "budget": "; ".join(sorted(set(cell["budget"]))),
-                     "examples": float(pd.to_numeric(cell["examples"]).mean()), "share": float(cell["share"].mean()),
-                     "epochs": float(cell["epochs"].mean()), "note": next((n for n in cell["share_note"] if n), "")})
-    return pd.DataFrame(rows, columns=["arm", "techniques", "task", "seeds", "data", "budget", "examples", "share",
-                                       "epochs", "note"])
+        rows.append(
+            {
+                "arm": arm,
+                "techniques": techniques,
+                "task": task,
+                "seeds": len(cell),
+                "data": "; ".join(sorted(set(cell["data"]))),
+                "budget": "; ".join(sorted(set(cell["budget"]))),
+                "examples": float(pd.to_numeric(cell["examples"]).mean()),
+                "share": float(cell["share"].mean()),
+                "epochs": float(cell["epochs"].mean()),
+                "note": next((n for n in cell["share_note"] if n), ""),
+            }
+        )
+    return pd.DataFrame(
+        rows, columns=["arm", "techniques", "task", "seeds", "data", "budget", "examples", "share", "epochs", "note"]
+    )

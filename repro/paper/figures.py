@@ -1,4 +1,5 @@
 """The numbers behind the papers' figures (LRA Figure 3, the follow-up's Table 1 as curves)."""
+
 from __future__ import annotations
 
 import math
@@ -31,18 +32,31 @@ def tradeoff_points(view: BundleView, bench: pd.DataFrame) -> tuple[list[dict], 
     """LRA Figure 3's points: published (Tables 1-2) and ours (accuracy over the tasks run, speed, memory)."""
     pub_acc = published("lra_table1_accuracy").set_index("model")
     pub_eff = published("lra_table2_efficiency").set_index("model")
-    pub_points = [{"name": m, "accuracy": float(pub_acc.loc[m, "avg"]),
-                   "speed": float(pub_eff.loc[m, "steps_per_s_4k"]) if m in pub_eff.index else math.nan,
-                   "memory_gb": float(pub_eff.loc[m, "peak_mem_gb_4k"]) if m in pub_eff.index else math.nan}
-                  for m in LRA_MODEL_ARMS]
-    axis = ("training steps/s at 4K (benchmark records)" if not bench.empty
-            else "training examples/s on text (run records)")
+    pub_points = [
+        {
+            "name": m,
+            "accuracy": float(pub_acc.loc[m, "avg"]),
+            "speed": float(pub_eff.loc[m, "steps_per_s_4k"]) if m in pub_eff.index else math.nan,
+            "memory_gb": float(pub_eff.loc[m, "peak_mem_gb_4k"]) if m in pub_eff.index else math.nan,
+        }
+        for m in LRA_MODEL_ARMS
+    ]
+    axis = (
+        "training steps/s at 4K (benchmark records)" if not bench.empty else "training examples/s on text (run records)"
+    )
     ours = []
     for model, arm in LRA_MODEL_ARMS.items():
         done = [m for m in (_mean_or_nan(view.accuracies(arm, t)) for t in LRA_AVG_TASKS) if math.isfinite(m)]
         speed, memory = _speed_memory(view, bench, model, arm)
-        ours.append({"name": model, "accuracy": float(np.mean(done)) if done else math.nan, "speed": speed,
-                     "memory_gb": memory, "tasks": len(done)})
+        ours.append(
+            {
+                "name": model,
+                "accuracy": float(np.mean(done)) if done else math.nan,
+                "speed": speed,
+                "memory_gb": memory,
+                "tasks": len(done),
+            }
+        )
     return pub_points, ours, axis
 
 

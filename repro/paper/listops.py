@@ -1,5 +1,6 @@
 """ListOps per root operator: a model's test accuracy beside the root-operator baseline (the follow-up
 study, appendix B, Figures 1-2), from the bundle's root analysis (``repro.analysis.listops_roots``)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,15 +29,20 @@ def listops_analysis(view: BundleView, arm: str | None):
     keys = [listops_roots.roots_key(view.config(p)) for p in seeds["path"]]
     stored = listops_roots.read(view.path, keys[0])
     if stored is None:
-        return None, [], (f"the bundle has no root-operator analysis for {arm}'s test set "
-                          "(freeze with the ListOps data at hand)")
+        return (
+            None,
+            [],
+            (f"the bundle has no root-operator analysis for {arm}'s test set (freeze with the ListOps data at hand)"),
+        )
     test_rows, summary = stored
     roots = np.array([r["root"] for r in test_rows])
     labels = np.array([r["label"] for r in test_rows])
     majority = listops_roots.most_frequent({k: v["label_counts"] for k, v in summary["train"].items()})
     baseline_right = listops_roots.baseline_predictions(majority, roots) == labels
-    counts = {root: [int((labels[roots == root] == k).sum()) for k in range(listops_roots.CLASSES)]
-              for root in sorted(set(roots))}
+    counts = {
+        root: [int((labels[roots == root] == k).sum()) for k in range(listops_roots.CLASSES)]
+        for root in sorted(set(roots))
+    }
     per_seed = []
     for path, key in zip(seeds["path"], keys, strict=True):
         if key == keys[0]:
@@ -47,22 +53,46 @@ def listops_analysis(view: BundleView, arm: str | None):
         where = roots == root
         values = [100.0 * right[where].mean() for right in per_seed]
         sd = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-        rows.append({"root": root, "n": int(where.sum()), "greedy": 100.0 * float(baseline_right[where].mean()),
-                     "model": float(np.mean(values)), "model_sd": sd, "seeds": len(values)})
+        rows.append(
+            {
+                "root": root,
+                "n": int(where.sum()),
+                "greedy": 100.0 * float(baseline_right[where].mean()),
+                "model": float(np.mean(values)),
+                "model_sd": sd,
+                "seeds": len(values),
+            }
+        )
     overall = trivial.root_operator(summary["train"], test_rows)
-    note = (f"{arm}, profile {view.profile}, {len(per_seed)} seed(s), {len(test_rows)} test examples; baseline: each "
-            f"root operator's most frequent training label ({overall.detail}), {overall.accuracy:.2f}% overall")
+    note = (
+        f"{arm}, profile {view.profile}, {len(per_seed)} seed(s), {len(test_rows)} test examples; baseline: each "
+        f"root operator's most frequent training label ({overall.detail}), {overall.accuracy:.2f}% overall"
+    )
     return counts, rows, note
 
 
 def listops_table(rows: list[dict], note: str) -> Table:
-    body = [[r["root"].lstrip("["), str(r["n"]), fmt_number(r["greedy"]), fmt_number(r["model"]),
-             fmt_number(r["model"] - r["greedy"])] for r in rows]
+    body = [
+        [
+            r["root"].lstrip("["),
+            str(r["n"]),
+            fmt_number(r["greedy"]),
+            fmt_number(r["model"]),
+            fmt_number(r["model"] - r["greedy"]),
+        ]
+        for r in rows
+    ]
     if not body:
         body = [[MISSING] * 5]
-    return Table("listops_operator_accuracy",
-                 "ListOps: test accuracy (%) per root operator, model vs the root-operator baseline "
-                 "(the follow-up study, appendix B, Figure 2)",
-                 ["Root", "n", "Root-operator baseline", "Model", "Δ"], body, [1, 2, 3, 4],
-                 [note + ". The follow-up's greedy algorithm guesses at random under SM (10% expected); this baseline "
-                  "predicts SM's most frequent training label."])
+    return Table(
+        "listops_operator_accuracy",
+        "ListOps: test accuracy (%) per root operator, model vs the root-operator baseline "
+        "(the follow-up study, appendix B, Figure 2)",
+        ["Root", "n", "Root-operator baseline", "Model", "Δ"],
+        body,
+        [1, 2, 3, 4],
+        [
+            note + ". The follow-up's greedy algorithm guesses at random under SM (10% expected); this baseline "
+            "predicts SM's most frequent training label."
+        ],
+    )

@@ -4,6 +4,7 @@ Each function takes plain numbers (``repro.paper.figures`` extracts them from th
 one PNG. A figure whose inputs were not run still gets written, saying so on the canvas,
 so the set of figures never silently shrinks.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,8 +17,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 PNG_METADATA = {"Software": None}  # no matplotlib version in the file: same input, same bytes
-STYLE = {"font.size": 8, "axes.titlesize": 9, "figure.dpi": 100, "savefig.dpi": 150, "path.simplify": False,
-         "svg.hashsalt": "lra-repro"}
+STYLE = {
+    "font.size": 8,
+    "axes.titlesize": 9,
+    "figure.dpi": 100,
+    "savefig.dpi": 150,
+    "path.simplify": False,
+    "svg.hashsalt": "lra-repro",
+}
 
 
 def save(fig, path: Path) -> Path:
@@ -45,9 +52,15 @@ def tradeoff(published: list[dict], ours: list[dict], ours_axis: str, path: Path
     """
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-        panels = ((axes[0], published, "Published (LRA Tables 1-2, TPU v3): avg accuracy vs steps/s at 4K",
-                   "steps/s at 4K (TPU v3)"),
-                  (axes[1], ours, f"Ours: test accuracy vs {ours_axis}", ours_axis))
+        panels = (
+            (
+                axes[0],
+                published,
+                "Published (LRA Tables 1-2, TPU v3): avg accuracy vs steps/s at 4K",
+                "steps/s at 4K (TPU v3)",
+            ),
+            (axes[1], ours, f"Ours: test accuracy vs {ours_axis}", ours_axis),
+        )
         for ax, points, title, xlabel in panels:
             ax.set_title(title)
             placed = [p for p in points if all(math.isfinite(p[k]) for k in ("accuracy", "speed", "memory_gb"))]
@@ -58,15 +71,28 @@ def tradeoff(published: list[dict], ours: list[dict], ours_axis: str, path: Path
             biggest = max(p["memory_gb"] for p in placed) or 1.0
             for p in placed:
                 partial = p.get("tasks", 5) < 5
-                ax.scatter(p["speed"], p["accuracy"], s=40 + 1200 * p["memory_gb"] / biggest, alpha=0.45,
-                           facecolors="none" if partial else None, edgecolors="C0")
+                ax.scatter(
+                    p["speed"],
+                    p["accuracy"],
+                    s=40 + 1200 * p["memory_gb"] / biggest,
+                    alpha=0.45,
+                    facecolors="none" if partial else None,
+                    edgecolors="C0",
+                )
                 label = p["name"] + (f" ({p['tasks']}/5 tasks)" if partial else "")
                 ax.annotate(label, (p["speed"], p["accuracy"]), fontsize=7, ha="center", va="bottom")
             ax.set_xlabel(xlabel)
             ax.set_ylabel("accuracy (%)")
             if absent:
-                ax.text(0.01, 0.01, "not run: " + ", ".join(absent), transform=ax.transAxes, fontsize=6, color="0.35",
-                        wrap=True)
+                ax.text(
+                    0.01,
+                    0.01,
+                    "not run: " + ", ".join(absent),
+                    transform=ax.transAxes,
+                    fontsize=6,
+                    color="0.35",
+                    wrap=True,
+                )
         fig.tight_layout()
         return save(fig, path)
 
@@ -87,8 +113,14 @@ def accuracy_vs_kernel(tasks: list[str], kernels: list[int], published: dict, ou
                 ax.errorbar(have, means, yerr=sds, fmt="o-", color="C0", capsize=3, label="ours (mean ± sd)")
             missing = [k for k in kernels if k not in have]
             if missing:
-                ax.text(0.02, 0.02, "not run: K=" + ", ".join(map(str, missing)), transform=ax.transAxes, fontsize=6,
-                        color="0.35")
+                ax.text(
+                    0.02,
+                    0.02,
+                    "not run: K=" + ", ".join(map(str, missing)),
+                    transform=ax.transAxes,
+                    fontsize=6,
+                    color="0.35",
+                )
             ax.set_xscale("log")
             ax.set_xticks(kernels)
             ax.set_xticklabels([str(k) for k in kernels])
@@ -137,13 +169,26 @@ def operator_accuracy(rows: list[dict], path: Path, note: str) -> Path:
             _not_run(ax, f"not run: {note}")
         else:
             x = list(range(len(rows)))
-            ax.bar([i - 0.2 for i in x], [r["greedy"] for r in rows], width=0.4, color="0.6",
-                   label="baseline (most frequent training label per root)")
-            ax.bar([i + 0.2 for i in x], [r["model"] for r in rows], width=0.4, yerr=[r["model_sd"] for r in rows],
-                   color="C0", capsize=3, label="model (mean ± sd over seeds)")
+            ax.bar(
+                [i - 0.2 for i in x],
+                [r["greedy"] for r in rows],
+                width=0.4,
+                color="0.6",
+                label="baseline (most frequent training label per root)",
+            )
+            ax.bar(
+                [i + 0.2 for i in x],
+                [r["model"] for r in rows],
+                width=0.4,
+                yerr=[r["model_sd"] for r in rows],
+                color="C0",
+                capsize=3,
+                label="model (mean ± sd over seeds)",
+            )
             for i, r in enumerate(rows):
-                ax.annotate(f"{r['model'] - r['greedy']:+.1f}", (i + 0.2, r["model"]), ha="center", va="bottom",
-                            fontsize=7)
+                ax.annotate(
+                    f"{r['model'] - r['greedy']:+.1f}", (i + 0.2, r["model"]), ha="center", va="bottom", fontsize=7
+                )
             ax.set_xticks(x)
             ax.set_xticklabels([r["root"].lstrip("[") for r in rows])
             ax.set_ylabel("test accuracy (%)")

@@ -5,6 +5,7 @@ shown as "—") so the reader sees how much of it was not run, never a silently
 shorter table. Reference rows (``reference_rows``: the trivial baselines) are printed
 under the rows and not counted.
 """
+
 from __future__ import annotations
 
 import math
@@ -69,19 +70,33 @@ class Table:
         return f"Missing cells (not run, marked {MISSING}): {missing} of {total}."
 
     def markdown(self) -> str:
-        lines = [f"### {self.title}", "", "| " + " | ".join(self.columns) + " |",
-                 "| " + " | ".join("---" for _ in self.columns) + " |"]
-        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |"
-                  for row in self.rows + self.reference_rows]
+        lines = [
+            f"### {self.title}",
+            "",
+            "| " + " | ".join(self.columns) + " |",
+            "| " + " | ".join("---" for _ in self.columns) + " |",
+        ]
+        lines += [
+            "| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |"
+            for row in self.rows + self.reference_rows
+        ]
         lines += ["", self.footer()]
         lines += [f"{note}" for note in self.notes]
         return "\n".join(lines) + "\n"
 
     def latex(self) -> str:
         spec = "l" * min(2, len(self.columns)) + "r" * max(0, len(self.columns) - 2)
-        lines = ["\\begin{table}[ht]", "\\centering", "\\scriptsize", f"\\caption{{{latex_escape(self.title)}}}",
-                 f"\\label{{tab:{self.name}}}", f"\\begin{{tabular}}{{{spec}}}", "\\toprule",
-                 " & ".join(latex_escape(c) for c in self.columns) + " \\\\", "\\midrule"]
+        lines = [
+            "\\begin{table}[ht]",
+            "\\centering",
+            "\\scriptsize",
+            f"\\caption{{{latex_escape(self.title)}}}",
+            f"\\label{{tab:{self.name}}}",
+            f"\\begin{{tabular}}{{{spec}}}",
+            "\\toprule",
+            " & ".join(latex_escape(c) for c in self.columns) + " \\\\",
+            "\\midrule",
+        ]
         lines += [" & ".join(latex_escape(cell) for cell in row) + " \\\\" for row in self.rows]
         if self.reference_rows:
             lines += ["\\midrule"]
@@ -99,10 +114,32 @@ class Table:
         return [md, tex]
 
 
-_LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
-          "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "±": r"$\pm$", "—": "---",
-          "≈": r"$\approx$", "Δ": r"$\Delta$", "−": r"$-$", "<": r"$<$", ">": r"$>$", "≥": r"$\geq$",
-          "≤": r"$\leq$", "×": r"$\times$", "`": "", "†": r"$^\dagger$", "‡": r"$^\ddagger$", "→": r"$\to$"}
+_LATEX = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "±": r"$\pm$",
+    "—": "---",
+    "≈": r"$\approx$",
+    "Δ": r"$\Delta$",
+    "−": r"$-$",
+    "<": r"$<$",
+    ">": r"$>$",
+    "≥": r"$\geq$",
+    "≤": r"$\leq$",
+    "×": r"$\times$",
+    "`": "",
+    "†": r"$^\dagger$",
+    "‡": r"$^\ddagger$",
+    "→": r"$\to$",
+}
 
 
 def latex_escape(text: str) -> str:

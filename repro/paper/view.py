@@ -4,6 +4,7 @@ Each record's row holds its accuracy, the training examples it ran and their sha
 protocol's (``repro.analysis.protocol``), its budget and data source; per task, the trivial
 baselines of the test set the records were scored on (``repro.analysis.baselines``).
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,26 @@ from ..bundle import BundleError, load_manifest, manifest_hash
 from ..records import read_config
 
 PROFILE_ORDER = ("paper", "budget", "smoke")
-COLUMNS = ["arm", "techniques", "task", "profile", "seed", "test_acc", "best_val_acc", "steps", "examples_per_s",
-           "peak_mem_gb", "device", "path", "examples", "share", "share_note", "budget", "data", "epochs"]
+COLUMNS = [
+    "arm",
+    "techniques",
+    "task",
+    "profile",
+    "seed",
+    "test_acc",
+    "best_val_acc",
+    "steps",
+    "examples_per_s",
+    "peak_mem_gb",
+    "device",
+    "path",
+    "examples",
+    "share",
+    "share_note",
+    "budget",
+    "data",
+    "epochs",
+]
 
 
 def _float(value) -> float:
@@ -54,14 +73,26 @@ def _row(bundle: Path, path: str, conf_dir: Path) -> dict:
     techniques = (config.get("techniques") or {}).get("name") or "none"
     peak = metrics.get("peak_gpu_mem_bytes")
     share, note = protocol.share(metrics, metrics["arm"], metrics["task"], techniques, conf_dir)
-    return {"arm": metrics["arm"], "techniques": techniques, "task": metrics["task"], "profile": metrics["profile"],
-            "seed": int(metrics["seed"]), "test_acc": 100.0 * float(metrics["test_acc"]),
-            "best_val_acc": 100.0 * float(metrics["best_val_acc"]), "steps": metrics.get("steps"),
-            "examples_per_s": _float(metrics.get("train_examples_per_s")),
-            "peak_mem_gb": float(peak) / 2**30 if peak else math.nan, "device": metrics.get("device"), "path": path,
-            "examples": protocol.trained_examples(metrics), "share": share, "share_note": note,
-            "budget": protocol.budget_label(metrics), "data": data_source(metrics["task"], metrics.get("data") or {}),
-            "epochs": _float(metrics.get("epochs"))}
+    return {
+        "arm": metrics["arm"],
+        "techniques": techniques,
+        "task": metrics["task"],
+        "profile": metrics["profile"],
+        "seed": int(metrics["seed"]),
+        "test_acc": 100.0 * float(metrics["test_acc"]),
+        "best_val_acc": 100.0 * float(metrics["best_val_acc"]),
+        "steps": metrics.get("steps"),
+        "examples_per_s": _float(metrics.get("train_examples_per_s")),
+        "peak_mem_gb": float(peak) / 2**30 if peak else math.nan,
+        "device": metrics.get("device"),
+        "path": path,
+        "examples": protocol.trained_examples(metrics),
+        "share": share,
+        "share_note": note,
+        "budget": protocol.budget_label(metrics),
+        "data": data_source(metrics["task"], metrics.get("data") or {}),
+        "epochs": _float(metrics.get("epochs")),
+    }
 
 
 class BundleView:
@@ -81,8 +112,9 @@ class BundleView:
             raise BundleError(f"--profile {profile}: the bundle holds {', '.join(sorted(present)) or 'no runs'}")
         self.profile = profile or (ranked[0] if ranked else "none")
         self.runs = self.all_runs[self.all_runs["profile"] == self.profile]
-        self.other_profiles = {p: int((self.all_runs["profile"] == p).sum())
-                               for p in sorted(present) if p != self.profile}
+        self.other_profiles = {
+            p: int((self.all_runs["profile"] == p).sum()) for p in sorted(present) if p != self.profile
+        }
 
     def seeds(self, arm: str | None, task: str) -> pd.DataFrame:
         """Records of ``arm`` (or ``arm+techniques``) on ``task`` in the profile shown, by seed."""
@@ -118,8 +150,10 @@ class BundleView:
         return (np.vstack(rows), labels) if rows else None
 
     def profile_note(self) -> str:
-        note = (f"Ours: profile {self.profile}, test accuracy at the best-validation checkpoint (%), seeds' mean ± sd "
-                "(n seeds).")
+        note = (
+            f"Ours: profile {self.profile}, test accuracy at the best-validation checkpoint (%), seeds' mean ± sd "
+            "(n seeds)."
+        )
         if self.other_profiles:
             shown = ", ".join(f"{n} record(s) of profile {p}" for p, n in self.other_profiles.items())
             note += f" Not shown: {shown}."
@@ -156,8 +190,10 @@ def task_baselines(view: BundleView, task: str) -> tuple[list[trivial.Baseline],
         if stored is None:
             return [], "no root-operator analysis in the bundle"
         rows, summary = stored
-        return [trivial.root_operator(summary["train"], rows),
-                trivial.majority_class(trivial.listops_train_counts(summary["train"]), labels[0])], ""
+        return [
+            trivial.root_operator(summary["train"], rows),
+            trivial.majority_class(trivial.listops_train_counts(summary["train"]), labels[0]),
+        ], ""
     counts = _train_counts(view, records["path"])
     if not counts:
         return [], "no record has training label counts (data.class_counts.train)"

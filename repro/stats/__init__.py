@@ -8,6 +8,7 @@
 
 ``from repro import stats; stats.welch(a, b)`` keeps working: the names below are re-exported.
 """
+
 from .core import (
     NAN,
     StatResult,
@@ -26,6 +27,25 @@ from .pooled import cmh_seed_pairs, discordant_counts
 from .power import pooled_sd, seeds_needed
 from .verdict import SHARE_NEEDED, Evidence, Verdict, decide
 
-__all__ = ["NAN", "StatResult", "bootstrap_hierarchical", "bootstrap_seeds", "holm", "mcnemar", "mcnemar_table",
-           "one_sample", "permutation", "tost_ind", "tost_published", "welch", "cmh_seed_pairs", "discordant_counts",
-           "pooled_sd", "seeds_needed", "SHARE_NEEDED", "Evidence", "Verdict", "decide"]
+__all__ = [
+    "NAN",
+    "StatResult",
+    "bootstrap_hierarchical",
+    "bootstrap_seeds",
+    "holm",
+    "mcnemar",
+    "mcnemar_table",
+    "one_sample",
+    "permutation",
+    "tost_ind",
+    "tost_published",
+    "welch",
+    "cmh_seed_pairs",
+    "discordant_counts",
+    "pooled_sd",
+    "seeds_needed",
+    "SHARE_NEEDED",
+    "Evidence",
+    "Verdict",
+    "decide",
+]

@@ -48,6 +48,7 @@ Usage::
     r = stats.welch([52.1, 52.9, 51.7], [45.0, 46.2, 45.5])
     r.p_value, r.ci, r.estimate, r.n
 """
+
 from __future__ import annotations
 
 import inspect
@@ -77,8 +78,16 @@ class StatResult:
     details: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        return {"test": self.test, "n": list(self.n), "estimate": self.estimate, "ci_low": self.ci[0],
-                "ci_high": self.ci[1], "p_value": self.p_value, "note": self.note, **self.details}
+        return {
+            "test": self.test,
+            "n": list(self.n),
+            "estimate": self.estimate,
+            "ci_low": self.ci[0],
+            "ci_high": self.ci[1],
+            "p_value": self.p_value,
+            "note": self.note,
+            **self.details,
+        }
 
 
 def _vector(values, name: str) -> np.ndarray:
@@ -122,8 +131,14 @@ def welch(a, b, alpha: float = 0.05) -> StatResult:
         return too_few
     result = sps.ttest_ind(a, b, equal_var=False)
     low, high = CompareMeans(DescrStatsW(a), DescrStatsW(b)).tconfint_diff(alpha=alpha, usevar="unequal")
-    return StatResult("Welch t-test", n, estimate, (float(low), float(high)), float(result.pvalue),
-                      details={"statistic": float(result.statistic), "df": float(getattr(result, "df", NAN))})
+    return StatResult(
+        "Welch t-test",
+        n,
+        estimate,
+        (float(low), float(high)),
+        float(result.pvalue),
+        details={"statistic": float(result.statistic), "df": float(getattr(result, "df", NAN))},
+    )
 
 
 def _bootstrap_rng_kwargs(seed: int) -> dict:
@@ -143,8 +158,16 @@ def bootstrap_seeds(a, b, confidence: float = 0.95, n_resamples: int = 9999, see
     def difference(x, y, axis=-1):
         return np.mean(x, axis=axis) - np.mean(y, axis=axis)
 
-    result = sps.bootstrap((a, b), difference, n_resamples=n_resamples, vectorized=True, paired=False,
-                           confidence_level=confidence, method="percentile", **_bootstrap_rng_kwargs(seed))
+    result = sps.bootstrap(
+        (a, b),
+        difference,
+        n_resamples=n_resamples,
+        vectorized=True,
+        paired=False,
+        confidence_level=confidence,
+        method="percentile",
+        **_bootstrap_rng_kwargs(seed),
+    )
     ci = (float(result.confidence_interval.low), float(result.confidence_interval.high))
     return StatResult("bootstrap (seeds)", n, estimate, ci, NAN, details={"resamples": n_resamples, "seed": seed})
 
@@ -160,8 +183,9 @@ def _correctness(matrix, name: str) -> np.ndarray:
     return array
 
 
-def bootstrap_hierarchical(correct_a, correct_b, confidence: float = 0.95, n_resamples: int = 2000,
-                           seed: int = 0, progress: bool = False) -> StatResult:
+def bootstrap_hierarchical(
+    correct_a, correct_b, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0, progress: bool = False
+) -> StatResult:
     """Percentile bootstrap CI of the accuracy difference A - B from per-example correctness.
 
     ``correct_a``: [seeds_A, examples] of 0/1, ``correct_b``: [seeds_B, examples], the same
@@ -183,8 +207,14 @@ def bootstrap_hierarchical(correct_a, correct_b, confidence: float = 0.95, n_res
         draws[i] = float((ca[seeds_a] @ weights).mean() - (cb[seeds_b] @ weights).mean())
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(draws, [tail, 1.0 - tail])
-    return StatResult("bootstrap (seeds x examples)", (ca.shape[0], cb.shape[0], n_examples), estimate,
-                      (float(low), float(high)), NAN, details={"resamples": n_resamples, "seed": seed})
+    return StatResult(
+        "bootstrap (seeds x examples)",
+        (ca.shape[0], cb.shape[0], n_examples),
+        estimate,
+        (float(low), float(high)),
+        NAN,
+        details={"resamples": n_resamples, "seed": seed},
+    )
 
 
 # ---------------------------------------------------------------- paired predictions
@@ -210,8 +240,14 @@ def mcnemar(correct_a, correct_b, alpha: float = 0.05) -> StatResult:
     z = sps.norm.ppf(1 - alpha / 2)
     se = math.sqrt(max(only_a + only_b - (only_a - only_b) ** 2 / n, 0.0)) / n
     result = _sm_mcnemar(table, exact=True)
-    return StatResult("McNemar exact", (n,), estimate, (estimate - z * se, estimate + z * se), float(result.pvalue),
-                      details={"only_a": only_a, "only_b": only_b})
+    return StatResult(
+        "McNemar exact",
+        (n,),
+        estimate,
+        (estimate - z * se, estimate + z * se),
+        float(result.pvalue),
+        details={"only_a": only_a, "only_b": only_b},
+    )
 
 
 # ---------------------------------------------------------------- families
@@ -266,8 +302,14 @@ def tost_published(a, reference: float, margin: float, alpha: float = 0.05) -> S
     described = DescrStatsW(a)
     p, _, _ = described.ttost_mean(reference - margin, reference + margin)
     low, high = described.tconfint_mean(alpha=2 * alpha)
-    return StatResult("TOST (vs published)", n, estimate, (float(low) - reference, float(high) - reference), float(p),
-                      details={"margin": margin, "reference": reference})
+    return StatResult(
+        "TOST (vs published)",
+        n,
+        estimate,
+        (float(low) - reference, float(high) - reference),
+        float(p),
+        details={"margin": margin, "reference": reference},
+    )
 
 
 def one_sample(a, reference: float, alpha: float = 0.05) -> StatResult:
@@ -277,8 +319,14 @@ def one_sample(a, reference: float, alpha: float = 0.05) -> StatResult:
         return too_few
     result = sps.ttest_1samp(a, reference)
     low, high = DescrStatsW(a).tconfint_mean(alpha=alpha)
-    return StatResult("one-sample t-test", n, estimate, (float(low) - reference, float(high) - reference),
-                      float(result.pvalue), details={"reference": reference})
+    return StatResult(
+        "one-sample t-test",
+        n,
+        estimate,
+        (float(low) - reference, float(high) - reference),
+        float(result.pvalue),
+        details={"reference": reference},
+    )
 
 
 # ---------------------------------------------------------------- exact permutation over seeds
@@ -295,9 +343,20 @@ def permutation(a, b, alpha: float = 0.05) -> StatResult:
     def difference(x, y, axis=-1):
         return np.mean(x, axis=axis) - np.mean(y, axis=axis)
 
-    result = sps.permutation_test((a, b), difference, permutation_type="independent", vectorized=True,
-                                  n_resamples=np.inf, alternative="two-sided")
-    note = "" if smallest <= alpha else (f"cannot reach p < {alpha:g}: {a.size} + {b.size} seeds give {splits} splits, "
-                                         f"smallest p {smallest:.3f}")
-    return StatResult("exact permutation", n, estimate, (NAN, NAN), float(result.pvalue), note=note,
-                      details={"splits": splits, "smallest_p": smallest})
+    result = sps.permutation_test(
+        (a, b), difference, permutation_type="independent", vectorized=True, n_resamples=np.inf, alternative="two-sided"
+    )
+    note = (
+        ""
+        if smallest <= alpha
+        else (f"cannot reach p < {alpha:g}: {a.size} + {b.size} seeds give {splits} splits, smallest p {smallest:.3f}")
+    )
+    return StatResult(
+        "exact permutation",
+        n,
+        estimate,
+        (NAN, NAN),
+        float(result.pvalue),
+        note=note,
+        details={"splits": splits, "smallest_p": smallest},
+    )

@@ -18,6 +18,7 @@ A stratified table of the seed pairs' own 2x2 tables [[both right, only A], [onl
 would test something else: whether A's and B's correctness are associated, not whether their
 accuracies differ.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -50,12 +51,26 @@ def cmh_seed_pairs(correct_a, correct_b) -> StatResult:
     estimate = (only_a - only_b) / n
     details = {"only_a": only_a, "only_b": only_b, "seed_pairs": pairs}
     if only_a + only_b == 0:
-        return StatResult("CMH over seed pairs", (pairs, ca.shape[1]), estimate, (NAN, NAN), NAN,
-                          note="no discordant pairs", details=details)
-    strata = np.concatenate([np.repeat(ONLY_A[:, :, None], only_a, axis=2),
-                             np.repeat(ONLY_B[:, :, None], only_b, axis=2)], axis=2)
+        return StatResult(
+            "CMH over seed pairs",
+            (pairs, ca.shape[1]),
+            estimate,
+            (NAN, NAN),
+            NAN,
+            note="no discordant pairs",
+            details=details,
+        )
+    strata = np.concatenate(
+        [np.repeat(ONLY_A[:, :, None], only_a, axis=2), np.repeat(ONLY_B[:, :, None], only_b, axis=2)], axis=2
+    )
     table = StratifiedTable(strata)  # concordant strata add nothing to the statistic or its variance
     test = table.test_null_odds(correction=False)
     details["odds_ratio"] = float(table.oddsratio_pooled) if only_b else float("inf")
-    return StatResult("CMH over seed pairs", (pairs, ca.shape[1]), estimate, (NAN, NAN), float(test.pvalue),
-                      details={**details, "statistic": float(test.statistic)})
+    return StatResult(
+        "CMH over seed pairs",
+        (pairs, ca.shape[1]),
+        estimate,
+        (NAN, NAN),
+        float(test.pvalue),
+        details={**details, "statistic": float(test.statistic)},
+    )

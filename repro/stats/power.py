@@ -16,6 +16,7 @@ by an integer search on ``statsmodels.stats.power.TTestIndPower.power`` (two arm
   it; power >= 2 P - 1 with P the one-sided power at alpha for an effect of one margin (each of
   TOST's two one-sided tests must reject).
 """
+
 from __future__ import annotations
 
 import math
@@ -52,8 +53,16 @@ def _smallest_n(reaches) -> int | None:
     return next((n for n in range(2, MAX_SEEDS + 1) if reaches(n)), None)
 
 
-def seeds_needed(effect: float, sd: float, *, goal: str, alpha: float = 0.05, power: float = 0.8,
-                 margin: float | None = None, two_arms: bool = True) -> int | None:
+def seeds_needed(
+    effect: float,
+    sd: float,
+    *,
+    goal: str,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    margin: float | None = None,
+    two_arms: bool = True,
+) -> int | None:
     """Seeds per arm for ``goal`` ``detect`` (the effect) or ``match`` (within +/- margin); None: not reachable."""
     if not (math.isfinite(sd) and sd > 0):
         return None

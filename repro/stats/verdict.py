@@ -23,6 +23,7 @@ R7 ``inconclusive``: otherwise (CI holds E, and zero or the claim has no directi
 ``decide(evidence, share_rule=False)`` skips R2: what the same numbers say at the budget the runs
 had, which the tables print beside the verdict, never instead of it.
 """
+
 from __future__ import annotations
 
 import math
@@ -76,8 +77,9 @@ def _not_tested(e: Evidence, share_rule: bool) -> Verdict | None:
     if share_rule:
         short = {arm: s for arm, s in sorted(e.shares.items()) if not (math.isfinite(s) and s >= SHARE_NEEDED)}
         if short:
-            said = ", ".join(f"{arm} {100 * s:.1f}%" if math.isfinite(s) else f"{arm} unknown"
-                             for arm, s in short.items())
+            said = ", ".join(
+                f"{arm} {100 * s:.1f}%" if math.isfinite(s) else f"{arm} unknown" for arm, s in short.items()
+            )
             return Verdict("not tested", f"R2: below {SHARE_NEEDED:.0%} of the protocol's training examples ({said})")
     if e.baseline is not None and e.means:
         low, high = e.baseline
@@ -94,16 +96,19 @@ def decide(e: Evidence, share_rule: bool = True) -> Verdict:
     low, high = e.ci
     low2, high2 = e.ci_equivalence
     if e.published - e.margin < low2 and high2 < e.published + e.margin:
-        return Verdict("matches", f"R4: {100 * (1 - 2 * e.alpha):g}% interval {_interval(e.ci_equivalence)} inside "
-                                  f"{_fmt(e.published)} ± {e.margin:g}")
+        return Verdict(
+            "matches",
+            f"R4: {100 * (1 - 2 * e.alpha):g}% interval {_interval(e.ci_equivalence)} inside "
+            f"{_fmt(e.published)} ± {e.margin:g}",
+        )
     sign = {"greater": 1, "less": -1, "none": 0}[e.direction]
     if sign and (high < 0 if sign > 0 else low > 0):
         return Verdict("contradicted", f"R5: interval {_interval(e.ci)} on the side of zero opposite to the claim")
     if not low <= e.published <= high:
         return Verdict("contradicted", f"R5: interval {_interval(e.ci)} excludes the published {_fmt(e.published)}")
     if sign and (low > 0 if sign > 0 else high < 0):
-        return Verdict("supported", f"R6: interval {_interval(e.ci)} on the claimed side of zero, "
-                                    f"holds {_fmt(e.published)}")
+        return Verdict(
+            "supported", f"R6: interval {_interval(e.ci)} on the claimed side of zero, holds {_fmt(e.published)}"
+        )
     why = "holds zero" if low <= 0 <= high else "claim has no direction"
     return Verdict("inconclusive", f"R7: interval {_interval(e.ci)} holds {_fmt(e.published)}; {why}")
-

@@ -2,6 +2,7 @@
 
 ``TASKS.get(name)(cfg, data_dir, cache_dir, workers) -> TaskData``.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -46,5 +47,13 @@ def official_files_missing(builder: str, cfg, data_dir) -> str | None:
     return missing(cfg, data_dir) if missing else None
 
 
-__all__ = ["TASKS", "DataError", "DataMissing", "Split", "TaskData", "get_task_builder", "official_files_missing",
-           "task_names"]
+__all__ = [
+    "TASKS",
+    "DataError",
+    "DataMissing",
+    "Split",
+    "TaskData",
+    "get_task_builder",
+    "official_files_missing",
+    "task_names",
+]

@@ -1,8 +1,9 @@
 """What every task hands the training engine: tokenised splits and their shape facts."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 import numpy as np
 
@@ -44,10 +45,10 @@ class TaskData:
     two_tower: bool = False
     # Id of padding, excluded from attention and pooling; None when every position is a
     # real token (image and Pathfinder pixels, where 0 is black, not padding).
-    pad_id: Optional[int] = 0
+    pad_id: int | None = 0
     # Optional hook run on each batch of inputs (already on the training device) before
     # the model, e.g. RGB -> LRA grayscale ids for the image task. Must be deterministic.
-    prepare: Optional[Callable] = None
+    prepare: Callable | None = None
     # Provenance and counts for the run record: source, truncations, filtered items, notes.
     info: dict = field(default_factory=dict)
 

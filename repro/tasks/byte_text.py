@@ -9,10 +9,11 @@ one, so ids stay <= 245) and switch to ``uint16`` the moment one does.
 ``(seed, index)`` rather than from a NumPy generator, so the same seed gives the
 same split on every NumPy version.
 """
+
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -57,6 +58,7 @@ def config_value(cfg: Any, key: str, default: Any = None) -> Any:
 
 # ---------------------------------------------------------------- seeded splits
 
+
 def _splitmix64(x: np.ndarray) -> np.ndarray:
     """The splitmix64 finaliser on a uint64 array (wrapping arithmetic)."""
     with np.errstate(over="ignore"):
@@ -75,7 +77,7 @@ def seeded_keys(n: int, seed: int) -> np.ndarray:
 
 
 def stratified_holdout(
-    labels: np.ndarray, seed: int, fraction: Optional[float] = None, count: Optional[int] = None
+    labels: np.ndarray, seed: int, fraction: float | None = None, count: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Split indices into ``(kept, held_out)``, both sorted, holding out ``count`` (or
     ``round(fraction * N)``) items with each class represented in proportion (largest

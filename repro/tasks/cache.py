@@ -7,6 +7,7 @@ memory-mapped, after their checksums are checked: a damaged entry (an edited, tr
 missing file) is named in a warning and built again. Entries written before checksums were
 kept are checked by loading only (a truncated file is caught, an edited one is not).
 """
+
 from __future__ import annotations
 
 import hashlib

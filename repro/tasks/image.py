@@ -21,6 +21,7 @@ Splits: 45K/5K/10K; the 5K validation set is a seeded class-stratified draw from
 never a contiguous slice (the bundle is sorted by class). LRA used ``train[90%:]`` of
 TFDS's order, which cannot be reproduced from either source here.
 """
+
 from __future__ import annotations
 
 import io
@@ -187,7 +188,8 @@ def load_bundle(path: Path, variant: str) -> tuple[dict[str, np.ndarray], dict]:
         if x.dtype != np.uint8 or x.ndim != 1 + len(image_shape) or x.shape[1:] != image_shape:
             raise DataError(
                 f"{where}: images of the wrong size or type: {x.dtype} {x.shape}, expected uint8 [N, "
-                + ", ".join(map(str, image_shape)) + "]"
+                + ", ".join(map(str, image_shape))
+                + "]"
             )
         if y.shape != (len(x),):
             raise DataError(f"{path} ({split}_y.npy): {len(x)} images but labels of shape {y.shape}")
@@ -229,9 +231,7 @@ def resolve_source(cfg, data_dir: Path) -> tuple[str, Path, str]:
     if source == "official":
         if not official_ok:
             missing = [str(official / n) for n in official_names if not (official / n).is_file()]
-            raise DataMissing(
-                "CIFAR-10 batches not found: " + ", ".join(missing) + f". Expected {official_help}."
-            )
+            raise DataMissing("CIFAR-10 batches not found: " + ", ".join(missing) + f". Expected {official_help}.")
         return "official", official, "rgb"
     if bundle_pick is None:
         raise DataMissing(

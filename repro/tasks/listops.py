@@ -6,6 +6,7 @@ Two sources give the same token ids: the official release files
 fix): parentheses dropped, ``]`` its own token, whitespace split, padded with
 0 to 2000.
 """
+
 from __future__ import annotations
 
 import csv
@@ -212,8 +213,14 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
         source = "official" if official_present(data_dir, cfg["official_subdir"]) else "generated"
 
     if source == "official":
-        params = {"source": "official", "folder": str(official_dir(data_dir, cfg["official_subdir"]).resolve()), "max_len": max_len}
-        arrays, meta = cached_arrays(cache_dir, "listops", params, lambda: load_official(data_dir, cfg["official_subdir"], max_len))
+        params = {
+            "source": "official",
+            "folder": str(official_dir(data_dir, cfg["official_subdir"]).resolve()),
+            "max_len": max_len,
+        }
+        arrays, meta = cached_arrays(
+            cache_dir, "listops", params, lambda: load_official(data_dir, cfg["official_subdir"], max_len)
+        )
     else:
         gen = cfg["generate"]
         spec = trees.TreeSpec(
@@ -231,7 +238,10 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
         def make():
             arrays, meta = generate(seed=seed, spec=spec, workers=workers, **sizes)
             if spec.max_len < max_len:
-                arrays = {k: (np.pad(v, ((0, 0), (0, max_len - spec.max_len))) if k.endswith("_x") else v) for k, v in arrays.items()}
+                arrays = {
+                    k: (np.pad(v, ((0, 0), (0, max_len - spec.max_len))) if k.endswith("_x") else v)
+                    for k, v in arrays.items()
+                }
             return arrays, meta
 
         arrays, meta = cached_arrays(cache_dir, "listops", params, make)

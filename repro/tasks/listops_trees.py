@@ -13,6 +13,7 @@ Unlike the release (an unseeded set), generation here is reproducible: trees
 come in chunks, chunk ``c`` drawn from ``random.Random((seed, c))``-derived
 state, so the result does not depend on how many processes generate it.
 """
+
 from __future__ import annotations
 
 import random
@@ -21,7 +22,6 @@ from dataclasses import dataclass
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 CLOSE = "]"
 VALUES = tuple(range(10))
-
 
 
 @dataclass(frozen=True)

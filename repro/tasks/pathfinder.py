@@ -20,14 +20,15 @@ uses hard only; ``difficulty=all`` is the follow-up's technique (the follow-up s
 section 3 and appendix C): train on easy + intermediate + hard with equal-size
 parts, three times the hard training set, and validate and test on hard only.
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
 import re
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Iterator, Optional
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
@@ -67,7 +68,6 @@ def ordered_map(fn: Callable, jobs: list, workers: int) -> Iterator:
         yield from pool.map(fn, jobs)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)  # on an error, skip the jobs not started
-
 
 
 def _numeric_key(path: Path) -> tuple:
@@ -136,7 +136,9 @@ def read_image(path: Path, size: int, where: str) -> np.ndarray:
     except (OSError, UnidentifiedImageError, ValueError) as err:
         raise DataError(f"{path} (listed at {where}): cannot read the image ({err})") from None
     if (width, height) != (size, size):
-        raise DataError(f"{path} (listed at {where}): image is {width}x{height}, expected {size}x{size} (task.resolution)")
+        raise DataError(
+            f"{path} (listed at {where}): image is {width}x{height}, expected {size}x{size} (task.resolution)"
+        )
     if mode != "L":
         raise DataError(f"{path} (listed at {where}): image mode {mode!r}, expected 8-bit grayscale 'L'")
     return pixels.reshape(-1).astype(np.uint8, copy=False)
@@ -158,7 +160,9 @@ def _read_metadata_file(args) -> tuple[np.ndarray, np.ndarray, list[str], int]:
     return x, np.asarray(labels, dtype=np.int64), ids, empty
 
 
-def read_official_difficulty(folder: Path, size: int, workers: int = 1) -> tuple[np.ndarray, np.ndarray, list[str], int]:
+def read_official_difficulty(
+    folder: Path, size: int, workers: int = 1
+) -> tuple[np.ndarray, np.ndarray, list[str], int]:
     """All images of one difficulty folder: ``(pixels [N, size*size], labels [N], ids [N], empty dropped)``.
 
     Order: metadata files in numeric order, lines in file order. ``ids`` are the image
@@ -213,7 +217,9 @@ def split_order(n: int, seed: int, difficulty: str) -> dict[str, np.ndarray]:
     return {s: perm[cuts[i] : cuts[i + 1]] for i, s in enumerate(SPLITS)}
 
 
-def split_arrays(x: np.ndarray, y: np.ndarray, seed: int, difficulty: str, ids: Optional[list[str]] = None) -> dict[str, np.ndarray]:
+def split_arrays(
+    x: np.ndarray, y: np.ndarray, seed: int, difficulty: str, ids: list[str] | None = None
+) -> dict[str, np.ndarray]:
     """``{split}_x``, ``{split}_y`` (and ``{split}_ids``) of one difficulty in split order."""
     arrays = {}
     for split, index in split_order(len(y), seed, difficulty).items():
@@ -224,7 +230,9 @@ def split_arrays(x: np.ndarray, y: np.ndarray, seed: int, difficulty: str, ids: 
     return arrays
 
 
-def load_official(data_dir: Path, subdir: str, difficulty: str, size: int, seed: int, workers: int) -> tuple[dict, dict]:
+def load_official(
+    data_dir: Path, subdir: str, difficulty: str, size: int, seed: int, workers: int
+) -> tuple[dict, dict]:
     """One official difficulty, split; meta counts the all-black images dropped."""
     folder = official_folder(data_dir, subdir, difficulty)
     if not (folder / "metadata").is_dir():
@@ -273,26 +281,37 @@ def generator_spec(cfg_generate: dict, resolution: int, difficulty: str):
     """The LRA settings for the resolution, with the config's ``generate`` settings applied,
     for the render ``generate.render`` names (a ``release.ReleaseSpec`` or ``render.PathSpec``)."""
     # A null setting means the render's own default (pathx.yaml: release and contour_v3 differ there).
-    overrides = {k: v for k, v in dict(cfg_generate).items()
-                 if k not in ("n_per_difficulty", "render") and v is not None}
+    overrides = {
+        k: v for k, v in dict(cfg_generate).items() if k not in ("n_per_difficulty", "render") and v is not None
+    }
     name = dict(cfg_generate).get("render")
     if name not in RENDERS:
-        raise ValueError(f"task.generate.render={name!r}: use release (drawn as the LRA release) or contour_v3 "
-                         "(the earlier renderer, render version 3)")
+        raise ValueError(
+            f"task.generate.render={name!r}: use release (drawn as the LRA release) or contour_v3 "
+            "(the earlier renderer, render version 3)"
+        )
     if name == "release":
-        only_v3 = sorted(set(overrides) & {"lattice", "uniform_contrast", "turn_trials", "seed_trials",
-                                           "distractor_retries"})
+        only_v3 = sorted(
+            set(overrides) & {"lattice", "uniform_contrast", "turn_trials", "seed_trials", "distractor_retries"}
+        )
         if only_v3:
-            raise ValueError(f"task.generate.{only_v3[0]} is a setting of render contour_v3, not release: "
-                             "drop it or set task.generate.render=contour_v3")
+            raise ValueError(
+                f"task.generate.{only_v3[0]} is a setting of render contour_v3, not release: "
+                "drop it or set task.generate.render=contour_v3"
+            )
         return release.release_spec(resolution, difficulty, **overrides)
     return render.lra_spec(resolution, difficulty, **overrides)
 
 
 def load_generated(n: int, seed: int, difficulty: str, spec, workers: int) -> tuple[dict, dict]:
     x, y = generate(n, seed, difficulty, spec, workers)
-    meta = {"source": "generated", "render": render_name(spec), "images": n, "empty_dropped": 0,
-            "positives": int(y.sum())}
+    meta = {
+        "source": "generated",
+        "render": render_name(spec),
+        "images": n,
+        "empty_dropped": 0,
+        "positives": int(y.sum()),
+    }
     return split_arrays(x, y, seed, difficulty), meta
 
 
@@ -319,21 +338,37 @@ def resolve_source(cfg, data_dir: Path, difficulties) -> str:
     return source
 
 
-def load_difficulty(cfg, source: str, difficulty: str, data_dir: Path, cache_dir: Path, workers: int) -> tuple[dict, dict]:
+def load_difficulty(
+    cfg, source: str, difficulty: str, data_dir: Path, cache_dir: Path, workers: int
+) -> tuple[dict, dict]:
     """One difficulty's split arrays from the cache, reading or generating them on a miss."""
     resolution = int(cfg["resolution"])
     seed = int(cfg["data_seed"])
     if source == "official":
         folder = official_folder(data_dir, cfg["official_subdir"], difficulty)
-        params = {"source": "official", "folder": str(folder.resolve()), "resolution": resolution,
-                  "difficulty": difficulty, "seed": seed, "reader": READER_VERSION}
+        params = {
+            "source": "official",
+            "folder": str(folder.resolve()),
+            "resolution": resolution,
+            "difficulty": difficulty,
+            "seed": seed,
+            "reader": READER_VERSION,
+        }
         make = lambda: load_official(data_dir, cfg["official_subdir"], difficulty, resolution, seed, workers)  # noqa: E731
     else:
         gen = cfg["generate"]
         spec = generator_spec(gen, resolution, difficulty)
         n = int(gen["n_per_difficulty"])
-        params = {"source": "generated", "n": n, "seed": seed, "difficulty": difficulty, "chunk": CHUNK,
-                  "render": render_name(spec), "render_version": render_module(spec).RENDER_VERSION, **asdict(spec)}
+        params = {
+            "source": "generated",
+            "n": n,
+            "seed": seed,
+            "difficulty": difficulty,
+            "chunk": CHUNK,
+            "render": render_name(spec),
+            "render_version": render_module(spec).RENDER_VERSION,
+            **asdict(spec),
+        }
         make = lambda: load_generated(n, seed, difficulty, spec, workers)  # noqa: E731
     return cached_arrays(cache_dir, f"pathfinder{resolution}", params, make)
 

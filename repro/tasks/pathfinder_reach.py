@@ -21,6 +21,7 @@ distance between the markers differs slightly by label (means 14.55 and 14.02 pi
 positives and negatives over 10,000 hard images; a classifier on it alone scores 53.5%,
 5-fold cross-validated).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,7 +36,9 @@ TARGET_CONTOURS = (0, 1)  # Sample.contour_ids of the two target contours; distr
 def receptive_reach(kernel_size: int, depth: int) -> int:
     """Tokens to each side one output position sees after ``depth`` layers of kernel ``kernel_size``."""
     if kernel_size < 1 or kernel_size % 2 == 0 or depth < 1:
-        raise ValueError(f"kernel_size must be odd and positive and depth positive, got kernel_size={kernel_size}, depth={depth}")
+        raise ValueError(
+            f"kernel_size must be odd and positive and depth positive, got kernel_size={kernel_size}, depth={depth}"
+        )
     return depth * (kernel_size // 2)
 
 
@@ -61,7 +64,9 @@ def contour_markers(sample: Sample, contour: int) -> np.ndarray:
 
 def contour_span(sample: Sample, contour: int, size: int) -> int:
     """Tokens from the first to the last pixel of one contour's dashes and the markers on it, minus one."""
-    points = np.concatenate([dash_points(sample.segments[sample.contour_ids == contour]), contour_markers(sample, contour)])
+    points = np.concatenate(
+        [dash_points(sample.segments[sample.contour_ids == contour]), contour_markers(sample, contour)]
+    )
     tokens = flat_index(points, size)
     return int(tokens.max() - tokens.min())
 
@@ -107,6 +112,14 @@ def reach_rows(samples: list[Sample], size: int, kernels: list[int], depth: int)
     for kernel in kernels:
         reach = receptive_reach(kernel, depth)
         fits = spans <= 2 * reach
-        rows.append(ReachRow(kernel, depth, reach, float(fits[labels == 1].mean()), float(fits[labels == 0].mean()),
-                             float((gaps <= 2 * reach).mean())))
+        rows.append(
+            ReachRow(
+                kernel,
+                depth,
+                reach,
+                float(fits[labels == 1].mean()),
+                float(fits[labels == 0].mean()),
+                float((gaps <= 2 * reach).mean()),
+            )
+        )
     return rows

@@ -40,6 +40,7 @@ instead of 0.9 at 128x128 (``LRA_SETTINGS``). Path-X's distractor count is about
 documented one (``DISTRACTOR_BUDGET``). No official 32x32 image is public: Pathfinder uses
 LRA's 32x32 settings with the same drawing rules.
 """
+
 from __future__ import annotations
 
 import math
@@ -68,12 +69,42 @@ DISTRACTOR_BUDGET = {32: 20, 64: 22, 128: 70}
 # at peak 1, truncating quantisation), the dash contrast is 0.798-0.800 at 64x64 (LRA: 0.8) and
 # 0.730-0.731 at 128x128, where LRA documents 0.9; Path-X therefore uses 0.73.
 LRA_SETTINGS = {
-    32: dict(padding=1, paddle_length=2, paddle_thickness=0.5, paddle_margins=(1,), marker_radius=1.5,
-             continuity=1.0, snake_contrast=2.0, paddle_contrast=0.75, seed_distance=7, antialias_scale=2),
-    64: dict(padding=1, paddle_length=5, paddle_thickness=1.0, paddle_margins=(1,), marker_radius=2.5,
-             continuity=1.8, snake_contrast=0.8, paddle_contrast=1.0, seed_distance=12, antialias_scale=2),
-    128: dict(padding=1, paddle_length=5, paddle_thickness=1.5, paddle_margins=(2, 3), marker_radius=3.0,
-              continuity=1.8, snake_contrast=0.73, paddle_contrast=1.0, seed_distance=20, antialias_scale=2),
+    32: dict(
+        padding=1,
+        paddle_length=2,
+        paddle_thickness=0.5,
+        paddle_margins=(1,),
+        marker_radius=1.5,
+        continuity=1.0,
+        snake_contrast=2.0,
+        paddle_contrast=0.75,
+        seed_distance=7,
+        antialias_scale=2,
+    ),
+    64: dict(
+        padding=1,
+        paddle_length=5,
+        paddle_thickness=1.0,
+        paddle_margins=(1,),
+        marker_radius=2.5,
+        continuity=1.8,
+        snake_contrast=0.8,
+        paddle_contrast=1.0,
+        seed_distance=12,
+        antialias_scale=2,
+    ),
+    128: dict(
+        padding=1,
+        paddle_length=5,
+        paddle_thickness=1.5,
+        paddle_margins=(2, 3),
+        marker_radius=3.0,
+        continuity=1.8,
+        snake_contrast=0.73,
+        paddle_contrast=1.0,
+        seed_distance=20,
+        antialias_scale=2,
+    ),
 }
 WHOLE = ("padding", "paddle_length", "seed_distance", "antialias_scale")
 
@@ -146,13 +177,18 @@ def release_spec(resolution: int, difficulty: str, distractor_budget: int | None
     known = {f.name for f in fields(ReleaseSpec)} - {"size", "contour_length", "distractor_length", "num_distractors"}
     unknown = sorted(set(overrides) - known)
     if unknown:
-        raise ValueError(f"unknown setting(s) {unknown} for task.generate.render=release; known: "
-                         f"{sorted(known | {'distractor_budget'})}")
+        raise ValueError(
+            f"unknown setting(s) {unknown} for task.generate.render=release; known: "
+            f"{sorted(known | {'distractor_budget'})}"
+        )
     settings = _checked({**LRA_SETTINGS[resolution], **overrides})
     length = CONTOUR_LENGTH[difficulty]
     budget = int(distractor_budget if distractor_budget is not None else DISTRACTOR_BUDGET[resolution])
-    return replace(ReleaseSpec(size=resolution, contour_length=length, distractor_length=max(1, length // 3)),
-                   num_distractors=budget // max(1, length // 3), **settings)
+    return replace(
+        ReleaseSpec(size=resolution, contour_length=length, distractor_length=max(1, length // 3)),
+        num_distractors=budget // max(1, length // 3),
+        **settings,
+    )
 
 
 @dataclass
@@ -205,8 +241,9 @@ class Canvas:
         self.mask = self.blank.copy()
         # The mask dilated by the margin disc (the generator's candidate weights), kept up to date by learn().
         self.grown_blank = np.full((side, side), -np.inf)
-        self.inner(self.grown_blank)[:] = ndimage.grey_dilation(self.inner(self.blank), footprint=draw.disc(margin),
-                                                                mode="constant", cval=0.0)
+        self.inner(self.grown_blank)[:] = ndimage.grey_dilation(
+            self.inner(self.blank), footprint=draw.disc(margin), mode="constant", cval=0.0
+        )
         self.grown = self.grown_blank.copy()
         self.ink = np.zeros((2, side, side))  # 0: target contours, 1: distractors
         self.dashes: list[tuple] = []
@@ -224,7 +261,7 @@ class Canvas:
 
     def inner(self, array: np.ndarray) -> np.ndarray:
         p = self.pad
-        return array[..., p:p + self.size, p:p + self.size]
+        return array[..., p : p + self.size, p : p + self.size]
 
     def window(self, pixel: tuple) -> tuple[slice, slice]:
         r, c = pixel[0] + self.pad - self.reach, pixel[1] + self.pad - self.reach
@@ -276,8 +313,8 @@ class Canvas:
         if bottom <= top or right <= left:
             return
         p = self.pad
-        view = array[p + top:p + bottom, p + left:p + right]
-        np.maximum(view, patch[top - r0:bottom - r0, left - c0:right - c0], out=view)
+        view = array[p + top : p + bottom, p + left : p + right]
+        np.maximum(view, patch[top - r0 : bottom - r0, left - c0 : right - c0], out=view)
 
     def grown_at(self, heads: np.ndarray) -> np.ndarray:
         """The mask dilated by the margin disc at in-image pixels ``heads`` [k, 2], computed plainly
@@ -329,7 +366,7 @@ class Canvas:
         n, p = self.size, self.pad
         hit = np.zeros((n, n), dtype=bool)
         for dy, dx in footprint:
-            hit |= blocked[p + dy:p + dy + n, p + dx:p + dx + n]
+            hit |= blocked[p + dy : p + dy + n, p + dx : p + dx + n]
         return np.flatnonzero(~hit)
 
     def is_free(self, blocked_flat: np.ndarray, footprint_flat: np.ndarray, pixel: tuple) -> bool:
@@ -427,8 +464,10 @@ def _second_target_seed(rng: random.Random, canvas: Canvas, first: tuple) -> tup
     for _ in range(spec.seed_tries):
         degrees = rng.randrange(-180, 180)
         direction = rng.randrange(0, 360) * math.pi / 180
-        tail = (int(round(first[0] + spec.seed_distance * math.sin(direction))),
-                int(round(first[1] + spec.seed_distance * math.cos(direction))))
+        tail = (
+            int(round(first[0] + spec.seed_distance * math.sin(direction))),
+            int(round(first[1] + spec.seed_distance * math.cos(direction))),
+        )
         heading, head, pivot = _seed_geometry(spec, canvas.margin, tail, degrees)
         if canvas.inside(head) and canvas.inside(pivot):
             return tail, heading, pivot
@@ -473,7 +512,7 @@ def grow_targets(rng: random.Random, spec: ReleaseSpec, margin: int) -> tuple[Ca
 def seed_distractor(rng: random.Random, canvas: Canvas, owner: int) -> Contour | None:
     """A distractor's first dash at a free pixel of the mask with a 1-pixel border, or None."""
     spec = canvas.spec
-    if np.count_nonzero(canvas.inner(canvas.mask) <= 0.3) < spec.stop_availability * canvas.size ** 2:
+    if np.count_nonzero(canvas.inner(canvas.mask) <= 0.3) < spec.stop_availability * canvas.size**2:
         return None
     blocked = canvas.blocked(1)
     for _ in range(spec.seed_tries):
@@ -497,7 +536,8 @@ def add_distractors(rng: random.Random, canvas: Canvas) -> int:
             saved = (canvas.mask.copy(), canvas.grown.copy(), canvas.ink[1].copy(), len(canvas.dashes))
             contour = seed_distractor(rng, canvas, 2 + placed)
             ok = contour is not None and all(
-                extend(rng, canvas, contour, spec.snake_contrast) for _ in range(spec.distractor_length - 1))
+                extend(rng, canvas, contour, spec.snake_contrast) for _ in range(spec.distractor_length - 1)
+            )
             if ok:
                 canvas.learn(contour.last_mask)
                 placed += 1
@@ -505,7 +545,7 @@ def add_distractors(rng: random.Random, canvas: Canvas) -> int:
             np.copyto(canvas.mask, saved[0])
             np.copyto(canvas.grown, saved[1])
             canvas.ink[1] = saved[2]
-            del canvas.dashes[saved[3]:]
+            del canvas.dashes[saved[3] :]
     return placed
 
 
@@ -521,9 +561,14 @@ def make_sample(rng: random.Random, spec: ReleaseSpec) -> ReleaseSample:
     layers = canvas.layers(tips)
     final = np.maximum(np.maximum(layers["targets"], layers["distractors"]), layers["markers"])
     return ReleaseSample(
-        image=draw.to_bytes(final, spec.rounding), label=label, layers=layers,
-        dashes=np.array(canvas.dashes, dtype=np.float64).reshape(-1, 4), tips=tips, margin=int(margin),
-        restarts=restarts, distractors=placed,
+        image=draw.to_bytes(final, spec.rounding),
+        label=label,
+        layers=layers,
+        dashes=np.array(canvas.dashes, dtype=np.float64).reshape(-1, 4),
+        tips=tips,
+        margin=int(margin),
+        restarts=restarts,
+        distractors=placed,
         extra={"marked_contours": (origin, terminal), "byte_scale": draw.byte_scale(final, spec.rounding)},
     )
 

@@ -24,6 +24,7 @@ of the reconstruction's 4.7 (clipped: 4.7).
 Patches depend only on (length, thickness, margin, scale, heading) and headings come from a
 finite set (whole degrees for seeds, lattice directions for extensions), so they are memoised.
 """
+
 from __future__ import annotations
 
 import math
@@ -62,7 +63,7 @@ def reverse(heading: float) -> float:
 def disc(radius: float) -> np.ndarray:
     """Boolean disc ``x^2 + y^2 <= radius^2`` on a ``2 * floor(radius) + 1`` square."""
     r = int(math.floor(radius))
-    y, x = np.ogrid[-r:r + 1, -r:r + 1]
+    y, x = np.ogrid[-r : r + 1, -r : r + 1]
     return x * x + y * y <= radius * radius
 
 
@@ -72,8 +73,9 @@ def patch_reach(length: int, thickness: float, margin: int) -> int:
 
 
 @cache
-def dash_patches(length: int, thickness: float, margin: int, scale: int,
-                 heading: float) -> tuple[np.ndarray, np.ndarray]:
+def dash_patches(
+    length: int, thickness: float, margin: int, scale: int, heading: float
+) -> tuple[np.ndarray, np.ndarray]:
     """``(ink, mask)`` float patches of one dash starting at the patch centre along ``heading``.
 
     Ink is the downsampled line (float, peak below 1 for a 1-pixel line at twice the size); the
@@ -172,7 +174,7 @@ def disc_offsets(radius: int) -> np.ndarray:
 
 def marker_image(size: int, scale: int, tip: tuple, radius: float) -> np.ndarray:
     """One marker: a disc of ``radius * scale`` around pixel ``tip * scale`` of the scaled image, downsampled."""
-    y, x = np.ogrid[:size * scale, :size * scale]
+    y, x = np.ogrid[: size * scale, : size * scale]
     big = (y - tip[0] * scale) ** 2 + (x - tip[1] * scale) ** 2 <= (radius * scale) ** 2
     return lanczos(big, size)
 

@@ -60,13 +60,13 @@ well defined or the output reproducible):
 * no single-paddle filler (``use_single_paddles``) is drawn: the LRA table does
   not list it and the distractor contours already fill the window.
 """
+
 from __future__ import annotations
 
 import math
 import random
-from functools import lru_cache
 from dataclasses import dataclass, field, fields, replace
-from typing import Optional
+from functools import cache, lru_cache
 
 import numpy as np
 
@@ -111,7 +111,7 @@ class PathSpec:
 DISTRACTOR_BUDGET = {32: 20, 128: 35}  # num_distractor_snakes = budget / distractor_length
 
 
-def lra_spec(resolution: int, difficulty: str, distractor_budget: Optional[int] = None, **overrides) -> PathSpec:
+def lra_spec(resolution: int, difficulty: str, distractor_budget: int | None = None, **overrides) -> PathSpec:
     """The LRA settings for ``resolution`` 32 (Pathfinder) or 128 (Path-X) at ``difficulty``.
 
     LRA's pathfinder.py: distractor_length = contour_length // 3 and num_distractor_snakes =
@@ -125,14 +125,25 @@ def lra_spec(resolution: int, difficulty: str, distractor_budget: Optional[int] 
     distractor_length = max(1, length // 3)
     budget = int(distractor_budget if distractor_budget is not None else DISTRACTOR_BUDGET.get(resolution, 20))
     if resolution == 32:
-        spec = PathSpec(contour_length=length, distractor_length=distractor_length,
-                        num_distractors=budget // distractor_length)
+        spec = PathSpec(
+            contour_length=length, distractor_length=distractor_length, num_distractors=budget // distractor_length
+        )
     elif resolution == 128:
         spec = PathSpec(
-            size=128, padding=1.0, paddle_length=5.0, paddle_thickness=1.5, paddle_margins=(2.0, 3.0),
-            marker_radius=3.0, contour_length=length, continuity=1.8, distractor_length=distractor_length,
-            num_distractors=budget // distractor_length, snake_contrast=0.9, paddle_contrast=1.0,
-            seed_distance=20.0, antialias_scale=2,
+            size=128,
+            padding=1.0,
+            paddle_length=5.0,
+            paddle_thickness=1.5,
+            paddle_margins=(2.0, 3.0),
+            marker_radius=3.0,
+            contour_length=length,
+            continuity=1.8,
+            distractor_length=distractor_length,
+            num_distractors=budget // distractor_length,
+            snake_contrast=0.9,
+            paddle_contrast=1.0,
+            seed_distance=20.0,
+            antialias_scale=2,
         )
     else:
         raise ValueError(f"resolution {resolution}: LRA has 32 (Pathfinder) and 128 (Path-X)")
@@ -180,6 +191,7 @@ def _point_segment_dist2(py, px, ay, ax, by, bx) -> float:
 
 def _segments_cross(a, b) -> bool:
     """Whether segments a and b (y0, x0, y1, x1) properly intersect."""
+
     def side(oy, ox, py, px, qy, qx):
         return (py - oy) * (qx - ox) - (px - ox) * (qy - oy)
 
@@ -194,10 +206,14 @@ def segment_distance(a, b) -> float:
     """Distance between segments a and b (each y0, x0, y1, x1)."""
     if _segments_cross(a, b):
         return 0.0
-    return math.sqrt(min(
-        _point_segment_dist2(a[0], a[1], *b), _point_segment_dist2(a[2], a[3], *b),
-        _point_segment_dist2(b[0], b[1], *a), _point_segment_dist2(b[2], b[3], *a),
-    ))
+    return math.sqrt(
+        min(
+            _point_segment_dist2(a[0], a[1], *b),
+            _point_segment_dist2(a[2], a[3], *b),
+            _point_segment_dist2(b[0], b[1], *a),
+            _point_segment_dist2(b[2], b[3], *a),
+        )
+    )
 
 
 class DashField:
@@ -303,7 +319,7 @@ def _heading_gap(a: float, b: float) -> float:
     return min(d, 2.0 * math.pi - d)
 
 
-@lru_cache(maxsize=None)
+@cache
 def lattice_offsets(radius: float) -> tuple[tuple[float, int, int], ...]:
     """(heading, row offset, column offset) of the whole pixels a dash may end on around a pivot.
 
@@ -311,8 +327,13 @@ def lattice_offsets(radius: float) -> tuple[tuple[float, int, int], ...]:
     (paddle_length + margin), floored to pixels and deduplicated; the heading points from
     the pivot to the pixel. The pivot is a whole pixel, so the offsets do not depend on it.
     """
-    pixels = sorted({(math.floor(radius * math.sin(i / radius)), math.floor(radius * math.cos(i / radius)))
-                     for i in range(math.ceil(2.0 * math.pi * radius))} - {(0, 0)})
+    pixels = sorted(
+        {
+            (math.floor(radius * math.sin(i / radius)), math.floor(radius * math.cos(i / radius)))
+            for i in range(math.ceil(2.0 * math.pi * radius))
+        }
+        - {(0, 0)}
+    )
     return tuple((math.atan2(dy, dx), dy, dx) for dy, dx in pixels)
 
 
@@ -350,7 +371,7 @@ class Contour:
     """A growing contour: its dash indices in the field, the heading of its last dash and
     (lattice) the pixel it last turned at."""
 
-    def __init__(self, owner: int, dash_index: int, angle: float, pivot: Optional[tuple] = None):
+    def __init__(self, owner: int, dash_index: int, angle: float, pivot: tuple | None = None):
         self.owner = owner
         self.indices: list[int] = [dash_index]
         self.angle = angle
@@ -382,8 +403,12 @@ class Contour:
                 dash = _dash(py + margin * math.sin(angle), px + margin * math.cos(angle), angle, spec.paddle_length)
             else:  # the dash ends on the head pixel's centre, paddle_length back along the heading
                 hy, hx = centre(head)
-                dash = _dash(hy - spec.paddle_length * math.sin(angle), hx - spec.paddle_length * math.cos(angle),
-                             angle, spec.paddle_length)
+                dash = _dash(
+                    hy - spec.paddle_length * math.sin(angle),
+                    hx - spec.paddle_length * math.cos(angle),
+                    angle,
+                    spec.paddle_length,
+                )
                 if math.hypot(dash[0] - last[2], dash[1] - last[3]) > field_.max_gap:
                     continue
             if field_.fits(dash, skip=self.indices[-1]):
@@ -393,7 +418,9 @@ class Contour:
         return False
 
 
-def seed_dash(rng: random.Random, spec: PathSpec, margin: float, y: float, x: float) -> tuple[tuple, float, Optional[tuple]]:
+def seed_dash(
+    rng: random.Random, spec: PathSpec, margin: float, y: float, x: float
+) -> tuple[tuple, float, tuple | None]:
     """A first dash from (y, x) at a random heading: (dash, heading, pivot).
 
     Lattice: (y, x) are pixel indices, the heading whole degrees (as the release), and the
@@ -411,7 +438,7 @@ def seed_dash(rng: random.Random, spec: PathSpec, margin: float, y: float, x: fl
 # ---------------------------------------------------------------- contours
 
 
-def _seed_targets(rng: random.Random, field_: DashField, spec: PathSpec, margin: float) -> Optional[list[Contour]]:
+def _seed_targets(rng: random.Random, field_: DashField, spec: PathSpec, margin: float) -> list[Contour] | None:
     """Two first dashes whose starts lie ``seed_distance`` apart, the first near the centre.
 
     The generator keeps the first seed 2 * seed_distance from the border (or at the centre
@@ -472,10 +499,14 @@ def grow_targets(rng: random.Random, field_: DashField, spec: PathSpec, margin: 
         if ok and _markers_apart(field_, contours, spec, margin):
             return contours, restarts
         field_.remove_last(len(field_.dashes))
-    raise RuntimeError(f"no two target contours of {spec.contour_length} dashes fit after {spec.max_restarts} tries: {spec}")
+    raise RuntimeError(
+        f"no two target contours of {spec.contour_length} dashes fit after {spec.max_restarts} tries: {spec}"
+    )
 
 
-def _seed_anywhere(rng: random.Random, field_: DashField, spec: PathSpec, margin: float, owner: int) -> Optional[Contour]:
+def _seed_anywhere(
+    rng: random.Random, field_: DashField, spec: PathSpec, margin: float, owner: int
+) -> Contour | None:
     """A first dash anywhere in the window (lattice: starting on a pixel centre)."""
     first, last = math.ceil(field_.lo - 0.5), math.floor(field_.hi - 0.5)
     for _ in range(spec.seed_trials):
@@ -604,15 +635,22 @@ def make_sample(rng: random.Random, spec: PathSpec, label: int) -> Sample:
     contour_ids = np.array(field_.owner, dtype=np.int64)
     image = render(spec, segments, markers, contour_ids)
     return Sample(
-        image=image, label=int(label), segments=segments, contour_ids=contour_ids,
-        markers=markers, margin=float(margin), restarts=restarts,
+        image=image,
+        label=int(label),
+        segments=segments,
+        contour_ids=contour_ids,
+        markers=markers,
+        margin=float(margin),
+        restarts=restarts,
         extra={"distractors": n_distractors, "marked_contours": (first, other)},
     )
 
 
 def chunk_rng(seed: int, difficulty: str, resolution: int, chunk: int) -> random.Random:
     """The random stream of one chunk, from (seed, difficulty, resolution, chunk index)."""
-    state = np.random.SeedSequence([int(seed), DIFFICULTY_CODE[difficulty], int(resolution), int(chunk)]).generate_state(4)
+    state = np.random.SeedSequence(
+        [int(seed), DIFFICULTY_CODE[difficulty], int(resolution), int(chunk)]
+    ).generate_state(4)
     return random.Random(int.from_bytes(state.astype(np.uint32).tobytes(), "little"))
 
 

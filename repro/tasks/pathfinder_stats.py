@@ -17,6 +17,7 @@ The set summary uses the key names and shapes of the reference table the project
 against (``frac_nonzero_px``: [mean, std, min, max], ``distinct_values_per_img``: [mean, min,
 max], ...), so two summaries can be set side by side (``compare``).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -65,8 +66,13 @@ def layer_stats(sample) -> dict:
     counted = image >= SEPARABLE_FROM
     target_levels = np.bincount(image[counted & (owner == 0)], minlength=256)
     distractor_levels = np.bincount(image[counted & (owner == 1)], minlength=256)
-    return {"touching": touching, "distractors_placed": int(sample.distractors), "label": int(sample.label),
-            "target_levels": target_levels, "distractor_levels": distractor_levels}
+    return {
+        "touching": touching,
+        "distractors_placed": int(sample.distractors),
+        "label": int(sample.label),
+        "target_levels": target_levels,
+        "distractor_levels": distractor_levels,
+    }
 
 
 def separability(target_levels: np.ndarray, distractor_levels: np.ndarray) -> dict:
@@ -112,8 +118,9 @@ def summarise(per_image: list[dict], images: Iterable[np.ndarray], layers: list[
         out["pos_frac"] = float(np.mean([s["label"] for s in layers]))
         out["touching_frac"] = float(np.mean([s["touching"] for s in layers]))
         out["distractors_placed"] = float(np.mean([s["distractors_placed"] for s in layers]))
-        out["separability"] = separability(sum(s["target_levels"] for s in layers),
-                                           sum(s["distractor_levels"] for s in layers))
+        out["separability"] = separability(
+            sum(s["target_levels"] for s in layers), sum(s["distractor_levels"] for s in layers)
+        )
     return out
 
 
@@ -174,6 +181,7 @@ def compare(summary: dict, other: dict | None = None) -> list[tuple]:
 
 def format_rows(rows: list[tuple], names: tuple = ("this set", "reference")) -> str:
     """A plain-text table of ``compare`` rows."""
+
     def cell(value) -> str:
         if value is None:
             return "-"
@@ -198,6 +206,15 @@ def bracket(reference: list[dict], generated: list[dict], low: float = 5.0, high
     out = []
     for s in reference:
         values = flat(s)
-        out.append({k: (values[k], float(ranges[k][0]), float(ranges[k][1]),
-                        bool(ranges[k][0] <= values[k] <= ranges[k][1])) for k in keys})
+        out.append(
+            {
+                k: (
+                    values[k],
+                    float(ranges[k][0]),
+                    float(ranges[k][1]),
+                    bool(ranges[k][0] <= values[k] <= ranges[k][1]),
+                )
+                for k in keys
+            }
+        )
     return out

@@ -8,6 +8,7 @@ byte for byte as they stand in the file (LRA does not decode them): byte ``b`` -
 ``b + 1``, 0 is padding, each document cut or padded to ``max_len`` (4000). Inputs are
 ``[N, 2, max_len]`` for the two-tower model; ``eval`` is the validation split.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -124,8 +125,11 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
     missing = [str(folder / n) for n in OFFICIAL_FILES.values() if not (folder / n).is_file()]
     if missing:
         raise DataMissing(
-            "AAN retrieval files not found: " + ", ".join(missing) + ". Expected "
-            + ", ".join(OFFICIAL_FILES.values()) + f" in {folder}. They come from the LRA release "
+            "AAN retrieval files not found: "
+            + ", ".join(missing)
+            + ". Expected "
+            + ", ".join(OFFICIAL_FILES.values())
+            + f" in {folder}. They come from the LRA release "
             "(lra_release.gz from https://github.com/google-research/long-range-arena, folder "
             f"lra_release/tsv_data/): point data_dir at the folder holding '{subdir}/'."
         )

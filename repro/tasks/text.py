@@ -14,6 +14,7 @@ Validation: LRA's code validated on test. We hold out a seeded, class-stratified
 ``val_fraction`` of train instead (``validation: train_holdout``); ``validation: test``
 restores LRA's behaviour and says so in ``info``.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,7 @@ FILE_SPLITS = ("train", "test")
 FILE_NAME = re.compile(r"^(\d+)_(\d+)\.txt$")
 READER_VERSION = 1  # bump when tokenisation changes; part of the cache key
 DOWNLOAD_HINT = (
-    "download aclImdb_v1.tar.gz from https://ai.stanford.edu/~amaas/data/sentiment/ "
-    "and extract it into data_dir"
+    "download aclImdb_v1.tar.gz from https://ai.stanford.edu/~amaas/data/sentiment/ and extract it into data_dir"
 )
 
 
@@ -166,9 +166,7 @@ def resolve_source(source: str, data_dir: Path, official_subdir: str, bundle_sub
         raise ValueError(f"task.source={source!r}: use auto, official or bundle")
     official = Path(data_dir) / official_subdir
     bundle = Path(data_dir) / bundle_subdir
-    official_help = (
-        f"the official folders {official}/{{train,test}}/{{pos,neg}}/<id>_<rating>.txt ({DOWNLOAD_HINT})"
-    )
+    official_help = f"the official folders {official}/{{train,test}}/{{pos,neg}}/<id>_<rating>.txt ({DOWNLOAD_HINT})"
     bundle_help = f"the JSONL bundle {bundle}/imdb_train.jsonl.xz and imdb_test.jsonl.xz"
     if source == "auto":
         if official.is_dir():
@@ -181,14 +179,16 @@ def resolve_source(source: str, data_dir: Path, official_subdir: str, bundle_sub
         missing = [str(d) for d in official_class_dirs(official) if not d.is_dir()]
         if missing:
             raise DataMissing(
-                "IMDb official folders not found: " + ", ".join(missing)
+                "IMDb official folders not found: "
+                + ", ".join(missing)
                 + f". Expected {official_help}; or set task.source=bundle to read {bundle_help}."
             )
         return source, official
     missing = [str(p) for p in bundle_files(bundle).values() if not p.is_file()]
     if missing:
         raise DataMissing(
-            "IMDb bundle not found: " + ", ".join(missing)
+            "IMDb bundle not found: "
+            + ", ".join(missing)
             + f". Expected {bundle_help}; or set task.source=official to read {official_help}."
         )
     return source, bundle

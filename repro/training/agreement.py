@@ -10,6 +10,7 @@ stop may come one step later than one process would make it). One process reads 
 clock and signal flag directly, each as late as it can: the checkpoint and stop decision
 after any evaluation.
 """
+
 from __future__ import annotations
 
 from ..distributed import DistContext, agree_max
@@ -42,8 +43,15 @@ class StepAgreement:
         main = self.ctx.is_main
         self.stop.read(state.step)
         checkpoint = self.clock.checkpoint_due()
-        agreed = agree_max(self.ctx, [float(due and main), float(checkpoint and main), float(self.stop.signum or 0),
-                                      state.elapsed_s if main else 0.0])
+        agreed = agree_max(
+            self.ctx,
+            [
+                float(due and main),
+                float(checkpoint and main),
+                float(self.stop.signum or 0),
+                state.elapsed_s if main else 0.0,
+            ],
+        )
         self.agreed_checkpoint, self.agreed_signum = bool(agreed[1]), int(agreed[2]) or None
         self.agreed_elapsed = agreed[3]
         return bool(agreed[0])

@@ -9,6 +9,7 @@ takes its equal slice of each global batch. Training techniques
 (seed, step), before the slicing, so a resumed or data-parallel run draws what one
 uninterrupted process draws.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -48,11 +49,14 @@ class TrainingData:
     batching: dict  # {"bucketing", "pool_batches"}: what a resumed run must match
 
     @classmethod
-    def build(cls, task: TaskData, s: TrainSettings, model: torch.nn.Module, has_augment: bool,
-              device: torch.device) -> TrainingData:
+    def build(
+        cls, task: TaskData, s: TrainSettings, model: torch.nn.Module, has_augment: bool, device: torch.device
+    ) -> TrainingData:
         data_device = device if s.data_on_device else torch.device("cpu")
-        splits = {name: {"x": to_tensor(sp.inputs, data_device), "y": to_tensor(sp.labels, data_device).long()}
-                  for name, sp in task.splits().items()}
+        splits = {
+            name: {"x": to_tensor(sp.inputs, data_device), "y": to_tensor(sp.labels, data_device).long()}
+            for name, sp in task.splits().items()
+        }
         n_train = len(task.train)
         steps_per_epoch = n_train // s.batch_size
         if steps_per_epoch == 0:
@@ -62,12 +66,16 @@ class TrainingData:
             total_steps = min(total_steps, s.max_steps)
         bucketing, reason = resolve_bucketing(s.length_bucketing, model, task.pad_id, has_augment)
         if bucketing and (s.trim_multiple < 1 or s.bucket_pool_batches < 1):
-            raise ValueError(f"train.trim_multiple={s.trim_multiple} and train.bucket_pool_batches="
-                             f"{s.bucket_pool_batches} must both be at least 1")
+            raise ValueError(
+                f"train.trim_multiple={s.trim_multiple} and train.bucket_pool_batches="
+                f"{s.bucket_pool_batches} must both be at least 1"
+            )
         lengths = {}
         if bucketing:
-            lengths = {name: torch.from_numpy(sequence_lengths(split.inputs, task.pad_id))
-                       for name, split in task.splits().items()}
+            lengths = {
+                name: torch.from_numpy(sequence_lengths(split.inputs, task.pad_id))
+                for name, split in task.splits().items()
+            }
         batching = {"bucketing": bucketing, "pool_batches": s.bucket_pool_batches if bucketing else None}
         return cls(splits, steps_per_epoch, total_steps, bucketing, reason, lengths, batching)
 
@@ -95,9 +103,20 @@ class TrainBatches:
     each trimmed to its longest rounded up to ``trim_multiple``.
     """
 
-    def __init__(self, split: dict, seed: int, batch_size: int, steps_per_epoch: int, device: torch.device,
-                 ctx: DistContext, augment=None, prepare=None, lengths: torch.Tensor | None = None,
-                 pool_batches: int = 64, trim_multiple: int = 128):
+    def __init__(
+        self,
+        split: dict,
+        seed: int,
+        batch_size: int,
+        steps_per_epoch: int,
+        device: torch.device,
+        ctx: DistContext,
+        augment=None,
+        prepare=None,
+        lengths: torch.Tensor | None = None,
+        pool_batches: int = 64,
+        trim_multiple: int = 128,
+    ):
         self.x, self.y = split["x"], split["y"]
         self.seed, self.batch_size, self.steps_per_epoch = seed, batch_size, steps_per_epoch
         self.device, self.ctx, self.augment, self.prepare = device, ctx, augment, prepare
@@ -111,8 +130,13 @@ class TrainBatches:
         order = epoch_permutation(self.seed, epoch, len(self.y))
         if self.lengths is not None:  # the same examples as without, regrouped by length (repro/batching.py)
             regroup = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch + 500_009)
-            order = bucketed_order(order[: self.steps_per_epoch * self.batch_size], self.lengths, self.batch_size,
-                                   self.pool_batches, regroup)
+            order = bucketed_order(
+                order[: self.steps_per_epoch * self.batch_size],
+                self.lengths,
+                self.batch_size,
+                self.pool_batches,
+                regroup,
+            )
             self._widths = batch_widths(order, self.lengths, self.batch_size, self.trim_multiple, int(self.x.shape[-1]))
         self._epoch, self._order = epoch, order.to(self.x.device)
 

@@ -6,6 +6,7 @@ and what a budget run's schedule follows. ``state.train_time_s`` counts the step
 (examples per second). Time spent validating and checkpointing counts toward the budget,
 not toward throughput.
 """
+
 from __future__ import annotations
 
 import time
@@ -16,8 +17,9 @@ from .state import RunState
 class RunClock:
     """Accumulates wall-clock time into a :class:`RunState` in segments between reads."""
 
-    def __init__(self, budget_minutes: float | None, eval_every_seconds: float | None,
-                 checkpoint_every_seconds: float | None):
+    def __init__(
+        self, budget_minutes: float | None, eval_every_seconds: float | None, checkpoint_every_seconds: float | None
+    ):
         self.budget_s = budget_minutes * 60 if budget_minutes else None
         self.eval_every_seconds = eval_every_seconds
         self.checkpoint_every_seconds = checkpoint_every_seconds
@@ -57,8 +59,9 @@ class RunClock:
 
     def checkpoint_due(self) -> bool:
         """``train.checkpoint_every_seconds`` have passed since the last checkpoint, as of now."""
-        return bool(self.checkpoint_every_seconds
-                    and time.monotonic() - self.last_checkpoint >= self.checkpoint_every_seconds)
+        return bool(
+            self.checkpoint_every_seconds and time.monotonic() - self.last_checkpoint >= self.checkpoint_every_seconds
+        )
 
     def evaluated(self) -> None:
         self.last_eval = time.monotonic()

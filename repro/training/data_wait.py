@@ -8,6 +8,7 @@ asynchronously, as always, so a host that runs ahead hides the fetch: the share 
 steps is an upper bound on the time the accelerator waits for data. On the CPU nothing is
 asynchronous and the share is the fetch's share of the step.
 """
+
 from __future__ import annotations
 
 import time

@@ -3,6 +3,7 @@
 The test set is scored once, with the best-validation weights, never the last ones
 (ARCHITECTURE.md, "Test at the best validation checkpoint").
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,8 +19,16 @@ from .state import RunState
 
 
 @torch.no_grad()
-def evaluate(model, split: dict, batch_size: int, autocast_dtype, prepare=None, dist: DistContext | None = None,
-             lengths: torch.Tensor | None = None, trim_multiple: int = 128) -> dict:
+def evaluate(
+    model,
+    split: dict,
+    batch_size: int,
+    autocast_dtype,
+    prepare=None,
+    dist: DistContext | None = None,
+    lengths: torch.Tensor | None = None,
+    trim_multiple: int = 128,
+) -> dict:
     """Loss, accuracy and predictions of ``model`` on a split held as tensors.
 
     With several ranks (``dist``), batch ``b`` is scored by rank ``b % world`` and the
@@ -98,8 +107,16 @@ class Scorer:
     trim_multiple: int
 
     def __call__(self, name: str) -> dict:
-        return evaluate(self.model, self.splits[name], self.batch_size, self.autocast_dtype, self.prepare,
-                        dist=self.ctx, lengths=self.lengths.get(name), trim_multiple=self.trim_multiple)
+        return evaluate(
+            self.model,
+            self.splits[name],
+            self.batch_size,
+            self.autocast_dtype,
+            self.prepare,
+            dist=self.ctx,
+            lengths=self.lengths.get(name),
+            trim_multiple=self.trim_multiple,
+        )
 
 
 def validate(score: Scorer, state: RunState, steps_per_epoch: int, best_path: Path, print_line: bool) -> dict:
@@ -124,6 +141,8 @@ def eval_line(state: RunState) -> str:
     row = state.history[-1]
     last_train = next((r["train_loss"] for r in reversed(state.history) if "train_loss" in r), None)
     train = "-" if last_train is None else f"{last_train:.4f}"
-    return (f"eval step {row['step']} (epoch {row['epoch']:.2f}): val acc {row['val_acc']:.4f}, "
-            f"val loss {row['val_loss']:.4f}; top {state.best_val_acc:.4f} at step {state.best_val_step}; "
-            f"train loss {train}; {row['elapsed_s']:.0f} s")
+    return (
+        f"eval step {row['step']} (epoch {row['epoch']:.2f}): val acc {row['val_acc']:.4f}, "
+        f"val loss {row['val_loss']:.4f}; top {state.best_val_acc:.4f} at step {state.best_val_step}; "
+        f"train loss {train}; {row['elapsed_s']:.0f} s"
+    )

@@ -21,6 +21,7 @@ rank takes its equal slice of each global batch and DistributedDataParallel aver
 gradients; evaluation batches are dealt out to the ranks and gathered back in order; rank 0
 writes checkpoints and decides the time-based stops, which every rank obeys at the same step.
 """
+
 from __future__ import annotations
 
 import math
@@ -77,9 +78,11 @@ def train(
     """
     s, ctx, run_dir = settings, dist or DistContext(device=device), Path(run_dir)
     if ctx.active and s.batch_size % ctx.world:
-        raise ValueError(f"train.batch_size={s.batch_size} is not divisible by the {ctx.world} processes: each takes "
-                         f"an equal slice of the global batch; set +train.batch_size to a multiple of {ctx.world} or "
-                         "change --nproc_per_node")
+        raise ValueError(
+            f"train.batch_size={s.batch_size} is not divisible by the {ctx.world} processes: each takes "
+            f"an equal slice of the global batch; set +train.batch_size to a multiple of {ctx.world} or "
+            "change --nproc_per_node"
+        )
     autocast_dtype = configure_device(device, s)
     model.to(device)
     optimizer = make_optimizer(model, s, device)
@@ -87,32 +90,68 @@ def train(
     data = TrainingData.build(task, s, model, augment is not None, device)
     last = LastCheckpoint(run_dir, ctx, model, optimizer, controller)
     state = last.start(resume, seed, s, data.batching, device)
-    score = Scorer(model, data.splits, s.eval_batch_size or s.batch_size, autocast_dtype, task.prepare, ctx,
-                   data.lengths, s.trim_multiple)
+    score = Scorer(
+        model,
+        data.splits,
+        s.eval_batch_size or s.batch_size,
+        autocast_dtype,
+        task.prepare,
+        ctx,
+        data.lengths,
+        s.trim_multiple,
+    )
     best_path = run_dir / "checkpoints" / "best.pt"
     loop = StepLoop(
-        settings=s, ctx=ctx, data=data, controller=controller, last=last,
-        batches=TrainBatches(data.splits["train"], seed, s.batch_size, data.steps_per_epoch, device, ctx, augment,
-                             task.prepare, data.lengths.get("train"), s.bucket_pool_batches, s.trim_multiple),
+        settings=s,
+        ctx=ctx,
+        data=data,
+        controller=controller,
+        last=last,
+        batches=TrainBatches(
+            data.splits["train"],
+            seed,
+            s.batch_size,
+            data.steps_per_epoch,
+            device,
+            ctx,
+            augment,
+            task.prepare,
+            data.lengths.get("train"),
+            s.bucket_pool_batches,
+            s.trim_multiple,
+        ),
         step=TrainStep(model, optimizer, controller, s, device, ctx, augment, autocast_dtype),
         losses=LossLog(ctx, optimizer, data.steps_per_epoch, last.path, first_step=state.step),
         # Without progress bars (batch jobs, GPU drivers) one line per evaluation is the only sign of
         # life: history.csv is written with the record, at the end.
-        validate=partial(validate, score, steps_per_epoch=data.steps_per_epoch, best_path=best_path,
-                         print_line=ctx.is_main and not progress),
+        validate=partial(
+            validate,
+            score,
+            steps_per_epoch=data.steps_per_epoch,
+            best_path=best_path,
+            print_line=ctx.is_main and not progress,
+        ),
         data_wait=DataWaitProbe(device),
     )
     model.train()
     clock = RunClock(s.budget_minutes, s.eval_every_seconds, s.checkpoint_every_seconds)
-    bar = tqdm(total=data.total_steps, initial=state.step, desc=f"train {task.name}", unit="step",
-               disable=not progress or not ctx.is_main, dynamic_ncols=True)
+    bar = tqdm(
+        total=data.total_steps,
+        initial=state.step,
+        desc=f"train {task.name}",
+        unit="step",
+        disable=not progress or not ctx.is_main,
+        dynamic_ncols=True,
+    )
     with StopSignals(sigterm_at_step, pause_at_step, loud=ctx.is_main) as stop:
         loop.run(state, clock, stop, bar)
     loop.finish(state)
     test = score_test_with_best(score, best_path, state, device)
     metrics = run_metrics(state, data, s, ctx, device, autocast_dtype, test, clock.wall_time())
-    predictions = [{"index": i, "prediction": int(p), "label": int(label)}
-                   for i, (p, label) in enumerate(zip(test["predictions"], test["labels"], strict=True))]
+    predictions = [
+        {"index": i, "prediction": int(p), "label": int(label)}
+        for i, (p, label) in enumerate(zip(test["predictions"], test["labels"], strict=True))
+    ]
     return {"metrics": metrics, "history": state.history, "predictions": predictions}
 
 
@@ -156,8 +195,9 @@ class StepLoop:
             if state.step >= total_steps or clock.over_budget(elapsed):
                 break
             progress = clock.progress(state.step, total_steps, elapsed)
-            batch, (loss, lr) = self.data_wait.run(state, partial(self.batches.fetch, state.step),
-                                                   partial(self.step, step=state.step, progress=progress))
+            batch, (loss, lr) = self.data_wait.run(
+                state, partial(self.batches.fetch, state.step), partial(self.step, step=state.step, progress=progress)
+            )
             if batch.width is not None:
                 state.width_sum += batch.width
             self.losses.add(loss)
@@ -222,8 +262,16 @@ def score_test_with_best(score: Scorer, best_path: Path, state: RunState, device
     return score("test")
 
 
-def run_metrics(state: RunState, data: TrainingData, s: TrainSettings, ctx: DistContext, device: torch.device,
-                autocast_dtype: torch.dtype | None, test: dict, wall_time_s: float) -> dict:
+def run_metrics(
+    state: RunState,
+    data: TrainingData,
+    s: TrainSettings,
+    ctx: DistContext,
+    device: torch.device,
+    autocast_dtype: torch.dtype | None,
+    test: dict,
+    wall_time_s: float,
+) -> dict:
     """The run's metrics: the best validation, the test score with its weights, how long and how fast it trained."""
     metrics = {
         "best_val_acc": state.best_val_acc,
@@ -250,12 +298,16 @@ def run_metrics(state: RunState, data: TrainingData, s: TrainSettings, ctx: Dist
         "autocast": str(autocast_dtype).replace("torch.", "") if autocast_dtype else "none",
         "train_settings": asdict(s),
         "length_bucketing": {
-            "used": data.bucketing, "why": data.bucketing_reason,
+            "used": data.bucketing,
+            "why": data.bucketing_reason,
             "full_width": data.full_width if data.bucketing else None,
             "mean_train_width": state.width_sum / state.step if data.bucketing and state.step else None,
         },
     }
     if ctx.active:
-        metrics["data_parallel"] = {"processes": ctx.world, "per_process_batch": s.batch_size // ctx.world,
-                                    "backend": "nccl" if device.type == "cuda" else "gloo"}
+        metrics["data_parallel"] = {
+            "processes": ctx.world,
+            "per_process_batch": s.batch_size // ctx.world,
+            "backend": "nccl" if device.type == "cuda" else "gloo",
+        }
     return metrics

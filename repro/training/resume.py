@@ -5,6 +5,7 @@ run's state, every rank's RNG states), so a run interrupted by SIGTERM/SIGINT/SI
 restarted ends with the same metrics as one never stopped. Files, checksums and the
 fallback to ``last.prev.pt`` are repro/checkpoints.py's.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,8 +30,14 @@ from .state import RunState, rng_state, seed_everything, set_rng_state
 class LastCheckpoint:
     """Writes ``<run_dir>/checkpoints/last.pt`` (rank 0, every rank's RNG state gathered) and starts a run from it."""
 
-    def __init__(self, run_dir: Path, ctx: DistContext, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 controller: LRController):
+    def __init__(
+        self,
+        run_dir: Path,
+        ctx: DistContext,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        controller: LRController,
+    ):
         self.run_dir, self.path = run_dir, run_dir / "checkpoints" / "last.pt"
         self.ctx, self.model, self.optimizer, self.controller = ctx, model, optimizer, controller
 
@@ -40,8 +47,11 @@ class LastCheckpoint:
         if not self.ctx.is_main:
             return
         payload = {
-            "format": CHECKPOINT_FORMAT, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "controller": self.controller.state_dict(), "state": state.as_checkpoint(),
+            "format": CHECKPOINT_FORMAT,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "controller": self.controller.state_dict(),
+            "state": state.as_checkpoint(),
             "rng": rngs[0] if rngs else rng_state(),
         }
         if rngs:
@@ -64,10 +74,15 @@ class LastCheckpoint:
                 seed_everything(seed + 1_000_003 * self.ctx.rank)
             return RunState(batching=batching)
         if ckpt.get("format") != CHECKPOINT_FORMAT:
-            raise RuntimeError(f"{source}: checkpoint format {ckpt.get('format')} is not {CHECKPOINT_FORMAT}; "
-                               "delete it to start over")
-        check_resume_batching(checkpoint_batching(ckpt["state"], settings.bucket_pool_batches), batching,
-                              settings.length_bucketing, source)
+            raise RuntimeError(
+                f"{source}: checkpoint format {ckpt.get('format')} is not {CHECKPOINT_FORMAT}; delete it to start over"
+            )
+        check_resume_batching(
+            checkpoint_batching(ckpt["state"], settings.bucket_pool_batches),
+            batching,
+            settings.length_bucketing,
+            source,
+        )
         state = RunState.from_checkpoint(ckpt["state"], batching, source)
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
@@ -76,6 +91,8 @@ class LastCheckpoint:
         use_rank_rng = self.ctx.active and rank_rngs and len(rank_rngs) == self.ctx.world
         set_rng_state(rank_rngs[self.ctx.rank] if use_rank_rng else ckpt["rng"])
         if self.ctx.is_main:
-            print(f"resuming {self.run_dir} from step {state.step}"
-                  + ("" if source == self.path else f" (from {source.name})"))
+            print(
+                f"resuming {self.run_dir} from step {state.step}"
+                + ("" if source == self.path else f" (from {source.name})")
+            )
         return state

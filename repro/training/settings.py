@@ -1,4 +1,5 @@
 """The ``train`` block of a run's settings (experiments/conf), as a checked dataclass."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields

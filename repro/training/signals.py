@@ -3,6 +3,7 @@
 The loop then writes a checkpoint and raises :class:`RunInterrupted`; the runner exits with
 128 + signum after handing the signal to the handler it had before (a launcher's requeue).
 """
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,10 @@ class RunInterrupted(RuntimeError):
     def __init__(self, signum: int, step: int, checkpoint: Path, previous_handler=None):
         self.signum = signum
         self.previous_handler = previous_handler
-        super().__init__(f"stopped by {signal.Signals(signum).name} at step {step}; checkpoint {checkpoint}; "
-                         "rerun the same command to resume")
+        super().__init__(
+            f"stopped by {signal.Signals(signum).name} at step {step}; checkpoint {checkpoint}; "
+            "rerun the same command to resume"
+        )
 
     def pass_on(self) -> None:
         """Call the Python handler the signal had before training took it (e.g. a cluster

@@ -5,6 +5,7 @@ depends on is here or in the RNG states: the step (the epoch and batch follow fr
 the clocks, the running epoch loss the plateau schedule reads, the best validation so far
 and the history rows.
 """
+
 from __future__ import annotations
 
 import random
@@ -50,14 +51,17 @@ class RunState:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(state) - known - LEGACY_STATE_KEYS)
         if unknown:
-            raise RuntimeError(f"{source}: the checkpoint's state holds unknown key(s) {', '.join(unknown)} "
-                               "(written by another version of repro); delete it, or pass resume=false, to start over")
+            raise RuntimeError(
+                f"{source}: the checkpoint's state holds unknown key(s) {', '.join(unknown)} "
+                "(written by another version of repro); delete it, or pass resume=false, to start over"
+            )
         return cls(**{**{"batching": batching}, **{k: v for k, v in state.items() if k in known}})
 
     def log(self, steps_per_epoch: int, **values) -> None:
         """Append a history row: step, epoch, ``values``, elapsed seconds."""
-        self.history.append({"step": self.step, "epoch": self.step / steps_per_epoch, **values,
-                             "elapsed_s": round(self.elapsed_s, 3)})
+        self.history.append(
+            {"step": self.step, "epoch": self.step / steps_per_epoch, **values, "elapsed_s": round(self.elapsed_s, 3)}
+        )
 
 
 def seed_everything(seed: int) -> None:

@@ -6,6 +6,7 @@ the multitask MLM), backpropagates, clips and updates. Under DistributedDataPara
 gradients are averaged over the ranks' equal slices, so a step is the step of one process
 on the whole batch (up to floating-point reduction order).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -42,8 +43,10 @@ def make_optimizer(model: torch.nn.Module, s: TrainSettings, device: torch.devic
             special.setdefault(key, []).append(p)
         else:
             (decay if p.ndim >= 2 or s.decay_1d_params else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": s.weight_decay, "lr_scale": 1.0},
-              {"params": no_decay, "weight_decay": 0.0, "lr_scale": 1.0}]
+    groups = [
+        {"params": decay, "weight_decay": s.weight_decay, "lr_scale": 1.0},
+        {"params": no_decay, "weight_decay": 0.0, "lr_scale": 1.0},
+    ]
     for (lr, wd), params in sorted(special.items()):
         groups.append({"params": params, "weight_decay": wd, "lr_scale": lr / s.lr, "lr": lr})
     return torch.optim.AdamW(groups, lr=s.lr, betas=s.betas, eps=s.eps, fused=device.type == "cuda")
@@ -64,9 +67,17 @@ class TechniqueLoss(torch.nn.Module):
 class TrainStep:
     """Calling it runs one optimiser step on a :class:`Batch`; returns the (device) loss and the rate used."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, controller: LRController,
-                 settings: TrainSettings, device: torch.device, ctx: DistContext, augment=None,
-                 autocast_dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        controller: LRController,
+        settings: TrainSettings,
+        device: torch.device,
+        ctx: DistContext,
+        augment=None,
+        autocast_dtype: torch.dtype | None = None,
+    ):
         self.model, self.optimizer, self.controller, self.augment = model, optimizer, controller, augment
         self.grad_clip, self.device, self.autocast_dtype = settings.grad_clip, device, autocast_dtype
         self.technique_loss = augment is not None and augment.has_loss
@@ -107,8 +118,9 @@ class LossLog:
     first non-finite loss, naming its step.
     """
 
-    def __init__(self, ctx: DistContext, optimizer: torch.optim.Optimizer, steps_per_epoch: int, last_path: Path,
-                 first_step: int):
+    def __init__(
+        self, ctx: DistContext, optimizer: torch.optim.Optimizer, steps_per_epoch: int, last_path: Path, first_step: int
+    ):
         self.ctx, self.optimizer, self.steps_per_epoch, self.last_path = ctx, optimizer, steps_per_epoch, last_path
         self.losses: list[torch.Tensor] = []
         self.first_step = first_step  # the step before the first buffered loss

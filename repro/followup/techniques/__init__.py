@@ -18,10 +18,12 @@ AutoAugment sees RGB); the MLM objective replaces the training loss. Evaluation 
 touched. Randomness: every step draws from generators seeded by (run seed, step)
 (``StepDraws``), so an interrupted and resumed run draws exactly what an uninterrupted one does.
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 import torch
 from torch import Tensor, nn
@@ -43,7 +45,7 @@ class StepDraws:
 
     def __init__(self, seed: int, step: int):
         self.seed = step_seed(seed, step)
-        self._cpu: Optional[torch.Generator] = None
+        self._cpu: torch.Generator | None = None
         self._device: dict[str, torch.Generator] = {}
 
     def cpu_generator(self) -> torch.Generator:
@@ -96,8 +98,11 @@ class TrainAugment:
             self.objective.attach(model)
 
     def describe(self) -> dict:
-        return {"name": self.name, "transforms": [repr(t) for t in self.transforms],
-                "objective": repr(self.objective) if self.objective is not None else None}
+        return {
+            "name": self.name,
+            "transforms": [repr(t) for t in self.transforms],
+            "objective": repr(self.objective) if self.objective is not None else None,
+        }
 
 
 # ---------------------------------------------------------------- builders (key -> technique)
@@ -113,8 +118,10 @@ def _listops_permute(value, task: TaskData):
     from .listops_permute import ListOpsOperandPermutation
 
     if task.vocab_size != len(VOCAB) or task.two_tower or task.train.inputs.ndim != 2:
-        raise ValueError(f"{_where(task, 'listops_permute')}: needs ListOps token ids (repro/tasks/listops.py); "
-                         f"task {task.name!r} is not ListOps")
+        raise ValueError(
+            f"{_where(task, 'listops_permute')}: needs ListOps token ids (repro/tasks/listops.py); "
+            f"task {task.name!r} is not ListOps"
+        )
     return "transform", ListOpsOperandPermutation()
 
 
@@ -126,9 +133,11 @@ def _autoaugment(value, task: TaskData):
         raise ValueError(f"{_where(task, 'autoaugment')}={value!r}: the only policy is 'cifar10' (or null for none)")
     shape = task.train.inputs.shape
     if len(shape) != 4 or shape[-1] != 3:
-        raise ValueError(f"{_where(task, 'autoaugment')}: needs RGB training images [N, 32, 32, 3], but task "
-                         f"{task.name!r} stores {tuple(shape)} ({task.info.get('inputs', 'no RGB')}); provide "
-                         "cifar-10-batches-py/ or the rgb bundle, or run techniques=none")
+        raise ValueError(
+            f"{_where(task, 'autoaugment')}: needs RGB training images [N, 32, 32, 3], but task "
+            f"{task.name!r} stores {tuple(shape)} ({task.info.get('inputs', 'no RGB')}); provide "
+            "cifar-10-batches-py/ or the rgb bundle, or run techniques=none"
+        )
     return "transform", CifarAutoAugment()
 
 
@@ -137,8 +146,10 @@ def _d4(value, task: TaskData):
     from .dihedral import D4_ELEMENTS, DihedralAugment
 
     if task.pad_id is not None or task.train.inputs.ndim != 2:
-        raise ValueError(f"{_where(task, 'd4')}: needs square images flattened to pixels [N, S*S] (Pathfinder); "
-                         f"task {task.name!r} holds token sequences")
+        raise ValueError(
+            f"{_where(task, 'd4')}: needs square images flattened to pixels [N, S*S] (Pathfinder); "
+            f"task {task.name!r} holds token sequences"
+        )
     return "transform", DihedralAugment(D4_ELEMENTS if value is True else value)
 
 
@@ -147,24 +158,29 @@ def _mlm(value, task: TaskData):
     from .mlm import MaskedTokenObjective
 
     if task.pad_id is None:
-        raise ValueError(f"{_where(task, 'mlm')}: needs a token task with padding (text, retrieval); task "
-                         f"{task.name!r} has none")
+        raise ValueError(
+            f"{_where(task, 'mlm')}: needs a token task with padding (text, retrieval); task {task.name!r} has none"
+        )
     settings = {} if value is True else dict(value)
     known = {"rate", "random_fraction", "weight"}
     if set(settings) - known:
-        raise ValueError(f"{_where(task, 'mlm')}: unknown key(s) {sorted(set(settings) - known)}; known: {sorted(known)}")
+        raise ValueError(
+            f"{_where(task, 'mlm')}: unknown key(s) {sorted(set(settings) - known)}; known: {sorted(known)}"
+        )
     return "objective", MaskedTokenObjective(task.vocab_size, task.pad_id, **settings)
 
 
-def build_train_augment(spec: Optional[dict], task: TaskData) -> Optional[TrainAugment]:
+def build_train_augment(spec: dict | None, task: TaskData) -> TrainAugment | None:
     """The techniques ``spec`` (a run's resolved ``techniques``: name and ``augment``) asks for on ``task``; None if none."""
     spec = dict(spec or {})
     augment = dict(spec.get("augment") or {})
     transforms, objective = [], None
     for key, value in augment.items():
         if key not in TECHNIQUES:
-            raise ValueError(f"techniques.tasks.{task.name}.augment: unknown technique {key!r}; "
-                             f"known: {', '.join(TECHNIQUES.names())}")
+            raise ValueError(
+                f"techniques.tasks.{task.name}.augment: unknown technique {key!r}; "
+                f"known: {', '.join(TECHNIQUES.names())}"
+            )
         if value is None or value is False:
             continue
         kind, technique = TECHNIQUES.get(key)(value, task)

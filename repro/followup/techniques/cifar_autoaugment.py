@@ -10,6 +10,7 @@ torchvision draws from the global torch RNG, so the images are augmented inside
 ``torch.random.fork_rng`` seeded from the step's generator: the result depends only on
 (seed, step) (resume-safe) and the global RNG is left as it was.
 """
+
 from __future__ import annotations
 
 import torch
@@ -25,7 +26,9 @@ class CifarAutoAugment:
 
     def __call__(self, inputs: Tensor, draws) -> Tensor:
         if inputs.dim() != 4 or inputs.shape[-1] != 3 or inputs.dtype != torch.uint8:
-            raise ValueError(f"CIFAR AutoAugment needs RGB uint8 images [B, H, W, 3], got {inputs.dtype} {tuple(inputs.shape)}")
+            raise ValueError(
+                f"CIFAR AutoAugment needs RGB uint8 images [B, H, W, 3], got {inputs.dtype} {tuple(inputs.shape)}"
+            )
         seed = int(torch.randint(0, 2**62, (1,), generator=draws.cpu_generator()))
         images = inputs.permute(0, 3, 1, 2)  # [B, 3, H, W], torchvision's layout
         with torch.random.fork_rng(devices=[]):

@@ -6,6 +6,7 @@ they do not cause any distortion in the images due to low resolution." Element `
 the identity. ``elements`` picks the subset drawn from (uniformly, per image, per step).
 Off in the follow-up's own runs ("we try training on all three sets, without augmentation").
 """
+
 from __future__ import annotations
 
 import math
@@ -29,8 +30,10 @@ class DihedralAugment:
     def __init__(self, elements=D4_ELEMENTS):
         elements = tuple(int(e) for e in elements)
         if not elements or any(e not in D4_ELEMENTS for e in elements):
-            raise ValueError(f"techniques d4 elements {list(elements)}: a non-empty subset of 0..7 "
-                             "(transpose if >= 4, then e % 4 quarter turns)")
+            raise ValueError(
+                f"techniques d4 elements {list(elements)}: a non-empty subset of 0..7 "
+                "(transpose if >= 4, then e % 4 quarter turns)"
+            )
         self.elements = elements
 
     def __call__(self, inputs: Tensor, draws) -> Tensor:
@@ -39,8 +42,9 @@ class DihedralAugment:
         if side * side != length:
             raise ValueError(f"D4 augmentation needs square images flattened to S*S pixels, got length {length}")
         images = inputs.view(batch, side, side)
-        choice = torch.randint(0, len(self.elements), (batch,), device=inputs.device,
-                               generator=draws.device_generator(inputs.device))
+        choice = torch.randint(
+            0, len(self.elements), (batch,), device=inputs.device, generator=draws.device_generator(inputs.device)
+        )
         variants = torch.stack([d4_transform(images, e) for e in self.elements])  # [E, B, S, S]
         return variants[choice, torch.arange(batch, device=inputs.device)].reshape(batch, length)
 

@@ -19,6 +19,7 @@ deepest first, orders the tokens lexicographically by their keys (an LSD radix s
 
 Random keys are ``random * L + start position``: distinct, so no two siblings tie.
 """
+
 from __future__ import annotations
 
 import torch

@@ -14,6 +14,7 @@ one more embedding row); the denoising loss is the cross-entropy over the select
 positions only; the head is one ``Linear(d_model, vocab_size)`` on the encoder's final
 (normalised) token states, shared by both documents of a retrieval pair.
 """
+
 from __future__ import annotations
 
 import torch
@@ -23,8 +24,15 @@ from torch import Tensor, nn
 HEAD_NAME = "mlm_head"
 
 
-def corrupt_tokens(ids: Tensor, pad_id: int, vocab_size: int, mask_id: int, rate: float, random_fraction: float,
-                   generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+def corrupt_tokens(
+    ids: Tensor,
+    pad_id: int,
+    vocab_size: int,
+    mask_id: int,
+    rate: float,
+    random_fraction: float,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor]:
     """``(corrupted ids, selected)``: ``selected`` marks the positions whose originals are to be predicted."""
     real = ids != pad_id
     pick = torch.rand(ids.shape, device=ids.device, generator=generator) < rate
@@ -39,11 +47,15 @@ def corrupt_tokens(ids: Tensor, pad_id: int, vocab_size: int, mask_id: int, rate
 class MaskedTokenObjective:
     """Task loss + masked-token loss from one encoder pass (the training loss of the multitask setting)."""
 
-    def __init__(self, vocab_size: int, pad_id: int, rate: float = 0.3, random_fraction: float = 1 / 3, weight: float = 1.0):
+    def __init__(
+        self, vocab_size: int, pad_id: int, rate: float = 0.3, random_fraction: float = 1 / 3, weight: float = 1.0
+    ):
         if not 0.0 < rate < 1.0:
             raise ValueError(f"techniques mlm.rate={rate}: a fraction in (0, 1) (the follow-up: 0.3)")
         if not 0.0 <= random_fraction <= 1.0:
-            raise ValueError(f"techniques mlm.random_fraction={random_fraction}: a fraction in [0, 1] (the follow-up: 1/3)")
+            raise ValueError(
+                f"techniques mlm.random_fraction={random_fraction}: a fraction in [0, 1] (the follow-up: 1/3)"
+            )
         self.vocab_size = int(vocab_size)  # the task's, padding included; the mask token is the next id
         self.mask_id = self.vocab_size
         self.pad_id = int(pad_id)
@@ -56,7 +68,9 @@ class MaskedTokenObjective:
         model.add_module(HEAD_NAME, nn.Linear(model.encoder.embed.d_model, self.vocab_size))
 
     def corrupt(self, ids: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
-        return corrupt_tokens(ids, self.pad_id, self.vocab_size, self.mask_id, self.rate, self.random_fraction, generator)
+        return corrupt_tokens(
+            ids, self.pad_id, self.vocab_size, self.mask_id, self.rate, self.random_fraction, generator
+        )
 
     def loss(self, model: nn.Module, ids: Tensor, labels: Tensor, generator: torch.Generator | None) -> Tensor:
         """Cross-entropy of the task on the corrupted input plus ``weight`` x that of the originals at the selected positions."""

@@ -10,6 +10,7 @@ imports them, so the table is filled only when asked for. The building blocks ot
 packages reuse (the rotary Transformer, the LRA encoder, the benchmark's peers) are
 exported here; ``_common`` and ``_lowrank_common`` stay this package's own modules.
 """
+
 from __future__ import annotations
 
 import importlib

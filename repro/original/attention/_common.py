@@ -19,6 +19,7 @@ the number of keys a query block sees. On CUDA, BigBird, Longformer and Sparse r
 ``flex_attention`` instead (``backend="auto"``; ``FlexPatternMixin`` and ``_flex.py``: a
 cached block mask, LRA's attention dropout exact); ``backend="blockwise"`` keeps this path.
 """
+
 from __future__ import annotations
 
 import math
@@ -306,16 +307,19 @@ class FlexPatternMixin:
         self.backend = backend
         name = self.FLEX_MECHANISM
         self.flex_block = check_choice(name, "flex_block", flex_block, "attention_params.flex_block")
-        self.flex_global_rows_mode = check_choice(name, "flex_global_rows", flex_global_rows,
-                                                  "attention_params.flex_global_rows")
+        self.flex_global_rows_mode = check_choice(
+            name, "flex_global_rows", flex_global_rows, "attention_params.flex_global_rows"
+        )
         self.flex_lse_pass = check_choice(name, "flex_lse_pass", flex_lse_pass, "attention_params.flex_lse_pass")
 
     def flex_settings(self) -> FlexSettings:
         name = self.FLEX_MECHANISM
         if not name:  # a mixer without fast-path options (local attention): the defaults
             return FlexSettings()
-        return FlexSettings(block=int(choose(name, "flex_block", self.flex_block)),
-                            lse_pass=choose(name, "flex_lse_pass", self.flex_lse_pass))
+        return FlexSettings(
+            block=int(choose(name, "flex_block", self.flex_block)),
+            lse_pass=choose(name, "flex_lse_pass", self.flex_lse_pass),
+        )
 
     def flex_mask_mod(self, device, dense_rows: bool = False):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -363,6 +367,7 @@ class FlexPatternMixin:
         out = flex_pattern_attention(q, k, v, mask, block_mask, key_index, dropout_p=p, settings=settings)
         if rows is None:
             return out
-        dense = dense_attention(q.index_select(2, rows), k, v, mask[:, None, None, :], dropout_p=p,
-                                training=self.training)
+        dense = dense_attention(
+            q.index_select(2, rows), k, v, mask[:, None, None, :], dropout_p=p, training=self.training
+        )
         return out.index_copy(2, rows, dense.to(out.dtype))

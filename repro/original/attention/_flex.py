@@ -46,6 +46,7 @@ length and device; this module runs the attention over it:
   at all (158 tile-equivalents of 128 x 128 per head, none partial); (3) the mixers may take
   their global query rows (rows that see every key) out of the flex call (``FlexPatternMixin``).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -133,8 +134,9 @@ def padding_mod(bias: Tensor | None, bias_mod: Callable | None = None) -> Callab
     return score_mod
 
 
-def dropout_mod(bias: Tensor | None, row_key: Tensor, col_key: Tensor, threshold: int,
-                bias_mod: Callable | None = None) -> Callable:
+def dropout_mod(
+    bias: Tensor | None, row_key: Tensor, col_key: Tensor, threshold: int, bias_mod: Callable | None = None
+) -> Callable:
     """Padding (and ``bias_mod``) as ``padding_mod``, and -inf on the keys the hash drops."""
     base = padding_mod(bias, bias_mod)
 
@@ -193,8 +195,9 @@ def tile_block_mask(mask_mod: Callable, heads: int | None, q_len: int, kv_len: i
     some, full = torch.cat(some, dim=1), torch.cat(full, dim=1)
     partial_num, partial_idx = _ordered(some & ~full)
     full_num, full_idx = _ordered(full)
-    return BlockMask.from_kv_blocks(partial_num, partial_idx, full_num, full_idx, BLOCK_SIZE=block,
-                                    mask_mod=mask_mod, seq_lengths=(q_len, kv_len))
+    return BlockMask.from_kv_blocks(
+        partial_num, partial_idx, full_num, full_idx, BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(q_len, kv_len)
+    )
 
 
 # --------------------------------------------------------------------------- the kernel
@@ -268,7 +271,7 @@ def dense_flex(q, k, v, score_mod, block_mask, with_lse: bool, scale: float | No
     h = torch.arange(H, device=dev)[None, :, None, None]
     qi = torch.arange(Lq, device=dev)[None, None, :, None]
     kv = torch.arange(Lk, device=dev)[None, None, None, :]
-    scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / Dh ** 0.5 if scale is None else scale)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / Dh**0.5 if scale is None else scale)
     if score_mod is not None:
         scores = score_mod(scores, b, h, qi, kv)
     if block_mask is not None:
@@ -363,4 +366,3 @@ def dense_dropout_reference(scores: Tensor, allowed: Tensor, keep: Tensor, keep_
     p = torch.softmax(scores.masked_fill(~(allowed | ~some), float("-inf")), dim=-1)
     p = torch.where(some, p, torch.zeros((), dtype=p.dtype, device=p.device))
     return torch.matmul(p * keep / keep_prob, v)
-

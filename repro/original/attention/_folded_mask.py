@@ -14,6 +14,7 @@ underflows in float32 and float64). A row whose keys are all padding keeps its s
 ``q . k + bias`` (the constant cancels): finite, no NaN. The feature dimension is zero-padded to a
 multiple of 8, the alignment the fused CUDA kernels ask of bf16 inputs.
 """
+
 from __future__ import annotations
 
 import torch

@@ -16,10 +16,11 @@ Conventions
 * LRA's attention blocks use ``bias=False`` and Xavier-uniform kernels for the
   q/k/v/out projections; so do these mixers (``bias`` is a keyword).
 """
+
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -47,9 +48,7 @@ def xavier_linear(d_in: int, d_out: int, bias: bool = False) -> nn.Linear:
     return layer
 
 
-def pad_to_multiple(
-    x: torch.Tensor, mask: torch.Tensor, multiple: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_to_multiple(x: torch.Tensor, mask: torch.Tensor, multiple: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Pad ``x [B, H, L, d]`` and ``mask [B, L]`` on the right so that L is a
     multiple of ``multiple``; the new positions are zeros and mask False."""
     length = x.shape[-2]
@@ -103,7 +102,7 @@ class HeadedMixer(nn.Module):
     def attend(self, q, k, v, mask: torch.Tensor) -> torch.Tensor:  # pragma: no cover
         raise NotImplementedError
 
-    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         mask = full_mask(x, mask)
         q, k, v = self.project_qkv(x)
         y = self.out_proj(merge_heads(self.attend(q, k, v, mask)))
@@ -113,9 +112,7 @@ class HeadedMixer(nn.Module):
 
     def _check_len(self, length: int) -> None:
         if length > self.max_len:
-            raise ValueError(
-                f"{type(self).__name__}: sequence length {length} exceeds max_len={self.max_len}"
-            )
+            raise ValueError(f"{type(self).__name__}: sequence length {length} exceeds max_len={self.max_len}")
 
 
 def xavier_bound(fan_in: int, fan_out: int) -> float:

@@ -42,6 +42,7 @@ full or absent, the pattern is never evaluated in the kernel, and the work is th
 attention). ``flex_global_rows=dense`` computes the global blocks' query rows (block 0 and the
 one holding position ``max_len``) as dense rows over all keys, as this blockwise path does.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -87,9 +88,9 @@ def draw_random_blocks(
     i = torch.arange(nb)[:, None]
     j = torch.arange(nb)[None, :]
     cand = (j - i).abs() > half  # not in the window
-    cand &= (j * block_size < max_len)  # holds a real position
+    cand &= j * block_size < max_len  # holds a real position
     if random_max_len is not None:
-        cand &= ((j + 1) * block_size <= random_max_len)
+        cand &= (j + 1) * block_size <= random_max_len
     for gb in global_blocks:
         cand[:, gb] = False
     out = torch.full((n_heads, nb, n_random), -1, dtype=torch.long)
@@ -172,18 +173,22 @@ class BigBirdAttention(FlexPatternMixin, AttentionMixer):
         self.n_global, self.global_last, self.seed = int(n_global), bool(global_last), int(seed)
         self.random_max_len = random_max_len
         self.init_flex(backend, flex_block, flex_global_rows, flex_lse_pass)
-        self.global_blocks = global_blocks_for(max_len, self.block_size, self.n_global,
-                                               self.global_last)
-        rb = draw_random_blocks(n_heads, max_len, self.block_size, self.n_random,
-                                self.window_blocks, self.global_blocks, self.seed,
-                                random_max_len)
+        self.global_blocks = global_blocks_for(max_len, self.block_size, self.n_global, self.global_last)
+        rb = draw_random_blocks(
+            n_heads,
+            max_len,
+            self.block_size,
+            self.n_random,
+            self.window_blocks,
+            self.global_blocks,
+            self.seed,
+            random_max_len,
+        )
         self.register_buffer("rand_blocks", rb, persistent=False)
-        self.register_buffer("_global_blocks", torch.tensor(self.global_blocks, dtype=torch.long),
-                             persistent=False)
+        self.register_buffer("_global_blocks", torch.tensor(self.global_blocks, dtype=torch.long), persistent=False)
 
     def dense_mask(self, L: int, device=None) -> Tensor:
-        return dense_mask(L, self.block_size, self.rand_blocks, self.global_blocks,
-                          self.window_blocks, device)
+        return dense_mask(L, self.block_size, self.rand_blocks, self.global_blocks, self.window_blocks, device)
 
     def flex_heads(self) -> int:
         return self.n_heads
@@ -198,8 +203,7 @@ class BigBirdAttention(FlexPatternMixin, AttentionMixer):
         it); ``dense_rows``: the global blocks' query rows allowed nothing (computed apart)."""
         S = self.block_size
         nb = self.rand_blocks.shape[1]
-        table = block_pattern(nb, self.rand_blocks, self.global_blocks, self.window_blocks,
-                              device)
+        table = block_pattern(nb, self.rand_blocks, self.global_blocks, self.window_blocks, device)
         if dense_rows:
             table[:, [b for b in self.global_blocks if b < nb]] = False
 
@@ -211,8 +215,10 @@ class BigBirdAttention(FlexPatternMixin, AttentionMixer):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
         B, H, L, Dh = q.shape
         if L > self.max_len:
-            raise ValueError(f"bigbird: sequence length {L} exceeds max_len {self.max_len}; "
-                             "the random and global blocks are laid out over max_len")
+            raise ValueError(
+                f"bigbird: sequence length {L} exceeds max_len {self.max_len}; "
+                "the random and global blocks are laid out over max_len"
+            )
         if self.use_flex(q):
             return self.flex_attend(q, k, v, mask)
         dev = q.device
@@ -249,14 +255,15 @@ class BigBirdAttention(FlexPatternMixin, AttentionMixer):
 
         if len(gl):  # global query blocks: full attention over all keys
             qg = qb[:, :, gl].flatten(2, 3)  # [B, H, G*S, Dh]
-            og = dense_attention(qg, k, v, mask[:, None, None, :], dropout_p=p,
-                                 training=self.training)
+            og = dense_attention(qg, k, v, mask[:, None, None, :], dropout_p=p, training=self.training)
             out = out.index_copy(2, gl, og.view(B, H, len(gl), S, Dh))
         return out.reshape(B, H, Lp, Dh)[:, :, :L]
 
     def extra_repr(self) -> str:
-        return (super().extra_repr() + f", block_size={self.block_size}, "
-                f"n_random={self.n_random}, window_blocks={self.window_blocks}, "
-                f"global_blocks={self.global_blocks}, random_max_len={self.random_max_len}, "
-                f"seed={self.seed}, backend={self.backend!r}, flex_block={self.flex_block!r}, "
-                f"flex_global_rows={self.flex_global_rows_mode!r}, flex_lse_pass={self.flex_lse_pass!r}")
+        return (
+            super().extra_repr() + f", block_size={self.block_size}, "
+            f"n_random={self.n_random}, window_blocks={self.window_blocks}, "
+            f"global_blocks={self.global_blocks}, random_max_len={self.random_max_len}, "
+            f"seed={self.seed}, backend={self.backend!r}, flex_block={self.flex_block!r}, "
+            f"flex_global_rows={self.flex_global_rows_mode!r}, flex_lse_pass={self.flex_lse_pass!r}"
+        )

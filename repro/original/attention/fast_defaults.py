@@ -44,6 +44,7 @@ Options, by mechanism:
 The values below are the fastest measured on an H200 with torch 2.11 that also ran at every task
 length (paper/performance.md); ``experiments/time_fast_variants.py`` measures every variant.
 """
+
 from __future__ import annotations
 
 FAST_DEFAULTS: dict[str, dict] = {
@@ -55,9 +56,20 @@ FAST_DEFAULTS: dict[str, dict] = {
     "longformer": {"flex_block": 128, "flex_global_rows": "flex", "flex_lse_pass": "narrow"},
     "sinkhorn": {"sdpa_min_len": 0, "sdpa_mask": "fold", "balance": "compiled"},
     "reformer": {"windows": "unfold", "gather": "fused", "sdpa_backends": None},
-    "mega": {"attention_impl": "flex", "flex_value_split": 1,
-             "flex_kernel_options": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2,
-                                     "BLOCK_M1": 32, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 32}},
+    "mega": {
+        "attention_impl": "flex",
+        "flex_value_split": 1,
+        "flex_kernel_options": {
+            "BLOCK_M": 64,
+            "BLOCK_N": 64,
+            "num_warps": 8,
+            "num_stages": 2,
+            "BLOCK_M1": 32,
+            "BLOCK_N1": 64,
+            "BLOCK_M2": 64,
+            "BLOCK_N2": 32,
+        },
+    },
     "s5": {"fft_layout": "channels_last", "proj_dtype": "autocast"},
 }
 

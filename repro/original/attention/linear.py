@@ -17,6 +17,7 @@ guard keep it finite (output 0).
 ``dropout`` is accepted for the common interface but unused: the mechanism has
 no attention matrix to drop (the LRA release does the same).
 """
+
 from __future__ import annotations
 
 import torch

@@ -34,6 +34,7 @@ linear projections and *before* the length projection, so they add nothing to
 Test hook: ``set_identity_projections()`` sets ``E = F = [I_k, 0]``, so that
 with ``k = L`` the module is exactly full softmax attention.
 """
+
 from __future__ import annotations
 
 import math
@@ -92,4 +93,3 @@ class LinformerAttention(HeadedMixer):
         self.E.copy_(eye)
         if self.F is not None:
             self.F.copy_(eye)
-

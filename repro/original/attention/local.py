@@ -17,6 +17,7 @@ positions ``t`` with equal ``t mod (L // block_size)`` (a strided pattern), whil
 padding mask is cut into contiguous blocks. We implement the stated intent (contiguous
 blocks), not that reshape.
 """
+
 from __future__ import annotations
 
 import torch
@@ -36,8 +37,7 @@ from ._common import (
 )
 
 
-def dense_mask(L: int, block_size: int = 50, look_backward: int = 0, look_forward: int = 0,
-               device=None) -> Tensor:
+def dense_mask(L: int, block_size: int = 50, look_backward: int = 0, look_forward: int = 0, device=None) -> Tensor:
     """[L, L] bool: query i may attend key j."""
     b = torch.arange(L, device=device) // block_size
     d = b[None, :] - b[:, None]  # key block - query block
@@ -103,9 +103,11 @@ class LocalAttention(FlexPatternMixin, AttentionMixer):
         return out.reshape(B, H, Lp, Dh)[:, :, :L]
 
     def extra_repr(self) -> str:
-        return (super().extra_repr() + f", block_size={self.block_size}, "
-                f"look_backward={self.look_backward}, look_forward={self.look_forward}, "
-                f"backend={self.backend!r}")
+        return (
+            super().extra_repr() + f", block_size={self.block_size}, "
+            f"look_backward={self.look_backward}, look_forward={self.look_forward}, "
+            f"backend={self.backend!r}"
+        )
 
 
 def _blocks_sdpa(q: Tensor, k: Tensor, v: Tensor, key_ok: Tensor, dropout_p: float) -> Tensor:
@@ -121,6 +123,11 @@ def _blocks_sdpa(q: Tensor, k: Tensor, v: Tensor, key_ok: Tensor, dropout_p: flo
     W = k.shape[3]
     key_ok = open_fully_masked(key_ok)
     mask = None if bool(key_ok.all()) else key_ok[:, None, :, None, :].expand(B, H, NB, 1, W).reshape(B, H * NB, 1, W)
-    out = F.scaled_dot_product_attention(q.reshape(B, H * NB, S, Dh), k.reshape(B, H * NB, W, Dh),
-                                         v.reshape(B, H * NB, W, Dh), attn_mask=mask, dropout_p=dropout_p)
+    out = F.scaled_dot_product_attention(
+        q.reshape(B, H * NB, S, Dh),
+        k.reshape(B, H * NB, W, Dh),
+        v.reshape(B, H * NB, W, Dh),
+        attn_mask=mask,
+        dropout_p=dropout_p,
+    )
     return out.view(B, H, NB, S, Dh)

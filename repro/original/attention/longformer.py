@@ -22,6 +22,7 @@ Defaults: ``window=512`` is LRA's ``sliding_window_size`` default (``longformer.
 ``n_global=1`` to make a prepended CLS token global, as Longformer does for
 classification.
 """
+
 from __future__ import annotations
 
 import torch
@@ -85,8 +86,7 @@ class LongformerAttention(FlexPatternMixin, AttentionMixer):
         self.chunk_size = int(chunk_size) if chunk_size else max(1, self.window // 2)
         self.separate_global_proj = bool(separate_global_proj) and self.n_global > 0
         # global q/k/v (its out projection is unused: both paths share ``proj.out``)
-        self.global_proj = (QKVOut(d_model, n_heads, with_out=False)
-                            if self.separate_global_proj else None)
+        self.global_proj = QKVOut(d_model, n_heads, with_out=False) if self.separate_global_proj else None
 
     def dense_mask(self, L: int, device=None) -> Tensor:
         return dense_mask(L, self.window, self.n_global, device)
@@ -110,8 +110,7 @@ class LongformerAttention(FlexPatternMixin, AttentionMixer):
             out = self._blockwise(q, k, v, mask)
         if g > 0 and self.global_proj is not None:  # global query rows, own projections
             qg, kg, vg = self.global_proj.project(x)
-            og = dense_attention(qg[:, :, :g], kg, vg, mask[:, None, None, :], dropout_p=p,
-                                 training=self.training)
+            og = dense_attention(qg[:, :, :g], kg, vg, mask[:, None, None, :], dropout_p=p, training=self.training)
             out = torch.cat([og, out[:, :, g:]], dim=2)
         return out
 
@@ -138,30 +137,35 @@ class LongformerAttention(FlexPatternMixin, AttentionMixer):
         d = kpos[:, None, :] - qpos[:, :, None]  # [NB, C, N*C]
         band = (d > -self.left) & (d <= self.right)
         band &= valid[:, :, None].expand(-1, -1, C).reshape(nb, 1, -1)
-        segs = [(
-            gather_blocks(kb, idx),
-            gather_blocks(vb, idx),
-            [gather_block_mask(km.view(B, nb, C), idx), band[None, None]],
-        )]
+        segs = [
+            (
+                gather_blocks(kb, idx),
+                gather_blocks(vb, idx),
+                [gather_block_mask(km.view(B, nb, C), idx), band[None, None]],
+            )
+        ]
         if g > 0:
             gpos = torch.arange(g, device=dev)
             dg = gpos[None, None, :] - qpos[:, :, None]  # [NB, C, G]
             in_band = (dg > -self.left) & (dg <= self.right)
-            segs.append((
-                k[:, :, None, :g],
-                v[:, :, None, :g],
-                [km[:, None, None, None, :g], ~in_band[None, None]],
-            ))
+            segs.append(
+                (
+                    k[:, :, None, :g],
+                    v[:, :, None, :g],
+                    [km[:, None, None, None, :g], ~in_band[None, None]],
+                )
+            )
         p = self.dropout if self.training else 0.0
         out = segment_attention(qb, segs, dropout_p=p, training=self.training)
         out = out.reshape(B, H, Lp, Dh)[:, :, :L]
         if g > 0 and self.global_proj is None:  # global query rows: full attention
-            og = dense_attention(q[:, :, :g], k, v, mask[:, None, None, :], dropout_p=p,
-                                 training=self.training)
+            og = dense_attention(q[:, :, :g], k, v, mask[:, None, None, :], dropout_p=p, training=self.training)
             out = torch.cat([og, out[:, :, g:]], dim=2)
         return out
 
     def extra_repr(self) -> str:
-        return (super().extra_repr() + f", window={self.window}, n_global={self.n_global}, "
-                f"separate_global_proj={self.separate_global_proj}, chunk_size={self.chunk_size}, "
-                f"backend={self.backend!r}, flex_block={self.flex_block!r}, flex_lse_pass={self.flex_lse_pass!r}")
+        return (
+            super().extra_repr() + f", window={self.window}, n_global={self.n_global}, "
+            f"separate_global_proj={self.separate_global_proj}, chunk_size={self.chunk_size}, "
+            f"backend={self.backend!r}, flex_block={self.flex_block!r}, flex_lse_pass={self.flex_lse_pass!r}"
+        )

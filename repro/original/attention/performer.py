@@ -56,10 +56,10 @@ only, so with the same W appending padding leaves real outputs unchanged.
 ``dropout`` is accepted for the common interface but unused (no attention
 matrix; the LRA fast-attention code ignores its dropout arguments too).
 """
+
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -71,7 +71,7 @@ from ._lowrank_common import HeadedMixer
 def orthogonal_gaussian_features(
     m: int,
     d: int,
-    generator: Optional[torch.Generator] = None,
+    generator: torch.Generator | None = None,
     dtype: torch.dtype = torch.float32,
     device=None,
 ) -> torch.Tensor:
@@ -111,17 +111,15 @@ class PerformerAttention(HeadedMixer):
         self.numerical_stabilizer = numerical_stabilizer
         self.relu_epsilon = relu_epsilon
         # One projection shared by all heads (as in the paper's code).
-        self.register_buffer(
-            "projection", orthogonal_gaussian_features(nb_features, self.head_dim)
-        )
+        self.register_buffer("projection", orthogonal_gaussian_features(nb_features, self.head_dim))
         self.register_buffer("train_calls", torch.zeros((), dtype=torch.long))
 
     @torch.no_grad()
-    def redraw_features(self, generator: Optional[torch.Generator] = None) -> None:
+    def redraw_features(self, generator: torch.Generator | None = None) -> None:
         self.projection.copy_(
-            orthogonal_gaussian_features(
-                self.nb_features, self.head_dim, generator, self.projection.dtype
-            ).to(self.projection.device)
+            orthogonal_gaussian_features(self.nb_features, self.head_dim, generator, self.projection.dtype).to(
+                self.projection.device
+            )
         )
 
     def feature_map(self, x: torch.Tensor, mask: torch.Tensor, is_query: bool) -> torch.Tensor:
@@ -130,7 +128,7 @@ class PerformerAttention(HeadedMixer):
         if self.kernel == "relu":
             feats = F.relu(x) + self.relu_epsilon
         else:
-            x = x * self.head_dim ** -0.25
+            x = x * self.head_dim**-0.25
             proj = torch.einsum("bhld,md->bhlm", x, self.projection.to(x.dtype))
             sq_norm = 0.5 * x.pow(2).sum(dim=-1, keepdim=True)
             with torch.no_grad():  # cancels in the ratio; no gradient needed
@@ -140,9 +138,7 @@ class PerformerAttention(HeadedMixer):
                     masked = proj.masked_fill(~mask[:, None, :, None], float("-inf"))
                     stab = masked.amax(dim=(-2, -1), keepdim=True)
                     stab = torch.where(torch.isfinite(stab), stab, torch.zeros_like(stab))
-            feats = (torch.exp(proj - sq_norm - stab) + self.numerical_stabilizer) / math.sqrt(
-                self.nb_features
-            )
+            feats = (torch.exp(proj - sq_norm - stab) + self.numerical_stabilizer) / math.sqrt(self.nb_features)
         if not is_query:
             feats = feats.masked_fill(~mask[:, None, :, None], 0.0)
         return feats

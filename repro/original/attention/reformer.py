@@ -77,6 +77,7 @@ and scale the kept ones by 1/(1-p), without renormalising (the materialised path
 ``nn.Dropout`` after the softmax, SDPA through ``dropout_p``); same distribution, different
 random draws.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -179,8 +180,10 @@ class ReformerAttention(HeadedMixer):
             sdpa_backends = tuple(sdpa_backends)
             unknown = [name for name in sdpa_backends if name not in SDPA_BACKEND_NAMES]
             if unknown or not sdpa_backends:
-                raise ValueError(f"reformer: attention_params.sdpa_backends={list(sdpa_backends)!r}: give null or "
-                                 f"a list of {', '.join(SDPA_BACKEND_NAMES)}")
+                raise ValueError(
+                    f"reformer: attention_params.sdpa_backends={list(sdpa_backends)!r}: give null or "
+                    f"a list of {', '.join(SDPA_BACKEND_NAMES)}"
+                )
         self.sdpa_backends = sdpa_backends
         self.n_hashes = n_hashes
         self.n_buckets = n_buckets
@@ -203,9 +206,7 @@ class ReformerAttention(HeadedMixer):
 
     # -- hashing and sorting (public for tests) -------------------------------------------
 
-    def hash_buckets(
-        self, q: torch.Tensor, mask: torch.Tensor, rotations: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def hash_buckets(self, q: torch.Tensor, mask: torch.Tensor, rotations: torch.Tensor | None = None) -> torch.Tensor:
         """Bucket ids ``[B, H, n_hashes, L]``; padded positions get ``n_buckets``."""
         b, h, length, _ = q.shape
         if self.n_buckets == 1:
@@ -332,8 +333,9 @@ class ReformerAttention(HeadedMixer):
         dropout = self.attn_dropout.p if self.training else 0.0
         backends = sdpa_backend_list(choose("reformer", "sdpa_backends", self.sdpa_backends))
         with _sdpa_kernels(backends):
-            out = F.scaled_dot_product_attention(q.flatten(0, 2), k.flatten(0, 2), wv.flatten(0, 2),
-                                                 attn_mask=flat_bias, dropout_p=dropout, scale=scale)
+            out = F.scaled_dot_product_attention(
+                q.flatten(0, 2), k.flatten(0, 2), wv.flatten(0, 2), attn_mask=flat_bias, dropout_p=dropout, scale=scale
+            )
         lse = None
         if r > 1:
             lse = torch.logsumexp(torch.matmul(q, k.transpose(-1, -2)) * scale + bias, dim=-1)

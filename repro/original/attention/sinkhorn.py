@@ -68,6 +68,7 @@ kernels per iteration.
 
 ``sdpa_min_len``, ``sdpa_mask`` and ``balance`` default to ``"auto"``: ``fast_defaults.FAST_DEFAULTS``.
 """
+
 from __future__ import annotations
 
 import math
@@ -128,8 +129,9 @@ class SinkhornAttention(HeadedMixer):
         if backend not in BACKENDS:
             raise ValueError(f"unknown sinkhorn backend {backend!r}; choose from {BACKENDS}")
         self.backend = backend
-        if sdpa_min_len != "auto" and (isinstance(sdpa_min_len, bool) or not isinstance(sdpa_min_len, int)
-                                       or sdpa_min_len < 0):
+        if sdpa_min_len != "auto" and (
+            isinstance(sdpa_min_len, bool) or not isinstance(sdpa_min_len, int) or sdpa_min_len < 0
+        ):
             raise ValueError(f"sinkhorn: attention_params.sdpa_min_len={sdpa_min_len!r} is not auto or a length >= 0")
         self.sdpa_min_len = sdpa_min_len
         self.sdpa_mask = check_choice("sinkhorn", "sdpa_mask", sdpa_mask, "attention_params.sdpa_mask")
@@ -221,8 +223,9 @@ class SinkhornAttention(HeadedMixer):
         (kb, vb, own_ok), (sk, sv, srt_ok) = own, srt
         if self.combine == "joint":
             own_ok = own_ok.expand(-1, srt_ok.shape[1], -1, -1)
-            return self._sdpa(qb, torch.cat([kb, sk], dim=-2), torch.cat([vb, sv], dim=-2),
-                              torch.cat([own_ok, srt_ok], dim=-1))
+            return self._sdpa(
+                qb, torch.cat([kb, sk], dim=-2), torch.cat([vb, sv], dim=-2), torch.cat([own_ok, srt_ok], dim=-1)
+            )
         return self._sdpa(qb, kb, vb, own_ok) + self._sdpa(qb, sk, sv, srt_ok)
 
     def _sdpa(self, qb, k, v, key_ok):
@@ -238,10 +241,17 @@ class SinkhornAttention(HeadedMixer):
             if not bool(key_ok.all()):  # one host sync; no mask at all runs the plain fused kernel
                 q, k = fold_key_mask(qb, k, key_ok, scale)
                 v = F.pad(v, (0, q.shape[-1] - d))  # one width for q, k and v: the flash kernel takes it
-            out = F.scaled_dot_product_attention(q.flatten(1, 2), k.flatten(1, 2), v.flatten(1, 2),
-                                                 dropout_p=p, scale=scale)
+            out = F.scaled_dot_product_attention(
+                q.flatten(1, 2), k.flatten(1, 2), v.flatten(1, 2), dropout_p=p, scale=scale
+            )
             return out[..., :d].unflatten(1, (H, nb))
         bias = torch.zeros(key_ok.shape, dtype=qb.dtype, device=qb.device).masked_fill(~key_ok, MASKED_LOGIT)
-        out = F.scaled_dot_product_attention(qb.flatten(1, 2), k.flatten(1, 2), v.flatten(1, 2),
-                                             attn_mask=bias.flatten(1, 2)[:, :, None, :], dropout_p=p, scale=scale)
+        out = F.scaled_dot_product_attention(
+            qb.flatten(1, 2),
+            k.flatten(1, 2),
+            v.flatten(1, 2),
+            attn_mask=bias.flatten(1, 2)[:, :, None, :],
+            dropout_p=p,
+            scale=scale,
+        )
         return out.unflatten(1, (H, nb))

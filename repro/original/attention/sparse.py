@@ -29,6 +29,7 @@ them, so that neither leaves a column in every tile of the sequence; ``flex_glob
 computes the global query rows apart (``_common.FlexPatternMixin``), ``flex_block=64`` halves the
 area of the partial tiles the 50-wide own blocks leave along the diagonal (``_flex.py``).
 """
+
 from __future__ import annotations
 
 import torch
@@ -52,8 +53,15 @@ def summary_offsets(stride: int, c: int, block_start_summary: bool) -> list[int]
     return sorted(offs)
 
 
-def dense_mask(L: int, stride: int = 128, c: int = 32, causal: bool = True,
-               block_start_summary: bool = True, n_global: int = 0, device=None) -> Tensor:
+def dense_mask(
+    L: int,
+    stride: int = 128,
+    c: int = 32,
+    causal: bool = True,
+    block_start_summary: bool = True,
+    n_global: int = 0,
+    device=None,
+) -> Tensor:
     """[L, L] bool: query i may attend key j."""
     g = min(n_global, L)
     n = L - g
@@ -103,8 +111,7 @@ class SparseAttention(FlexPatternMixin, AttentionMixer):
         self.register_buffer("_summary", torch.tensor(offs, dtype=torch.long), persistent=False)
 
     def dense_mask(self, L: int, device=None) -> Tensor:
-        return dense_mask(L, self.stride, self.c, self.causal, self.block_start_summary,
-                          self.n_global, device)
+        return dense_mask(L, self.stride, self.c, self.causal, self.block_start_summary, self.n_global, device)
 
     def flex_global_rows(self, L: int) -> list[int]:
         return list(range(min(self.n_global, L)))
@@ -154,8 +161,7 @@ class SparseAttention(FlexPatternMixin, AttentionMixer):
         p = self.dropout if self.training else 0.0
         out_g = None
         if g > 0:  # global query rows: full attention
-            out_g = dense_attention(q[:, :, :g], k, v, mask[:, None, None, :], dropout_p=p,
-                                    training=self.training)
+            out_g = dense_attention(q[:, :, :g], k, v, mask[:, None, None, :], dropout_p=p, training=self.training)
             if n == 0:
                 return out_g
         nb = n_blocks(n, S)
@@ -185,7 +191,9 @@ class SparseAttention(FlexPatternMixin, AttentionMixer):
         return out if out_g is None else torch.cat([out_g, out], dim=2)
 
     def extra_repr(self) -> str:
-        return (super().extra_repr() + f", stride={self.stride}, c={self.c}, "
-                f"causal={self.causal}, block_start_summary={self.block_start_summary}, "
-                f"n_global={self.n_global}, backend={self.backend!r}, flex_block={self.flex_block!r}, "
-                f"flex_global_rows={self.flex_global_rows_mode!r}, flex_lse_pass={self.flex_lse_pass!r}")
+        return (
+            super().extra_repr() + f", stride={self.stride}, c={self.c}, "
+            f"causal={self.causal}, block_start_summary={self.block_start_summary}, "
+            f"n_global={self.n_global}, backend={self.backend!r}, flex_block={self.flex_block!r}, "
+            f"flex_global_rows={self.flex_global_rows_mode!r}, flex_lse_pass={self.flex_lse_pass!r}"
+        )

@@ -44,6 +44,7 @@ backward pass); ``"sdpa"`` hands the logits to ``scaled_dot_product_attention`` 
 attention dropout is SDPA's (dropout on the probabilities, unrenormalised, as
 ``nn.Dropout``). ``"auto"`` (default): sdpa on CUDA, materialized elsewhere.
 """
+
 from __future__ import annotations
 
 import torch
@@ -167,4 +168,3 @@ class SynthesizerAttention(HeadedMixer):
         if h != self.n_heads or lq != lk or lq > self.max_len:
             raise ValueError(f"expected [{self.n_heads}, L, L] with L <= max_len, got {tuple(logits.shape)}")
         self.random_logits[:, :lq, :lk] = logits.to(self.random_logits)
-

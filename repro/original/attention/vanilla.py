@@ -12,6 +12,7 @@ Fully padded samples: SDPA would give NaN for a query row with no allowed key, s
 sample with no real token the key mask is opened (its outputs are then zeroed with the
 rest of the padded positions).
 """
+
 from __future__ import annotations
 
 import torch
