@@ -109,6 +109,33 @@ def test_the_ledger_counts_done_cells_minutes_spent_and_minutes_left(tmp_path):
     assert _table(ledger, "text (optional)")[-1] == "lra_transformer"
 
 
+def test_a_cell_counts_as_done_in_any_of_several_records_folders(tmp_path):
+    # a campaign's output folder and a bundle frozen from an earlier slot (its grid log under extra/)
+    grid_path = tmp_path / "camp.yaml"
+    grid_path.write_text(
+        "common: [profile=paper]\ncells:\n  - {arms: [lra_transformer, lra_local], tasks: [listops], seeds: [0]}\n"
+    )
+    grid = load_grid(grid_path)
+    outputs, bundle = tmp_path / "outputs", tmp_path / "bundle"
+    for folder, arm in ((outputs, "lra_transformer"), (bundle, "lra_local")):
+        cell_run = next(
+            cr for cr in resolve_cells(grid.cells, grid.common, [f"output_dir={folder}"], "t") if cr.cell.arm == arm
+        )
+        _record(folder, cell_run, elapsed_s=3.5)
+    append_rows(
+        bundle / "extra" / "grid_log.csv",
+        [{"arm": "lra_local", "task": "listops", "seed": 0, "exit": 0, "wall_s": 90.0, "gpu_s": 60.0}],
+    )
+    command = [sys.executable, str(GRID), "ledger", str(grid_path), "--records", str(outputs)]
+    one = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert one.returncode == 0 and "1 of 2 cells done" in one.stdout
+    both = subprocess.run([*command, "--records", str(bundle)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert both.returncode == 0 and "2 of 2 cells done" in both.stdout, both.stderr[-2000:]
+    ledger = (tmp_path / "camp" / "LEDGER.md").read_text()
+    assert _table(ledger, "required")[:3] == ["required", "2 of 2", f"{(3.5 + 60.0) / 60:.1f}"]
+    assert f"`{bundle.as_posix()}/extra/grid_log.csv`" in ledger
+
+
 def test_a_block_s_overrides_come_after_the_common_ones_and_before_the_command_line_s(tmp_path):
     from repro.grid.cells import command
 

@@ -43,8 +43,10 @@ def _run(tmp_path, shared_cache, *args):
         f"data_dir={tmp_path / 'none'}",
         "task.source=generated",
     ]
+    options = [a for a in args[1:] if not a.startswith("output_dir=")]  # an output_dir= replaces the default
+    extra += [a for a in args[1:] if a.startswith("output_dir=")]
     return subprocess.run(
-        [sys.executable, str(GRID), str(_grid(tmp_path, *args[:1])), *args[1:], *extra],
+        [sys.executable, str(GRID), str(_grid(tmp_path, *args[:1])), *options, *extra],
         capture_output=True,
         text=True,
         timeout=600,
@@ -65,6 +67,11 @@ def test_grid_runs_its_cells_then_skips_them_on_rerun(tmp_path, shared_cache):
     rows = read_rows(tmp_path / "out" / "grid_log.csv")  # the first command's two cells and its one GPU row
     assert [row["arm"] for row in rows] == ["locality_k5", "locality_k5", GPU_TOTAL]
     assert all(row["exit"] == "0" for row in rows[:2])
+    # a new output folder, with the first one's records counted (as a frozen bundle's are): nothing to run
+    elsewhere = _run(tmp_path, shared_cache, 0.0, "--records", str(tmp_path / "out"), f"output_dir={tmp_path / 'new'}")
+    assert elsewhere.returncode == 0 and "2 already complete" in elsewhere.stdout, elsewhere.stderr[-2000:]
+    assert f"record complete, skipped: locality_k5 listops seed 0 (in {tmp_path / 'out'})" in elsewhere.stdout
+    assert not (tmp_path / "new" / "runs").exists()
 
 
 def test_a_cell_that_would_overrun_the_deadline_is_not_started(tmp_path, shared_cache):

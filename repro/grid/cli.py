@@ -5,7 +5,7 @@ Usage (``experiments/run_grid.py`` takes the same arguments)::
     lra-grid GRID.yaml [options] [-- overrides for every cell]     # run the cells left
     lra-grid GRID.yaml --plan [options] [-- overrides]             # GPU-minutes per cell
     lra-grid GRID.yaml --dry-run [-- overrides]                    # print the commands
-    lra-grid ledger GRID.yaml --records DIR [--plan-file F]        # write the grid's LEDGER.md
+    lra-grid ledger GRID.yaml --records DIR [--records DIR2 ...] [--plan-file F]  # write the grid's LEDGER.md
     lra-grid unpack FOLDER --into DIR                              # a slot's archives into an output folder
 
 Each cell is ``python experiments/run.py arm=A task=T seed=S progress=false <common> <overrides>``
@@ -86,18 +86,19 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--runner", type=Path, default=DEFAULT_RUNNER, help="the script each cell runs")
     run.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     run.add_argument("--include-optional", action="store_true", help="also the cells of blocks marked optional")
+    run.add_argument(
+        "--records",
+        type=Path,
+        action="append",
+        default=None,
+        help="another folder (output folder or bundle) whose complete records count: their cells are skipped, "
+        "and --plan reads their costs (repeatable)",
+    )
     plan = parser.add_argument_group("planning (--plan)")
     plan.add_argument("--plan", action="store_true", help="print GPU-minutes per cell, write the plan file")
     plan.add_argument("--slot-minutes", type=float, default=30.0, help="flag cells longer than this")
     plan.add_argument("--probe-steps", type=int, default=300, help="training steps of a timing probe")
     plan.add_argument("--probe-all", action="store_true", help="probe every (arm, task), even with records")
-    plan.add_argument(
-        "--records",
-        type=Path,
-        action="append",
-        default=None,
-        help="another output folder whose records count (repeatable)",
-    )
     plan.add_argument("--plan-out", type=Path, default=None, help="plan file (default <output_dir>/grid_plan.csv)")
     return parser
 
@@ -109,14 +110,20 @@ def _ledger_parser() -> argparse.ArgumentParser:
         "GPU-minutes spent, cells left, GPU-minutes estimated left.",
     )
     parser.add_argument("grid", type=Path)
-    parser.add_argument("--records", type=Path, required=True, help="the output folder holding runs/ and grid_log.csv")
+    parser.add_argument(
+        "--records",
+        type=Path,
+        action="append",
+        required=True,
+        help="a folder holding runs/ (an output folder or a bundle); repeatable: a cell is done when any holds it",
+    )
     parser.add_argument("--plan-file", type=Path, default=None, help="the estimates of --plan")
     parser.add_argument(
         "--grid-log",
         type=Path,
         action="append",
         default=None,
-        help="grid_log.csv files (default: <records>/grid_log.csv when present)",
+        help="grid_log.csv files (default: each records folder's grid_log.csv or extra/grid_log.csv when present)",
     )
     parser.add_argument("--out", type=Path, default=None, help="default: <grid folder>/<grid name>/LEDGER.md")
     return parser

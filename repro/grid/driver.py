@@ -15,7 +15,15 @@ from .cells import Grid, GridError, command, output_dir
 from .costs import cell_seconds
 from .gridlog import append_rows, gpu_totals, summary_line
 from .plan import gather_costs, plan_rows, print_plan, read_plan, record_cost, run_probes, write_plan
-from .runs import CellRun, checkpoint_state, complete_metrics, examples_done, record_matches, resolve_cells
+from .runs import (
+    CellRun,
+    checkpoint_state,
+    complete_metrics,
+    done_elsewhere,
+    examples_done,
+    record_matches,
+    resolve_cells,
+)
 from .schedule import Ended, Job, Scheduler
 from .unpack import unpack
 
@@ -163,12 +171,16 @@ def claim(folder: Path, name: str) -> bool:
 def build_jobs(
     campaign: Campaign, cell_runs: list[CellRun], args, plan: dict, runner: Path, extra: list[str], foreground: bool
 ) -> tuple[list[Job], int]:
-    """A job per cell without a complete record of its settings; returns (jobs, cells skipped as complete)."""
+    """A job per cell without a complete record of its settings (here or in a ``--records`` folder); returns
+    (jobs, cells skipped as complete)."""
     jobs, skipped = [], 0
+    cells = [cell_run.cell for cell_run in cell_runs]
+    elsewhere = done_elsewhere(cells, campaign.grid.common, extra, args.records or [])
     for number, cell_run in enumerate(cell_runs, 1):
         cell = cell_run.cell
-        if record_matches(cell_run):
-            print(f"[grid] record complete, skipped: {cell}")
+        if record_matches(cell_run) or cell.key in elsewhere:
+            where = f" (in {elsewhere[cell.key]})" if cell.key in elsewhere and not record_matches(cell_run) else ""
+            print(f"[grid] record complete, skipped: {cell}{where}")
             skipped += 1
             continue
         per_gpu = cell.per_gpu or args.per_gpu

@@ -1,13 +1,14 @@
-"""``lra-grid ledger GRID --records DIR``: the grid's ``LEDGER.md``, cells done and left with their GPU-minutes.
+"""``lra-grid ledger GRID --records DIR ...``: the grid's ``LEDGER.md``, cells done and left with their GPU-minutes.
 
-A cell is done when ``DIR`` holds its complete record with the grid's settings (as the slot
+A cell is done when one of the ``DIR`` folders (output folders, or bundles: a campaign freezes
+its records slot by slot) holds its complete record with the grid's settings (as the slot
 driver skips it). GPU-minutes spent per cell: the GPU seconds ``grid_log.csv`` charged to it over
 every attempt (interrupted and failed ones too; a GPU shared by k cells charges each 1/k),
 for rows of older grid versions their wall seconds, and for a done cell without any row the
-record's ``max(elapsed_s, wall_time_s)``. GPU-minutes left per cell: the plan file's row for the cell, or for another seed of its arm and task
-(``--plan-file``, written by ``--plan``), else the cost a record of the same arm, task and
-settings shows (``costs``), else none (counted as such). Columns are (task, seed) in the
-grid's order; optional blocks are counted apart.
+record's ``max(elapsed_s, wall_time_s)``. GPU-minutes left per cell: the plan file's row for
+the cell, or for another seed of its arm and task (``--plan-file``, written by ``--plan``), else
+the cost a record of the same arm, task and settings shows (``costs``), else none (counted as
+such). Columns are (task, seed) in the grid's order; optional blocks are counted apart.
 """
 
 from __future__ import annotations
@@ -119,17 +120,34 @@ def render(grid_path: Path, statuses: list[dict], sources: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _cell_runs_over(grid, extra: list[str], folders: list[Path]) -> list[tuple[CellRun, Path]]:
+    """Each cell's run in the first folder that holds its complete record, else in the first folder."""
+    per_folder = [resolve_cells(grid.cells, grid.common, [*extra, f"output_dir={f}"], str(grid.path)) for f in folders]
+    chosen = []
+    for runs in zip(*per_folder, strict=True):
+        index = next((i for i, cell_run in enumerate(runs) if record_matches(cell_run)), 0)
+        chosen.append((runs[index], folders[index]))
+    return chosen
+
+
+def _default_logs(folders: list[Path]) -> list[Path]:
+    found = [f / name for f in folders for name in ("grid_log.csv", "extra/grid_log.csv")]
+    return [path for path in found if path.exists()]
+
+
 def ledger_command(args, extra: list[str]) -> int:
-    if not args.records.is_dir():
-        raise GridError(f"--records {args.records}: no such folder (the output folder holding runs/ and grid_log.csv)")
+    for folder in args.records:
+        if not folder.is_dir():
+            raise GridError(f"--records {folder}: no such folder (an output folder or bundle holding runs/)")
     grid = load_grid(args.grid, include_optional=True)
-    cell_runs = resolve_cells(grid.cells, grid.common, [*extra, f"output_dir={args.records}"], str(args.grid))
-    logs = args.grid_log or ([args.records / "grid_log.csv"] if (args.records / "grid_log.csv").exists() else [])
+    logs = args.grid_log or _default_logs(args.records)
     log_rows = [row for path in logs for row in read_rows(path)]
     plan = read_plan(args.plan_file) if args.plan_file else {}
     spent = spent_seconds(log_rows)
-    statuses = [cell_status(cr, spent, plan, args.records, 60.0 * grid.overhead_minutes) for cr in cell_runs]
-    sources = [f"the records in `{args.records.as_posix()}`"] + [f"`{p.as_posix()}`" for p in logs]
+    overhead_s = 60.0 * grid.overhead_minutes
+    statuses = [cell_status(cr, spent, plan, out, overhead_s) for cr, out in _cell_runs_over(grid, extra, args.records)]
+    named = ", ".join(f"`{f.as_posix()}`" for f in args.records)
+    sources = [f"the records in {named}"] + [f"`{p.as_posix()}`" for p in logs]
     sources += [f"the plan `{args.plan_file.as_posix()}`"] if args.plan_file else []
     out = args.out or args.grid.with_suffix("") / "LEDGER.md"
     records.write_atomic(out, render(args.grid, statuses, sources))

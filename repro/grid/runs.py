@@ -60,6 +60,16 @@ def resolve_cells(
     return out
 
 
+def done_elsewhere(cells: list[Cell], common: list[str], extra: list[str], folders: list[Path]) -> dict:
+    """(arm, task, seed) -> the first of ``folders`` holding the cell's complete record with these settings."""
+    found: dict = {}
+    for folder in folders:
+        for cell_run in resolve_cells(cells, common, [*extra, f"output_dir={folder}"], str(folder)):
+            if cell_run.cell.key not in found and record_matches(cell_run):
+                found[cell_run.cell.key] = Path(folder)
+    return found
+
+
 def complete_metrics(run_dir: Path) -> dict | None:
     """The metrics of the complete record in ``run_dir``, or None."""
     try:
