@@ -23,6 +23,11 @@ def common(tmp_path: Path, cache: Path, source: str = "task.source=generated") -
     ]
 
 
+# Smoke ListOps trees of 50-300 tokens (the smoke split sizes, so still 32 steps): for tests of the runner's
+# bookkeeping that run a model several times; test_smoke_run_writes_a_complete_record keeps the full length.
+SHORT_TREES = ["task.max_len=300", "task.generate.min_len=50", "task.generate.max_len=300"]
+
+
 def run_folder(tmp_path: Path, arm: str = "locality_k61", task: str = "listops") -> Path:
     return tmp_path / "out" / "runs" / arm / task / "smoke" / "seed0"
 
@@ -57,7 +62,7 @@ def test_smoke_run_writes_a_complete_record(tmp_path, shared_cache):
     logged = [line for line in done.stdout.splitlines() if line.startswith("eval step ")]
     evals = [row for row in history if row["val_acc"]]
     assert [line.split()[2] for line in logged] == [row["step"] for row in evals], done.stdout
-    assert all(f"val acc {float(row['val_acc']):.4f}," in line for line, row in zip(logged, evals))
+    assert all(f"val acc {float(row['val_acc']):.4f}," in line for line, row in zip(logged, evals, strict=True))
     leftovers = [p.name for p in folder.rglob(".*")]
     assert not leftovers, f"temporary files left: {leftovers}"
     # A second identical command finds the record complete and does not retrain.
@@ -69,7 +74,7 @@ def test_smoke_run_writes_a_complete_record(tmp_path, shared_cache):
 def test_killed_run_resumes_to_the_uninterrupted_metrics(tmp_path, shared_cache, bucketing):
     whole = tmp_path / "whole"
     cut = tmp_path / "cut"
-    args = ["arm=locality_k5", "task=listops", "profile=smoke", f"++train.length_bucketing={bucketing}"]
+    args = ["arm=locality_k5", "task=listops", "profile=smoke", f"++train.length_bucketing={bucketing}", *SHORT_TREES]
     done = run_cli(*args, *common(whole, shared_cache))
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -288,7 +293,7 @@ def test_settings_differences_name_what_shapes_training_and_skip_what_may_change
 
 
 def test_a_record_folder_holding_other_settings_is_refused_and_force_starts_over(tmp_path, shared_cache):
-    args = ["arm=locality_k61", "task=listops", "profile=smoke", *common(tmp_path, shared_cache)]
+    args = ["arm=locality_k61", "task=listops", "profile=smoke", *SHORT_TREES, *common(tmp_path, shared_cache)]
     assert run_cli(*args).returncode == 0
     done = run_cli(*args, "++train.lr=0.002")
     assert done.returncode == 2
@@ -317,7 +322,7 @@ def test_a_record_folder_holding_other_settings_is_refused_and_force_starts_over
 
 
 def test_a_run_that_died_before_its_first_checkpoint_is_not_guarded(tmp_path, shared_cache):
-    args = ["arm=locality_k61", "task=listops", "profile=smoke", *common(tmp_path, shared_cache)]
+    args = ["arm=locality_k61", "task=listops", "profile=smoke", *SHORT_TREES, *common(tmp_path, shared_cache)]
     folder = run_folder(tmp_path)
     folder.mkdir(parents=True)
     (folder / "config.yaml").write_text(yaml.safe_dump({"model": {"kernel_size": 61}, "train": {"batch_size": 512}}))
