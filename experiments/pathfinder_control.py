@@ -60,7 +60,7 @@ def generated_images(difficulty: str, n_images: int, seed: int) -> tuple[torch.T
         for c in tqdm(range(n_images // CHUNK), desc="generating")
     ]
     pixels = np.concatenate([p for p, _ in chunks]).reshape(-1, 1, 32, 32)
-    labels = np.concatenate([l for _, l in chunks])
+    labels = np.concatenate([y for _, y in chunks])
     return torch.from_numpy(pixels).float().div_(255.0), torch.from_numpy(labels)
 
 

@@ -71,9 +71,9 @@ def main() -> None:
                     }
                 )
                 print(
-                    f"| {difficulty} | {row.kernel_size} | {depth} | {row.reach} | {100 * row.decidable_positives:.1f}% "
-                    f"| {100 * row.decidable_negatives:.1f}% | {100 * row.markers_in_one_window:.1f}% "
-                    f"| {100 * row.window_accuracy:.1f}% |",
+                    f"| {difficulty} | {row.kernel_size} | {depth} | {row.reach} "
+                    f"| {100 * row.decidable_positives:.1f}% | {100 * row.decidable_negatives:.1f}% "
+                    f"| {100 * row.markers_in_one_window:.1f}% | {100 * row.window_accuracy:.1f}% |",
                     flush=True,
                 )
     args.out.write_text(json.dumps(record, indent=1))

@@ -200,6 +200,7 @@ def _copy_files(sources: list[Path], dest: Path, folder: str) -> list[str]:
 
 
 def _citation(version: str, created: datetime, commit: str, authors: list[str], title: str, n_runs: int) -> str:
+    abstract = f"{n_runs} run records of LRA-repro (Long Range Arena and its follow-up), checksummed in MANIFEST.json."
     lines = [
         "cff-version: 1.2.0",
         'message: "If you use these results, please cite them as below; verify with `python -m repro.bundle verify`."',
@@ -210,7 +211,7 @@ def _citation(version: str, created: datetime, commit: str, authors: list[str], 
         f"commit: {json.dumps(commit)}",
         "authors:",
         *[f"  - name: {json.dumps(a)}" for a in authors],
-        f"abstract: {json.dumps(f'{n_runs} run records of LRA-repro (Long Range Arena and its follow-up), checksummed in MANIFEST.json.')}",
+        f"abstract: {json.dumps(abstract)}",
         "keywords:",
         '  - "Long Range Arena"',
         '  - "reproduction"',
@@ -477,7 +478,8 @@ def citation(bundle: Path) -> tuple[str, str]:
             f"  author = {{{' and '.join('{' + a + '}' for a in authors)}}},",
             f"  year = {{{year}}},",
             f"  version = {{{version}}},",
-            f"  note = {{Bundle version {version}; MANIFEST.json sha256 {digest}; git commit {manifest['git_commit']}}},",
+            f"  note = {{Bundle version {version}; MANIFEST.json sha256 {digest}; "
+            f"git commit {manifest['git_commit']}}},",
             "}",
         ]
     )
@@ -576,7 +578,8 @@ def main(argv: list[str] | None = None) -> int:
             for path in bundles:
                 m = load_manifest(path)
                 print(
-                    f"{m['version']}\t{m['created']}\t{len(m['runs'])} runs\t{', '.join(m['profiles'])}\tsha256 {manifest_hash(path)[:16]}"
+                    f"{m['version']}\t{m['created']}\t{len(m['runs'])} runs\t{', '.join(m['profiles'])}\t"
+                    f"sha256 {manifest_hash(path)[:16]}"
                 )
     except BundleError as err:
         print(f"error: {err}", file=sys.stderr)

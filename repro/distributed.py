@@ -156,7 +156,7 @@ def gather_1d(ctx: DistContext, tensor: torch.Tensor, lengths: list[int]) -> lis
     padded[: len(tensor)] = tensor
     parts = [torch.empty_like(padded) for _ in range(ctx.world)]
     dist.all_gather(parts, padded)
-    return [part[:n] for part, n in zip(parts, lengths)]
+    return [part[:n] for part, n in zip(parts, lengths, strict=True)]
 
 
 def broadcast_object(ctx: DistContext, obj):

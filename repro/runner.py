@@ -289,7 +289,8 @@ def _record_decision(cfg: DictConfig, run: dict, run_dir: Path) -> tuple[int | N
             )
             return 2, resume
         print(
-            f"[{run['arm']}/{task_name}] force=true: starting over in {run_dir} (settings differ: {'; '.join(differences)})"
+            f"[{run['arm']}/{task_name}] force=true: starting over in {run_dir} "
+            f"(settings differ: {'; '.join(differences)})"
         )
         resume = False
     elif complete and not cfg.force:

@@ -126,7 +126,10 @@ def make_record(
     if train_counts is not None:
         metrics["data"]["class_counts"] = {"train": {str(k): int(v) for k, v in train_counts.items()}}
     assert set(records.METRIC_FIELDS) <= set(metrics)
-    rows = [{"index": i, "prediction": int(p), "label": int(l)} for i, (p, l) in enumerate(zip(predictions, labels))]
+    rows = [
+        {"index": i, "prediction": int(p), "label": int(y)}
+        for i, (p, y) in enumerate(zip(predictions, labels, strict=True))
+    ]
     if write_metrics:
         write_record(run_dir, history, rows, metrics)
     else:  # a run still in progress: history and predictions, no metrics.json

@@ -232,7 +232,9 @@ def test_bigbird_rejects_longer_than_max_len():
 
 
 def test_lra_defaults():
-    mk = lambda n: ATTENTION.get(n)(d_model=D, n_heads=H, max_len=2048)
+    def mk(n):
+        return ATTENTION.get(n)(d_model=D, n_heads=H, max_len=2048)
+
     assert mk("local").block_size == 50 and mk("local").look_backward == 0
     lf = mk("longformer")
     assert (lf.window, lf.n_global) == (512, 0)

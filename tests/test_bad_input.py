@@ -125,14 +125,15 @@ CASES = [
         "model key typo",
         ["+model.kernel_sise=9"],
         2,
-        f"error: +model.kernel_sise=9: model has no key 'kernel_sise' {TYPO_WHERE}; did you mean model.kernel_size? ...",
+        f"error: +model.kernel_sise=9: model has no key 'kernel_sise' {TYPO_WHERE}; "
+        "did you mean model.kernel_size? ...",
     ),
     (
         "task key typo",
         ["+task.data_sed=3"],
         2,
-        f"error: +task.data_sed=3: task has no key 'data_sed' {TYPO_WHERE}; did you mean task.data_seed? (valid: builder, "
-        "data_seed, generate, max_len, name, official_subdir, source)",
+        f"error: +task.data_sed=3: task has no key 'data_sed' {TYPO_WHERE}; "
+        "did you mean task.data_seed? (valid: builder, data_seed, generate, max_len, name, official_subdir, source)",
     ),
     (
         "nested task key typo",
@@ -191,8 +192,9 @@ CASES = [
         "budget too short for one step",
         ["++train.budget_minutes=1e-9"],
         1,
-        "[locality_k5/listops] error: not a result, no record written (trained 0 steps; train_examples_per_s=nan is not "
-        "a number); the history is in {t}/out/runs/locality_k5/listops/smoke/seed0/history.csv",
+        "[locality_k5/listops] error: not a result, no record written "
+        "(trained 0 steps; train_examples_per_s=nan is not a number); "
+        "the history is in {t}/out/runs/locality_k5/listops/smoke/seed0/history.csv",
     ),
 ]
 

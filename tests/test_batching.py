@@ -74,7 +74,7 @@ def test_bucketed_order_keeps_every_example_and_groups_similar_lengths():
         assert len({pool_of[int(i)] for i in batch}) == 1
         pool = order[pool_of[int(batch[0])] * 80 :][:80]
         ranks = torch.argsort(torch.argsort(lengths[pool], stable=True))
-        position = {int(i): int(r) for i, r in zip(pool, ranks)}
+        position = {int(i): int(r) for i, r in zip(pool, ranks, strict=True)}
         places = sorted(position[int(i)] for i in batch)
         assert places == list(range(places[0], places[0] + 8)) and places[0] % 8 == 0
     spread = (lengths[out].view(-1, 8).amax(1) - lengths[out].view(-1, 8).amin(1)).float().mean()

@@ -119,7 +119,7 @@ def test_relative_speed_is_ours_over_the_sdpa_transformer_at_the_same_length(bun
     body = table_rows((bundle / "table.md").read_text(), report.MODE_TITLES["train"])
     assert set(body) == set(MODELS)
     for model, cells in body.items():
-        for length, cell in zip(LENGTHS, cells):
+        for length, cell in zip(LENGTHS, cells, strict=True):
             value, ratio = re.fullmatch(r"([\d.]+) \(([\d.]+)x\)", cell).groups()
             assert float(value) == pytest.approx(rows[(model, length, "train")], abs=0.006)
             expected = rows[(model, length, "train")] / rows[("lra_transformer", length, "train")]

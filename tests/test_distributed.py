@@ -100,7 +100,7 @@ def test_ddp_two_processes_equal_one_process_with_the_same_global_batch(tmp_path
     # Every logged loss (training: the mean over the global batch; validation) agrees step by step.
     rows_a, rows_b = read_csv(reference / "history.csv"), read_csv(run / "history.csv")
     assert [(r["step"], r["lr"]) for r in rows_a] == [(r["step"], r["lr"]) for r in rows_b]
-    for ra, rb in zip(rows_a, rows_b):
+    for ra, rb in zip(rows_a, rows_b, strict=True):
         for key in ("train_loss", "val_loss"):
             if ra[key]:
                 assert abs(float(ra[key]) - float(rb[key])) < 1e-4, (ra, rb)

@@ -158,7 +158,8 @@ def test_s4d_fft_kernel_equals_the_recurrence(bidirectional, init):
 
 
 def test_s4d_initialisation():
-    """S4D section 4: Lin A_n = -1/2 + i pi n; Inv A_n = -1/2 + i N/pi (N/(2n+1) - 1); log dt uniform in [dt_min, dt_max]."""
+    """S4D section 4: Lin A_n = -1/2 + i pi n; Inv A_n = -1/2 + i N/pi (N/(2n+1) - 1);
+    log dt uniform in [dt_min, dt_max]."""
     lin = s4d_eigenvalues(4, "lin")
     np.testing.assert_allclose(lin.numpy(), -0.5 + 1j * math.pi * np.arange(4))
     inv = s4d_eigenvalues(4, "inv", 8)

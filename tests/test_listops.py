@@ -61,7 +61,7 @@ def big_set():
 def test_trees_evaluate_to_their_labels_by_an_independent_evaluator(big_set):
     arrays, _ = big_set
     x, y = arrays["train_x"], arrays["train_y"]
-    for row, label in zip(x[:3000], y[:3000]):
+    for row, label in zip(x[:3000], y[:3000], strict=True):
         assert independent_eval(decode(row)) == label
 
 
@@ -85,7 +85,7 @@ def test_label_baselines_match_the_follow_up_appendix_b(big_set):
     roots = [listops.VOCAB[r[0]] for r in x]
     assert set(roots) <= set(trees.OPERATORS), "every kept tree has an operator at its root"
     by_root: dict[str, Counter] = {}
-    for root, label in zip(roots, y):
+    for root, label in zip(roots, y, strict=True):
         by_root.setdefault(root, Counter())[int(label)] += 1
     per_root_majority = sum(c.most_common(1)[0][1] for c in by_root.values()) / len(y)
     single_majority = Counter(y.tolist()).most_common(1)[0][1] / len(y)
@@ -106,7 +106,7 @@ def test_official_reader_and_generator_give_identical_ids(tmp_path: Path):
     generated = trees.generate_chunk(seed=3, chunk=0, size=20, spec=SPEC)
     listops.write_tsv(tmp_path / "basic_train.tsv", [(trees.to_source(t), trees.evaluate(t)) for t in generated])
     rows, labels = listops.read_official_tsv(tmp_path / "basic_train.tsv")
-    for tree, row, label in zip(generated, rows, labels):
+    for tree, row, label in zip(generated, rows, labels, strict=True):
         np.testing.assert_array_equal(row, listops.encode(trees.tokens(tree)))
         assert label == trees.evaluate(tree)
 

@@ -63,7 +63,7 @@ def test_conv_gradients_equal_autograd_of_the_plain_convolution(groups, impl):
         (torch.nn.functional.conv1d(x, w, b, padding=2, groups=groups) * upstream).sum(), [x, w, b]
     )
     got = torch.autograd.grad((conv1d_same(x, w, b, groups, impl) * upstream).sum(), [x, w, b])
-    for g, r in zip(got, want):
+    for g, r in zip(got, want, strict=True):
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
 
 
@@ -86,7 +86,7 @@ def test_toeplitz_conv_over_several_blocks_equals_direct_convolution_and_its_gra
     want = torch.autograd.grad(
         (torch.nn.functional.conv1d(x, w, b, padding=4, groups=groups) * upstream).sum(), [x, w, b]
     )
-    for g, r in zip(torch.autograd.grad((got * upstream).sum(), [x, w, b]), want):
+    for g, r in zip(torch.autograd.grad((got * upstream).sum(), [x, w, b]), want, strict=True):
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
 
 

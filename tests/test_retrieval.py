@@ -49,7 +49,7 @@ def test_reader_ids_labels_shapes(tmp_path):
     np.testing.assert_array_equal(task.train.labels, [1, 0, 1, 0, 0])
     np.testing.assert_array_equal(task.val.labels, [1, 0])
     np.testing.assert_array_equal(task.test.labels, [0])
-    for row, line in zip(task.train.inputs, TRAIN):
+    for row, line in zip(task.train.inputs, TRAIN, strict=True):
         _, _, _, t1, t2 = line.split("\t")
         assert row[0].tolist() == ids(t1)
         assert row[1].tolist() == ids(t2)

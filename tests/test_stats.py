@@ -89,7 +89,7 @@ def test_hierarchical_bootstrap_covers_the_true_accuracy_difference_in_at_least_
     for dataset in range(100):
         difficulty = rng.normal(0.0, 1.0, examples)  # shared by both arms: the pairing matters
 
-        def runs(p):
+        def runs(p, difficulty=difficulty):
             logit = math.log(p / (1 - p))
             # per-seed shift of small size, per-example difficulty, then Bernoulli outcomes
             shifts = rng.normal(0.0, 0.05, (seeds, 1))

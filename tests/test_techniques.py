@@ -78,7 +78,7 @@ def test_permuted_listops_keeps_label_and_tokens_over_1000_trees():
     out = permute_operands(x, torch.Generator().manual_seed(0))
     assert out.dtype == x.dtype and out.shape == x.shape
     changed = 0
-    for tree, before, after in zip(tree_list, x, out):
+    for tree, before, after in zip(tree_list, x, out, strict=True):
         original, permuted = decode(before), decode(after)
         assert evaluate_tokens(original) == trees.evaluate(tree)  # the test's evaluator agrees with the generator's
         assert evaluate_tokens(permuted) == trees.evaluate(tree)
@@ -118,7 +118,7 @@ def test_autoaugment_keeps_shape_and_dtype_and_changes_images():
     out = augment(images, StepDraws(0, 0))
     assert torch.equal(torch.get_rng_state(), rng_before)  # the global RNG is left alone
     assert out.shape == images.shape and out.dtype == torch.uint8
-    differs = [not torch.equal(a, b) for a, b in zip(out, images)]
+    differs = [not torch.equal(a, b) for a, b in zip(out, images, strict=True)]
     assert sum(differs) >= len(differs) // 2  # most policy draws change the image
     assert torch.equal(out, augment(images, StepDraws(0, 0)))  # deterministic by (seed, step)
     assert not torch.equal(out, augment(images, StepDraws(0, 1)))
@@ -263,7 +263,7 @@ def test_d4_augmentation_applies_one_group_element_per_image():
     out = DihedralAugment()(images, StepDraws(0, 0))
     square = images.view(-1, 8, 8)
     used = Counter()
-    for before, after in zip(square, out.view(-1, 8, 8)):
+    for before, after in zip(square, out.view(-1, 8, 8), strict=True):
         matches = [e for e in range(8) if torch.equal(d4_transform(before, e), after)]
         assert matches, "each output is a rotation/reflection of its input"
         used[matches[0]] += 1

@@ -94,7 +94,7 @@ def test_official_reader_ids_labels_order(tmp_path):
     assert task.train.inputs.shape == (8, MAX_LEN)
     assert task.train.inputs.dtype == np.uint8
     np.testing.assert_array_equal(task.train.labels, [0, 0, 0, 0, 1, 1, 1, 1])
-    for row, key in zip(task.train.inputs, order):
+    for row, key in zip(task.train.inputs, order, strict=True):
         np.testing.assert_array_equal(row, expected_row(by_key[key]))
     # spot-check the mapping by hand: b -> b + 1, 0 padding, UTF-8 bytes of e-acute
     cafe = task.train.inputs[5]

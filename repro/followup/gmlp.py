@@ -1,4 +1,5 @@
-"""gMLP with a full-length learned convolution as its spatial projection (the follow-up study, section 2.5, eq. 5, Table 6).
+"""gMLP with a full-length learned convolution as its spatial projection
+(the follow-up study, section 2.5, eq. 5, Table 6).
 
     Z = sigma(X U),  Z1, Z2 = split(Z),  Zhat = Z1 * (W Z2 + b),  O = Zhat V        (eq. 5)
 

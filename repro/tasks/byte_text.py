@@ -97,7 +97,7 @@ def stratified_holdout(
     take[order[: count - int(take.sum())]] += 1
     keys = seeded_keys(n, int(seed))
     held = []
-    for cls, k in zip(classes, take):
+    for cls, k in zip(classes, take, strict=True):
         members = np.flatnonzero(labels == cls)
         held.append(members[np.argsort(keys[members], kind="stable")[:k]])
     held_idx = np.sort(np.concatenate(held))
@@ -113,7 +113,7 @@ def index_digest(indices: np.ndarray) -> str:
 
 def class_counts(labels: np.ndarray) -> dict[str, int]:
     classes, sizes = np.unique(np.asarray(labels), return_counts=True)
-    return {str(int(c)): int(s) for c, s in zip(classes, sizes)}
+    return {str(int(c)): int(s) for c, s in zip(classes, sizes, strict=True)}
 
 
 def length_stats(lengths: np.ndarray) -> dict[str, float]:

@@ -160,7 +160,7 @@ def generate(
             chunk += need_chunks
             results = pool.imap(_chunk_ids, batch) if pool else map(_chunk_ids, batch)
             for ids, labs in results:
-                for row, label in zip(ids, labs):
+                for row, label in zip(ids, labs, strict=True):
                     if len(rows) == total:
                         break
                     key = row.tobytes()

@@ -1,7 +1,7 @@
 """ListOps expression trees: random generation, evaluation and the TSV text form.
 
-Facts from the LRA release's generator (the LRA release's ``lra_benchmarks/data/listops.py``, google-research/long-range-arena;
-Tay et al. 2021, section 2.2.1): operators MIN, MAX, MED (``int(np.median)``), SM (sum
+Facts from the LRA release's generator (the LRA release's ``lra_benchmarks/data/listops.py``,
+google-research/long-range-arena; Tay et al. 2021, section 2.2.1): operators MIN, MAX, MED (``int(np.median)``), SM (sum
 mod 10); values 0-9; a node at depth ``d < max_depth`` (root at depth 1) is an
 operator with probability 0.25, otherwise a value; an operator takes
 ``randint(2, max_args)`` sub-trees; the operator is drawn uniformly after its

@@ -1,4 +1,5 @@
-"""Pathfinder (32x32) and Path-X (128x128): are the two markers on one dashed contour? (Tay et al. 2021, sections 2.2.5-2.2.6).
+"""Pathfinder (32x32) and Path-X (128x128): are the two markers on one dashed contour?
+(Tay et al. 2021, sections 2.2.5-2.2.6).
 
 Two sources give the same kind of arrays, uint8 pixels ``[N, H*W]`` flattened
 row-major (1,024 tokens at 32x32, 16,384 at 128x128; the intensity 0-255 is the

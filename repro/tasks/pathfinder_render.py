@@ -504,9 +504,7 @@ def grow_targets(rng: random.Random, field_: DashField, spec: PathSpec, margin: 
     )
 
 
-def _seed_anywhere(
-    rng: random.Random, field_: DashField, spec: PathSpec, margin: float, owner: int
-) -> Contour | None:
+def _seed_anywhere(rng: random.Random, field_: DashField, spec: PathSpec, margin: float, owner: int) -> Contour | None:
     """A first dash anywhere in the window (lattice: starting on a pixel centre)."""
     first, last = math.ceil(field_.lo - 0.5), math.floor(field_.hi - 0.5)
     for _ in range(spec.seed_trials):

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Optional
 
 import torch
 from torch import Tensor, nn
@@ -171,7 +170,8 @@ def _mlm(value, task: TaskData):
 
 
 def build_train_augment(spec: dict | None, task: TaskData) -> TrainAugment | None:
-    """The techniques ``spec`` (a run's resolved ``techniques``: name and ``augment``) asks for on ``task``; None if none."""
+    """The techniques ``spec`` (a run's resolved ``techniques``: name and ``augment``) asks for on ``task``;
+    None if none."""
     spec = dict(spec or {})
     augment = dict(spec.get("augment") or {})
     transforms, objective = [], None

@@ -1,4 +1,5 @@
-"""Pathfinder's optional D4 augmentation (the follow-up study, appendix C): rotations and reflections of the square image.
+"""Pathfinder's optional D4 augmentation (the follow-up study, appendix C): rotations and reflections of the
+square image.
 
 "We recommend using a subset of the dihedral group D4 of reflections and rotations, as
 they do not cause any distortion in the images due to low resolution." Element ``e`` of

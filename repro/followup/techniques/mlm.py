@@ -73,7 +73,8 @@ class MaskedTokenObjective:
         )
 
     def loss(self, model: nn.Module, ids: Tensor, labels: Tensor, generator: torch.Generator | None) -> Tensor:
-        """Cross-entropy of the task on the corrupted input plus ``weight`` x that of the originals at the selected positions."""
+        """Cross-entropy of the task on the corrupted input plus ``weight`` x that of the originals at the
+        selected positions."""
         corrupted, selected = self.corrupt(ids, generator)
         logits, states = model.forward_with_states(corrupted)
         if model.encoder.cls is not None:
@@ -86,4 +87,7 @@ class MaskedTokenObjective:
         return task_loss + self.weight * F.cross_entropy(predicted.float(), flat_ids[flat_selected].long())
 
     def __repr__(self) -> str:
-        return f"MaskedTokenObjective(rate={self.rate}, random_fraction={self.random_fraction:.4f}, mask_id={self.mask_id})"
+        return (
+            f"MaskedTokenObjective(rate={self.rate}, random_fraction={self.random_fraction:.4f}, "
+            f"mask_id={self.mask_id})"
+        )
