@@ -165,6 +165,7 @@ def test_every_table_and_figure_is_written_deterministically(made):
             assert a.read_bytes() == b.read_bytes(), f"{a.name} differs between two runs"
             assert a.stat().st_size > 0
     assert (first / "tables/index.md").read_bytes() == (second / "tables/index.md").read_bytes()
+    assert ".tex)" not in (first / "tables/index.md").read_text()  # the index links only the tracked Markdown
     for name in FIGURES:
         png = first / "figures" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -65,7 +65,8 @@ def index_page(view: BundleView, tables: list[Table], figures: list[Path]) -> st
     ]
     for t in tables:
         missing, total = t.missing()
-        lines.append(f"| {t.title} | {missing} of {total} | [{t.name}.md]({t.name}.md), [{t.name}.tex]({t.name}.tex) |")
+        files = f"[{t.name}.md]({t.name}.md) (the command writes {t.name}.tex beside it)"
+        lines.append(f"| {t.title} | {missing} of {total} | {files} |")
     lines += ["", "| figure | file |", "| --- | --- |"]
     lines += [f"| {p.stem} | [../figures/{p.name}](../figures/{p.name}) |" for p in figures]
     return "\n".join(lines) + "\n"
