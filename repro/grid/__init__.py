@@ -1,4 +1,4 @@
-"""Grids of (arm, task, seed) runs on GPU machines lent in short slots (``lra-grid``, ``experiments/run_grid.py``).
+"""Grids of (arm, task, seed) runs on GPU machines lent in short slots (``lra-grid``, ``python -m repro.grid``).
 
 Modules, one job each:
 
