@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT
 
 from repro.grid.gridlog import GPU_TOTAL, read_rows
-from repro.grid.slots import GpuSlots
+from repro.grid.schedule import GpuSlots
 
 GRID = [sys.executable, "-m", "repro.grid"]  # lra-grid, run with cwd=ROOT: this checkout's package
 FAKE = ROOT / "tests" / "grid_fake_runner.py"
