@@ -395,7 +395,7 @@ def test_a_bad_auto_table_is_refused_naming_the_file(tmp_path, monkeypatch):
     broken = tmp_path / "broken.json"
     broken.write_text(_json.dumps({"device": "GPU X"}))
     monkeypatch.setenv(conv.AUTO_TABLE_ENV, str(broken))
-    with pytest.raises(RuntimeError, match="broken.json: not a readable experiments/bench_conv.py record"):
+    with pytest.raises(RuntimeError, match="broken.json: not a readable experiments/check_fast.py conv record"):
         conv._auto_table()
 
 
