@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.cli.hydra_conf import config_dir, require_same_checkout
+from repro.cli import config_dir, require_same_checkout
 
 ROOT = Path(__file__).resolve().parents[1]
 

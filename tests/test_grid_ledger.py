@@ -19,7 +19,7 @@ from repro.grid.costs import cell_seconds, cost_from_run
 from repro.grid.gridlog import append_rows
 from repro.grid.runs import resolve_cells
 
-GRID = ROOT / "experiments" / "run_grid.py"
+GRID = [sys.executable, "-m", "repro.grid"]  # lra-grid, run with cwd=ROOT: this checkout's package
 LRA_ARMS = [
     "lra_transformer",
     "lra_local",
@@ -83,7 +83,7 @@ def test_the_ledger_counts_done_cells_minutes_spent_and_minutes_left(tmp_path):
     plan = tmp_path / "plan.csv"
     plan.write_text("arm,task,seed,minutes,planned_steps\nlra_transformer,text,0,12.0,20000\n")
     done = subprocess.run(
-        [sys.executable, str(GRID), "ledger", str(grid_path), "--records", str(folder), "--plan-file", str(plan)],
+        [*GRID, "ledger", str(grid_path), "--records", str(folder), "--plan-file", str(plan)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -147,9 +147,9 @@ def test_a_block_s_overrides_come_after_the_common_ones_and_before_the_command_l
     )
     grid = load_grid(path)
     listops, text = grid.cells
-    line = command(GRID, listops, grid.common, ["task.source=official"])
+    line = command(ROOT / "experiments" / "run.py", listops, grid.common, ["task.source=official"])
     assert line[-3:] == ["profile=paper", "task.source=generated", "task.source=official"]
-    assert command(GRID, text, grid.common, [])[-1] == "profile=paper"
+    assert command(ROOT / "experiments" / "run.py", text, grid.common, [])[-1] == "profile=paper"
     runs = resolve_cells(grid.cells, grid.common, [f"output_dir={tmp_path}"], "test")
     assert runs[0].run["task"]["source"] == "generated" and runs[1].run["task"]["source"] == "auto"
     wins = resolve_cells([listops], grid.common, ["task.source=official"], "test")
@@ -159,8 +159,7 @@ def test_a_block_s_overrides_come_after_the_common_ones_and_before_the_command_l
 def test_the_ledger_needs_an_existing_records_folder(tmp_path):
     done = subprocess.run(
         [
-            sys.executable,
-            str(GRID),
+            *GRID,
             "ledger",
             str(ROOT / "experiments" / "grids" / "v0.2-lra.yaml"),
             "--records",

@@ -13,7 +13,7 @@ from repro.grid.cells import GridError
 from repro.grid.costs import planned_steps, validations
 from repro.grid.plan import read_plan
 
-GRID = ROOT / "experiments" / "run_grid.py"
+GRID = [sys.executable, "-m", "repro.grid"]  # lra-grid, run with cwd=ROOT: this checkout's package
 
 
 def _loop_validations(steps: int, per_epoch: int, every: int | None) -> int:
@@ -69,7 +69,7 @@ def _plan(tmp_path, shared_cache, *args):
         "task.source=generated",
     ]
     done = subprocess.run(
-        [sys.executable, str(GRID), str(grid), "--plan", *args, *extra],
+        [*GRID, str(grid), "--plan", *args, *extra],
         capture_output=True,
         text=True,
         timeout=600,

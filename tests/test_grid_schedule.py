@@ -13,9 +13,9 @@ import pytest
 from conftest import ROOT
 
 from repro.grid.gridlog import GPU_TOTAL, read_rows
-from repro.grid.slots import GpuSlots
+from repro.grid.schedule import GpuSlots
 
-GRID = ROOT / "experiments" / "run_grid.py"
+GRID = [sys.executable, "-m", "repro.grid"]  # lra-grid, run with cwd=ROOT: this checkout's package
 FAKE = ROOT / "tests" / "grid_fake_runner.py"
 
 
@@ -28,7 +28,7 @@ def _grid(tmp_path, blocks: str, minutes_per_run: float = 0.0):
 
 
 def _command(tmp_path, grid, *args):
-    return [sys.executable, str(GRID), str(grid), "--runner", str(FAKE), *args, "--", f"output_dir={tmp_path / 'out'}"]
+    return [*GRID, str(grid), "--runner", str(FAKE), *args, "--", f"output_dir={tmp_path / 'out'}"]
 
 
 def _env(tmp_path, seconds: float, fail: str = "") -> dict:

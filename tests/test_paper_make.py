@@ -1,4 +1,5 @@
-"""paper/make.py (lra-paper) on a bundle frozen from synthetic records: tables, claims, baselines, shares."""
+"""``lra-paper`` (``python -m repro.paper``) on a bundle frozen from synthetic records: tables, claims, baselines,
+shares."""
 
 from __future__ import annotations
 
@@ -143,7 +144,7 @@ def frozen(tmp_path_factory) -> Path:
 
 def make(bundle_dir: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, str(ROOT / "paper" / "make.py"), "--bundle", str(bundle_dir), "--out", str(out), *extra]
+    command = [sys.executable, "-m", "repro.paper", "--bundle", str(bundle_dir), "--out", str(out), *extra]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     return done
 
@@ -165,6 +166,7 @@ def test_every_table_and_figure_is_written_deterministically(made):
             assert a.read_bytes() == b.read_bytes(), f"{a.name} differs between two runs"
             assert a.stat().st_size > 0
     assert (first / "tables/index.md").read_bytes() == (second / "tables/index.md").read_bytes()
+    assert ".tex)" not in (first / "tables/index.md").read_text()  # the index links only the tracked Markdown
     for name in FIGURES:
         png = first / "figures" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -427,12 +429,19 @@ def test_lra_paper_entry_point_and_its_help():
     module, _, function = scripts["lra-paper"].partition(":")
     assert callable(getattr(importlib.import_module(module), function))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    for command in (
-        [sys.executable, "-m", "repro.paper", "--help"],
-        [sys.executable, str(ROOT / "paper/make.py"), "--help"],
-    ):
-        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
-        assert done.returncode == 0 and done.stdout.startswith("usage: lra-paper") and "--claims" in done.stdout
+    done = subprocess.run(
+        [sys.executable, "-m", "repro.paper", "--help"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.startswith("usage: lra-paper") and "--claims" in done.stdout
+    done = subprocess.run(
+        [sys.executable, "-m", "repro.paper", "pathfinder-samples", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stdout.startswith("usage: lra-paper pathfinder-samples")
+    assert "--render" in done.stdout and "--difficulty" in done.stdout
 
 
 def test_a_changed_bundle_is_refused(frozen, tmp_path):

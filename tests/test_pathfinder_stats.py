@@ -1,4 +1,4 @@
-"""Pathfinder statistics (repro/tasks/pathfinder_stats.py, experiments/pathfinder_stats.py) on hand-made images."""
+"""Pathfinder statistics (repro/tasks/pathfinder_stats.py, ``experiments/pathfinder.py stats``) on hand-made images."""
 
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def test_bracket_says_which_values_fall_inside():
 
 def run_cli(*args) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(ROOT / "experiments" / "pathfinder_stats.py"), *args],
+        [sys.executable, str(ROOT / "experiments" / "pathfinder.py"), "stats", *args],
         capture_output=True,
         text=True,
         cwd=ROOT,

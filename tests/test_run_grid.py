@@ -1,6 +1,6 @@
-"""experiments/run_grid.py with the real runner: cells run, complete ones skipped, a deadline respected, a slot's
-archives resumed elsewhere to the same record as an uninterrupted run. (Scheduling with a stand-in runner:
-test_grid_schedule.py.)"""
+"""``lra-grid`` (``python -m repro.grid``) with the real runner: cells run, complete ones skipped, a deadline
+respected, a slot's archives resumed elsewhere to the same record as an uninterrupted run. (Scheduling with a
+stand-in runner: test_grid_schedule.py.)"""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from conftest import ROOT, SHORT_LISTOPS_OVERRIDES, read_json
 
 from repro.grid.gridlog import GPU_TOTAL, read_rows
 
-GRID = ROOT / "experiments" / "run_grid.py"
+GRID = [sys.executable, "-m", "repro.grid"]  # lra-grid, run with cwd=ROOT: this checkout's package
 SHORT = ["profile=smoke", *SHORT_LISTOPS_OVERRIDES, "+train.max_steps=2"]
 
 
@@ -46,7 +46,7 @@ def _run(tmp_path, shared_cache, *args):
     options = [a for a in args[1:] if not a.startswith("output_dir=")]  # an output_dir= replaces the default
     extra += [a for a in args[1:] if a.startswith("output_dir=")]
     return subprocess.run(
-        [sys.executable, str(GRID), str(_grid(tmp_path, *args[:1])), *options, *extra],
+        [*GRID, str(_grid(tmp_path, *args[:1])), *options, *extra],
         capture_output=True,
         text=True,
         timeout=600,
@@ -85,7 +85,7 @@ def test_a_cell_that_would_overrun_the_deadline_is_not_started(tmp_path, shared_
 def test_a_grid_without_cells_names_the_key(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("cells:\n  - {arms: [locality_k5], seeds: [0]}\n")
-    done = subprocess.run([sys.executable, str(GRID), str(bad), "--dry-run"], capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run([*GRID, str(bad), "--dry-run"], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode != 0 and "cells[0] lacks list key(s) tasks" in done.stderr
 
 
@@ -135,7 +135,7 @@ def test_sigterm_to_the_grid_reaches_its_running_cell_and_releases_the_claim(tmp
         "task.source=generated",
     ]
     grid_process = subprocess.Popen(
-        [sys.executable, str(GRID), str(grid), "--gpus", "0", "--claim-dir", str(claims), *extra],
+        [*GRID, str(grid), "--gpus", "0", "--claim-dir", str(claims), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -173,7 +173,7 @@ def test_a_slot_stopped_mid_run_resumes_from_its_archives_to_the_uninterrupted_r
     shared = [f"cache_dir={shared_cache}", f"data_dir={tmp_path / 'none'}", "task.source=generated"]
 
     def grid_command(*args, output):
-        return [sys.executable, str(GRID), str(grid), "--gpus", "0", *args, "--", f"output_dir={output}", *shared]
+        return [*GRID, str(grid), "--gpus", "0", *args, "--", f"output_dir={output}", *shared]
 
     reference = subprocess.run(
         grid_command(output=tmp_path / "ref"), capture_output=True, text=True, timeout=600, cwd=ROOT

@@ -71,7 +71,7 @@ def test_a_checkpoint_state_with_an_unknown_key_is_refused_naming_the_file(tmp_p
 
 
 def test_data_wait_probe_times_the_fetch_of_every_nth_step_against_the_whole_step():
-    from repro.training.data_wait import DataWaitProbe
+    from repro.training.clock import DataWaitProbe
 
     ticks = iter([0.0, 0.3, 1.0, 10.0, 10.1, 11.0])  # two sampled steps: fetch 0.3 of 1.0, then 0.1 of 1.0
     probe = DataWaitProbe(torch.device("cpu"), every=3, clock=lambda: next(ticks))

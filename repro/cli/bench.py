@@ -31,7 +31,7 @@ from ..bench.models import attention_dropout_setting, plan
 from ..bench.timing import matmul_peak_tflops
 from ..records import git_commit
 from ..runner import pick_device
-from .hydra_conf import config_dir, require_same_checkout
+from . import config_dir, require_same_checkout
 
 
 def as_list(value, key: str) -> list | None:

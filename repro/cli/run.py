@@ -27,7 +27,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from ..runner import arm_tasks, execute
-from .hydra_conf import config_dir, require_same_checkout
+from . import config_dir, require_same_checkout
 
 
 class MemberFailed(RuntimeError):

@@ -38,7 +38,7 @@ settings use laplace on image, Pathfinder and Path-X, not modelled), so it runs 
 - ``materialized``: softmax(Q K^T / sqrt(z) + rel_bias) V written out, the [L, L] scores in memory.
 - ``sdpa``: ``scaled_dot_product_attention`` with the [c, c] relative bias as a float
   ``attn_mask`` broadcast over the batch (never one matrix per sample) and the key padding
-  folded into one extra query/key feature (``repro/original/attention/_folded_mask.py``).
+  folded into one extra query/key feature (``fold_key_mask`` in ``repro/original/attention/_common.py``).
 - ``flex``: ``flex_attention`` with the relative bias as a score_mod term (one learned scalar per
   offset read per score; its gradient accumulated inside the kernel), the key padding a -inf key
   bias. Why: with a float ``attn_mask`` that needs a gradient SDPA runs the memory-efficient kernel,
@@ -75,9 +75,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..original.attention._common import open_fully_masked
+from ..original.attention._common import fold_key_mask, open_fully_masked
 from ..original.attention._flex import FlexSettings, flex_pattern_attention
-from ..original.attention._folded_mask import fold_key_mask
 from ..original.attention.fast_defaults import check_choice, choose
 from .fftconv import fft_conv, two_sided
 

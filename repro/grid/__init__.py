@@ -1,11 +1,11 @@
-"""Grids of (arm, task, seed) runs on GPU machines lent in short slots (``lra-grid``, ``experiments/run_grid.py``).
+"""Grids of (arm, task, seed) runs on GPU machines lent in short slots (``lra-grid``, ``python -m repro.grid``).
 
 Modules, one job each:
 
 - ``cells``: a grid file -> its cells in order, and each cell's ``experiments/run.py`` command;
 - ``runs``: where a cell's record and checkpoints live, and what they say (resolved like the runner does);
-- ``slots``: per-GPU occupancy, packing limits and GPU-time accounting;
-- ``schedule``: runs commands N to a GPU before a deadline, passing stop signals on;
+- ``schedule``: runs commands N to a GPU before a deadline, passing stop signals on; per-GPU occupancy,
+  packing limits and GPU-time accounting (``GpuSlots``);
 - ``gridlog``: ``grid_log.csv``, one row per finished cell and one per GPU;
 - ``plan``: GPU-minutes per cell from a timed probe or from records;
 - ``archive``: records and checkpoints into a few size-capped ``tar.gz`` files, and back;

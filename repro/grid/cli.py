@@ -1,6 +1,6 @@
 """``lra-grid``: run, plan and account a grid of (arm, task, seed) cells on GPU machines lent in short slots.
 
-Usage (``experiments/run_grid.py`` takes the same arguments)::
+Usage (``python -m repro.grid`` takes the same arguments)::
 
     lra-grid GRID.yaml [options] [-- overrides for every cell]     # run the cells left
     lra-grid GRID.yaml --plan [options] [-- overrides]             # GPU-minutes per cell

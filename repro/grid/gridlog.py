@@ -5,7 +5,7 @@ No header (rows of several grid commands, and of older versions, append to one f
     arm, task, seed, exit, wall_s, finished_utc, gpu, per_gpu, started_utc, gpu_s, examples, examples_per_s
 
 ``gpu_s``: the GPU seconds charged to the cell (its wall time divided among the cells sharing its
-GPU, ``slots.GpuSlots``); ``examples``: the training examples it trained on in this command
+GPU, ``schedule.GpuSlots``); ``examples``: the training examples it trained on in this command
 (record or checkpoint after, minus checkpoint before); ``examples_per_s``: the record's own
 ``train_examples_per_s`` (empty when it wrote none). A GPU's row has arm ``(gpu total)``, the
 seconds the GPU was busy in ``wall_s`` and ``gpu_s``, the examples its cells trained on, and

@@ -3,8 +3,8 @@
 Each job is a subprocess that leads its own process group (``os.setsid``: a Ctrl-C in the terminal
 reaches the scheduler alone, which decides what each job is sent),
 with ``CUDA_VISIBLE_DEVICES`` set to its GPU. Jobs start in the given order whenever a GPU
-can take one (``slots.GpuSlots``); a job whose packing limit keeps it off every GPU for now
-waits, and the next job that fits starts meanwhile. A job whose expected seconds
+can take one (``GpuSlots``: packing limits and GPU-time accounting); a job whose packing limit
+keeps it off every GPU for now waits, and the next job that fits starts meanwhile. A job whose expected seconds
 (``Job.est_s``) would end past the deadline is not started (``carry_over``: started anyway
 while at least ``CARRY_OVER_MIN_S`` are left, to be checkpointed and continued later). At
 the deadline, or on SIGTERM / SIGINT / SIGUSR1 to this process, the running jobs get that
@@ -22,10 +22,62 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .slots import GpuSlots
-
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 CARRY_OVER_MIN_S = 300.0  # a run started to be carried over gets at least this much of the slot
+
+
+class GpuSlots:
+    """Occupancy and time accounting of a list of GPUs (``None``: this process's own device): which jobs run on
+    which GPU, how many one GPU may hold, and the GPU time each job is charged.
+
+    Packing: a GPU holds at most ``min(per_gpu)`` of the jobs on it,
+    counting the one to be placed, so a job whose block says ``per_gpu: 1`` runs alone. A new job
+    goes to the GPU with the fewest jobs (then the first listed). While ``k`` jobs share a GPU, each
+    is charged ``1/k`` of the elapsed time: the charges of one GPU add up to the time it was busy.
+    """
+
+    def __init__(self, gpus: list[str | None]):
+        if not gpus:
+            raise ValueError("GpuSlots needs at least one GPU (None: this process's device)")
+        self.gpus = list(gpus)
+        self.members: dict = {gpu: {} for gpu in self.gpus}  # gpu -> {job key: its per_gpu}
+        self.busy_s: dict = {gpu: 0.0 for gpu in self.gpus}
+        self.charged_s: dict[str, float] = {}
+        self._last: float | None = None
+
+    def advance(self, now: float) -> None:
+        """Charge the time since the last event to the jobs running in it."""
+        if self._last is not None and now > self._last:
+            elapsed = now - self._last
+            for gpu, members in self.members.items():
+                if members:
+                    self.busy_s[gpu] += elapsed
+                    for key in members:
+                        self.charged_s[key] += elapsed / len(members)
+        self._last = now if self._last is None else max(self._last, now)
+
+    def place(self, per_gpu: int):
+        """The GPU a job with this packing limit goes to now, or ``False`` when every GPU is full for it."""
+        open_gpus = [gpu for gpu in self.gpus if len(self.members[gpu]) < min([per_gpu, *self.members[gpu].values()])]
+        if not open_gpus:
+            return False
+        return min(open_gpus, key=lambda gpu: (len(self.members[gpu]), self.gpus.index(gpu)))
+
+    def add(self, gpu, key: str, per_gpu: int, now: float) -> None:
+        if key in self.charged_s:
+            raise ValueError(f"job {key} is already running")
+        self.advance(now)
+        self.members[gpu][key] = per_gpu
+        self.charged_s[key] = 0.0
+
+    def remove(self, gpu, key: str, now: float) -> float:
+        """Take a job off its GPU; returns the GPU seconds it was charged."""
+        self.advance(now)
+        del self.members[gpu][key]
+        return self.charged_s.pop(key)
+
+    def running(self, gpu) -> int:
+        return len(self.members[gpu])
 
 
 def utc_now() -> str:
@@ -50,7 +102,7 @@ class Ended:
     gpu: str | None
     returncode: int
     wall_s: float
-    gpu_s: float  # the GPU time charged to it (slots.GpuSlots)
+    gpu_s: float  # the GPU time charged to it (GpuSlots)
     started_utc: str
     finished_utc: str
     stopped: bool  # stopped by the scheduler (deadline or a signal to it)

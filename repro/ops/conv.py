@@ -9,7 +9,7 @@ convolution of the flipped, transposed kernel (217 TFLOP/s for the whole layer;
 per group over blocks of positions (``repro/ops/toeplitz.py``), for grouped convolutions, where
 cuDNN's grouped kernels are slow (Pathfinder's groups 32). ``fft`` is the FFT path
 (``repro/ops/fft.py``). ``auto`` (the default) picks per shape the fastest implementation that
-``experiments/bench_conv.py`` measured (paper/performance.md, "Bounded convolution").
+``experiments/check_fast.py conv`` measured (paper/performance.md, "Bounded convolution").
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from .fft import conv1d_same_fft
 from .split_precision import SPLIT_IMPLS, as_precision, conv1d_same_split
 from .toeplitz import conv1d_same_toeplitz
 
-# "tf32" is never auto's choice: it stays as the full-precision baseline bench_conv measures the others against.
+# "tf32" is never auto's choice: it stays as the full-precision baseline check_fast.py conv measures the others against.
 CONV_IMPLS = ("tf32", "bf16", "fft", "toeplitz", *SPLIT_IMPLS)
 IMPL_CHOICES = ("auto", *CONV_IMPLS)
 
@@ -70,11 +70,11 @@ def ran_as(impl: str, x: torch.Tensor) -> str:
 
 
 def choose_impl(x: torch.Tensor, kernel_size: int, groups: int) -> str:
-    """``impl=auto``: the fastest forward+backward measured by experiments/bench_conv.py.
+    """``impl=auto``: the fastest forward+backward measured by experiments/check_fast.py conv.
 
     Off CUDA or outside bf16 autocast: the plain convolution (``bf16`` names cuDNN's own
     kernels in the input's dtype). Otherwise, if the environment variable
-    ``LRA_CONV_AUTO_TABLE`` names a bench_conv JSON measured on this device, its fastest impl
+    ``LRA_CONV_AUTO_TABLE`` names a bench_conv.json (check_fast.py conv) measured on this device, its fastest impl
     near this shape (``table_choice``), else the built-in rule (``builtin_choice``); decided
     once per shape.
     """
@@ -114,7 +114,7 @@ def builtin_choice(kernel_size: int, length: int, groups: int) -> str:
 
 
 def table_choice(table: dict | None, device: str, kernel_size: int, length: int, groups: int) -> str | None:
-    """The fastest impl a bench_conv record measured on this device for this kernel and groups at
+    """The fastest impl a bench_conv.json record measured on this device for this kernel and groups at
     the measured length nearest ``length``, if that is within 6% (length-bucketed batches come in
     widths 128 apart, and cuDNN's kernel choice changes abruptly between them, see
     ``builtin_choice``); else None, and the built-in rule decides."""
@@ -136,7 +136,7 @@ _TABLES: dict[str, dict] = {}
 
 
 def _auto_table() -> dict | None:
-    """The bench_conv record ``LRA_CONV_AUTO_TABLE`` names (read once), or None when it is unset."""
+    """The bench_conv.json record ``LRA_CONV_AUTO_TABLE`` names (read once), or None when it is unset."""
     path = os.environ.get(AUTO_TABLE_ENV)
     if not path:
         return None
@@ -151,13 +151,13 @@ def _auto_table() -> dict | None:
                 raise TypeError("rows need numeric kernel, length, groups, fwd_bwd_ms and the record a device name")
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise RuntimeError(
-                f"{AUTO_TABLE_ENV}={path}: not a readable experiments/bench_conv.py record "
-                f"({type(err).__name__}: {err}); unset it or point it at bench_conv.py --out output"
+                f"{AUTO_TABLE_ENV}={path}: not a readable experiments/check_fast.py conv record "
+                f"({type(err).__name__}: {err}); unset it or point it at check_fast.py conv --out output"
             ) from err
         if unknown:
             raise RuntimeError(
                 f"{AUTO_TABLE_ENV}={path} names conv impl(s) {unknown} that this version does not have "
-                f"({', '.join(CONV_IMPLS)}); rerun experiments/bench_conv.py with this version"
+                f"({', '.join(CONV_IMPLS)}); rerun experiments/check_fast.py conv with this version"
             )
         _TABLES[path] = table
     return _TABLES[path]

@@ -1,4 +1,5 @@
-"""The numbers behind the papers' figures (LRA Figure 3, the follow-up's Table 1 as curves)."""
+"""The numbers behind the papers' figures (LRA Figure 3, the follow-up's Table 1 as curves), and the generated
+Pathfinder and Path-X images behind the sample grids."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import numpy as np
 import pandas as pd
 
 from ..reference import LRA_MODEL_ARMS, published
+from ..tasks import pathfinder as pf
+from ..tasks import pathfinder_render as render
 from .accuracy import FOLLOWUP_TASKS, LRA_AVG_TASKS
 from .view import BundleView
 
@@ -66,3 +69,25 @@ def kernel_curves(view: BundleView) -> tuple[list[int], dict, dict]:
     pub = {t: {int(r["kernel_size"]): float(r[t]) for _, r in table.iterrows()} for t in FOLLOWUP_TASKS}
     ours = {t: {k: view.accuracies(f"locality_k{k}", t) for k in kernels} for t in FOLLOWUP_TASKS}
     return kernels, pub, ours
+
+
+PATHFINDER_SAMPLE_FILES = {32: "pathfinder32_samples.png", 128: "pathx128_samples.png"}
+PATHFINDER_TITLES = {32: "Pathfinder 32x32", 128: "Path-X 128x128"}
+
+
+def pathfinder_samples(
+    resolution: int, difficulty: str, seed: int, render_name: str = pf.DEFAULT_RENDER, per_label: int = 8
+) -> tuple[list, list, str]:
+    """The first ``per_label`` positives and negatives of chunk 0 of the generator (the release flips a coin
+    per label), drawn by ``render_name`` exactly as the model sees them, and the grid's title."""
+    spec = pf.generator_spec({"render": render_name}, resolution, difficulty)
+    samples = pf.render_module(spec).chunk_samples(seed, difficulty, 0, 6 * per_label, spec)
+    positives = [s for s in samples if s.label == 1][:per_label]
+    negatives = [s for s in samples if s.label == 0][:per_label]
+    if min(len(positives), len(negatives)) < per_label:
+        raise RuntimeError(f"seed {seed}: under {per_label} images of a label in {6 * per_label}; try another --seed")
+    title = (
+        f"{PATHFINDER_TITLES[resolution]}, {difficulty} (contour length {render.CONTOUR_LENGTH[difficulty]}), "
+        f"generated (render {render_name}), seed {seed}"
+    )
+    return positives, negatives, title

@@ -1,4 +1,5 @@
-"""The papers' figures from a bundle's numbers (used by ``repro.paper``); PNGs with stable bytes.
+"""The papers' figures from a bundle's numbers (used by ``repro.paper``); PNGs with stable bytes. Also the grids
+of generated Pathfinder and Path-X samples (``lra-paper pathfinder-samples``, no bundle needed).
 
 Each function takes plain numbers (``repro.paper.figures`` extracts them from the records) and writes
 one PNG. A figure whose inputs were not run still gets written, saying so on the canvas,
@@ -196,3 +197,21 @@ def operator_accuracy(rows: list[dict], path: Path, note: str) -> Path:
             ax.set_title(_wrap(note), fontsize=7)
         fig.tight_layout()
         return save(fig, path)
+
+
+def pathfinder_samples(positives: list, negatives: list, title: str, path: Path) -> Path:
+    """A 4x4 grid of generated Pathfinder images: top two rows positives, bottom two negatives, each titled with
+    its label (uint8 pixels, nearest-neighbour upscaling)."""
+    fig, axes = plt.subplots(4, 4, figsize=(8, 8.8))
+    for ax, sample in zip(axes.ravel(), positives + negatives, strict=True):
+        ax.imshow(sample.image, cmap="gray", vmin=0, vmax=255, interpolation="nearest")
+        word = "positive (one contour)" if sample.label == 1 else "negative (two contours)"
+        ax.set_title(f"label {sample.label}: {word}", fontsize=8, color="tab:green" if sample.label else "tab:red")
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -10,7 +10,7 @@ last weights; ARCHITECTURE.md, "Test at the best validation checkpoint"). Each p
 - ``batches.py``: the task's splits as tensors and the batch of each step;
 - ``step.py``: one optimiser step and the log of its losses;
 - ``evaluate.py``: scoring a split, the validation log and ``best.pt``;
-- ``clock.py``: the time budget, throughput and the time-based intervals;
+- ``clock.py``: the time budget, throughput, the time-based intervals and the data-wait probe;
 - ``agreement.py``: the per-step decisions every rank must share;
 - ``signals.py``: SIGTERM/SIGINT/SIGUSR1 as a flag read between steps;
 - ``resume.py`` (with repro/checkpoints.py): ``last.pt``, written and resumed from.
@@ -40,8 +40,7 @@ from ..schedule import LRController
 from ..tasks.base import TaskData
 from .agreement import StepAgreement
 from .batches import TrainBatches, TrainingData
-from .clock import RunClock
-from .data_wait import DataWaitProbe
+from .clock import DataWaitProbe, RunClock
 from .evaluate import Scorer, validate
 from .resume import LastCheckpoint
 from .settings import TrainSettings
@@ -290,7 +289,7 @@ def run_metrics(
         "elapsed_s": state.elapsed_s,
         "wall_time_s": wall_time_s,  # this process only; elapsed_s spans resumes
         "train_examples_per_s": state.examples / state.train_time_s if state.train_time_s else math.nan,
-        # the share of sampled steps' time spent producing the batch (data_wait.py), and how many were sampled
+        # the share of sampled steps' time spent producing the batch (clock.DataWaitProbe), and how many were sampled
         "data_wait_share": DataWaitProbe.share(state),
         "data_wait_sampled_steps": state.data_wait_steps,
         "peak_gpu_mem_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,

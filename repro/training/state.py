@@ -36,7 +36,7 @@ class RunState:
     last_eval_step: int = -1
     batching: dict | None = None  # {"bucketing", "pool_batches"}: how batches are drawn; a run never changes it
     width_sum: int = 0  # the trimmed widths of the training batches so far (length bucketing)
-    data_wait_s: float = 0.0  # seconds fetching batches, on the steps data_wait.py samples
+    data_wait_s: float = 0.0  # seconds fetching batches, on the steps clock.py's DataWaitProbe samples
     data_wait_step_s: float = 0.0  # seconds of those whole steps
     data_wait_steps: int = 0  # how many steps were sampled
 

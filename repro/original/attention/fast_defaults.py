@@ -4,7 +4,7 @@ Each mechanism keeps its plain path and one or more fast variants that compute t
 (the equivalence tests prove each against the plain path in float64 on CPU). A constructor option
 set to ``"auto"`` (the default) reads its value here when the layer runs, so one edit switches
 what every run and the benchmark use, e.g. after a GPU measurement
-(``experiments/time_fast_variants.py``)::
+(``experiments/check_fast.py variants``)::
 
     FAST_DEFAULTS["bigbird"]["flex_block"] = 128
 
@@ -42,7 +42,7 @@ Options, by mechanism:
   the autocast dtype, like every other linear layer; the FFT and the states stay float32).
 
 The values below are the fastest measured on an H200 with torch 2.11 that also ran at every task
-length (paper/performance.md); ``experiments/time_fast_variants.py`` measures every variant.
+length (paper/performance.md); ``experiments/check_fast.py variants`` measures every variant.
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ import torch
 import torch.nn.functional as F
 
 from . import ATTENTION
-from ._folded_mask import fold_key_mask
+from ._common import fold_key_mask
 from ._lowrank_common import SELF_MASK_VALUE, HeadedMixer, neg_fill, pad_to_multiple
 from .fast_defaults import check_choice, choose
 

@@ -53,7 +53,7 @@ from ``sdpa_min_len`` tokens on, materialized below that and elsewhere.
 
 How the SDPA path takes the key mask (``sdpa_mask``): ``bias``, a float ``attn_mask`` with
 ``MASKED_LOGIT`` on masked keys, one row per block and head broadcast over its queries; or
-``fold``, the mask folded into one extra query/key feature (``_folded_mask.fold_key_mask``; the
+``fold``, the mask folded into one extra query/key feature (``_common.fold_key_mask``; the
 values zero-padded to the same width), so no ``attn_mask`` is passed; with no masked key at all
 (lengths a multiple of the block, no padding) nothing is folded. Why: a float ``attn_mask`` rules
 out the flash kernel, and the memory-efficient kernel it leaves pads the 100-key bias rows to an
@@ -77,8 +77,7 @@ import torch
 import torch.nn.functional as F
 
 from . import ATTENTION
-from ._common import MASKED_LOGIT
-from ._folded_mask import fold_key_mask
+from ._common import MASKED_LOGIT, fold_key_mask
 from ._lowrank_common import HeadedMixer, neg_fill, pad_to_multiple, xavier_linear
 from .fast_defaults import check_choice, choose
 
