@@ -47,7 +47,7 @@ def read_json(path: Path) -> dict:
 
 @pytest.fixture(scope="session")
 def shared_cache(tmp_path_factory) -> Path:
-    """One data cache for every CLI test of the session (generated ListOps is reused)."""
+    """One data cache for every CLI test of the run (generated ListOps is reused)."""
     return tmp_path_factory.mktemp("cache")
 
 

@@ -26,7 +26,7 @@ def skeleton_components(sample: render.Sample, spec: render.PathSpec, scale: int
     Each dash centre line becomes a capsule of radius margin + 5 thickness / 16: wide enough
     to close the gap between consecutive dashes of a contour (2 * margin, or on the lattice
     at most DashField.max_gap = 2 * margin + thickness / 2), too narrow to reach a dash of
-    another contour, 2 * margin + thickness away (generators.md: contours keep apart by
+    another contour, 2 * margin + thickness away (the generator keeps contours apart by
     their dilated masks).
     Components come from an 8-connected flood fill (scipy.ndimage.label) on a grid ``scale``
     times finer than the image. Labels and contour ids are not used.

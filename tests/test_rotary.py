@@ -1,4 +1,4 @@
-"""The follow-up's rotary Transformer backbone (issue 6, acceptance 1: rotary lines)."""
+"""The follow-up study's rotary Transformer backbone: rotary equal to its reference, the arm end to end."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""MEGA: Ma et al. (2023), "Mega: moving average equipped gated attention" (seed 003 sections
-2.3.3 and 5, Table 2), with softmax attention only (seed 003 appendix A.2).
+"""MEGA: Ma et al. (2023), "Mega: moving average equipped gated attention" (the follow-up study, sections
+2.3.3 and 5, Table 2), with softmax attention only (the follow-up study, appendix A.2).
 
-Multi-dimensional damped EMA (seed 003 eq. 4, Mega section 3.1): each of the D channels is
+Multi-dimensional damped EMA (the follow-up study, eq. 4, Mega section 3.1): each of the D channels is
 expanded to ``ema_dim`` = N dimensions by beta, each runs
 
     h_t = alpha * u_t + (1 - alpha * delta) * h_{t-1},   u_t = beta * x_t
@@ -314,7 +314,7 @@ def build_mega_layers(cfg: dict, max_len: int) -> list[nn.Module]:
     # techniques: see the techniques config group
     if cfg.get("attention", "softmax") != "softmax":
         raise ValueError(
-            f"model.attention={cfg.get('attention')!r}: the follow-up restricts MEGA to softmax (seed 003 A.2)"
+            f"model.attention={cfg.get('attention')!r}: the follow-up study restricts MEGA to softmax (appendix A.2)"
         )
     layers: list[nn.Module] = []
     for _ in range(cfg["depth"]):

@@ -1,4 +1,4 @@
-"""The follow-up's Transformer: rotary self-attention and ReLU feed-forward mixers (seed 003 section 4, Table 5).
+"""The follow-up study's Transformer: rotary self-attention and ReLU feed-forward mixers (its section 4, Table 5).
 
 Per layer two pre-norm residual sublayers (the shared ``repro.model`` block): multi-head
 softmax self-attention, then a feed-forward network (Linear -> ReLU -> Linear); layer
@@ -154,7 +154,7 @@ class RotarySelfAttention(AttentionMixer):
 
 
 def build_rotary_transformer_layers(cfg: dict, max_len: int) -> list[nn.Module]:
-    """[attention, feed-forward] per layer, ``cfg['depth']`` layers (seed 003 Table 5)."""
+    """[attention, feed-forward] per layer, ``cfg['depth']`` layers (the follow-up study, Table 5)."""
     if cfg.get("dropout", 0.0):
         raise ValueError(
             f"model.dropout={cfg['dropout']}: the follow-up Transformer has no dropout (Table 5); set it to 0"

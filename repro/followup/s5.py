@@ -1,5 +1,5 @@
 """S5: Smith, Warrington and Linderman (2023), "Simplified state space layers for sequence
-modeling" (seed 003 Table 3). One multi-input, multi-output diagonal SSM per layer:
+modeling" (the follow-up study, Table 3). One multi-input, multi-output diagonal SSM per layer:
 
     x_t = Lambda_bar * x_{t-1} + B_bar u_t,   y_t = 2 Re(C_tilde x_t) + D * u_t
 
@@ -317,7 +317,7 @@ class S5Mixer(nn.Module):
 
 
 def build_s5_layers(cfg: dict, max_len: int) -> list[nn.Module]:
-    """``depth`` S5 layers (S5 paper Table 11 settings, seed 003 A.2 exceptions in the arm)."""
+    """``depth`` S5 layers (S5 paper Table 11 settings; the follow-up study's appendix A.2 exceptions in the arm)."""
     # techniques: see the techniques config group
     return [
         S5Mixer(

@@ -1,4 +1,4 @@
-"""Attention mechanisms of the LRA study (seed 001 section 3.1), one module each.
+"""Attention mechanisms of the LRA study (Tay et al. 2021, section 3.1), one module each.
 
 Every mechanism is a token mixer with one interface::
 

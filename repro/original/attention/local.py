@@ -1,4 +1,4 @@
-"""Local (block) attention, LRA's "simple local attention baseline" (seed 001 section 3.1).
+"""Local (block) attention, LRA's "simple local attention baseline" (Tay et al. 2021, section 3.1).
 
 The sequence is cut into consecutive blocks of ``block_size`` tokens (padded internally
 to a whole number of blocks); a query in block ``i`` attends to the keys of blocks
