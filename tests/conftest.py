@@ -10,6 +10,14 @@ from pathlib import Path
 
 import pytest
 
+# Under pytest-xdist (the default: two workers, for two cores) each worker and every run it starts uses one
+# CPU thread, so two workers do not fight over the cores; results do not depend on the thread count.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "experiments" / "run.py"
 CONF = ROOT / "experiments" / "conf"

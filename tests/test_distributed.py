@@ -114,6 +114,7 @@ def test_ddp_two_processes_equal_one_process_with_the_same_global_batch(tmp_path
         assert torch.allclose(tensor, wb["model"][name], atol=1e-4, rtol=0), name
 
 
+@pytest.mark.slow
 def test_ddp_processes_stop_on_rank_0s_budget_clock_at_the_same_step(tmp_path, shared_cache):
     """A time budget far shorter than the 32 smoke steps: every rank must leave the loop at the
     step rank 0's clock decides (a rank that stopped alone would leave the others waiting in a
@@ -145,6 +146,7 @@ def test_ddp_processes_stop_on_rank_0s_budget_clock_at_the_same_step(tmp_path, s
     assert len(torch.load(folder(out) / "checkpoints" / "last.pt", weights_only=False)["rng_ranks"]) == 2
 
 
+@pytest.mark.slow
 def test_ddp_ranks_follow_rank_0s_folder_without_a_shared_disk(tmp_path, shared_cache, reference):
     """Rank 1 gets an output folder of its own, as on a machine that does not share rank 0's disk:
     stopping, resuming, the best checkpoint and skipping a complete record all follow rank 0, and
@@ -206,6 +208,7 @@ def test_batch_not_divisible_by_the_processes_names_the_key(tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_a_2x2_sweep_writes_four_records_and_a_rerun_skips_them(tmp_path, shared_cache):
     out = tmp_path / "sweep"
     sweep = [
@@ -244,6 +247,7 @@ def test_a_2x2_sweep_writes_four_records_and_a_rerun_skips_them(tmp_path, shared
     assert "best val" not in again.stdout
 
 
+@pytest.mark.slow
 def test_sigusr1_checkpoints_exits_138_and_the_resumed_run_equals_the_uninterrupted_one(
     tmp_path, shared_cache, reference
 ):
@@ -281,6 +285,7 @@ def test_sigusr1_checkpoints_exits_138_and_the_resumed_run_equals_the_uninterrup
     assert_same_run(reference, run)
 
 
+@pytest.mark.slow
 def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, shared_cache, reference):
     out = tmp_path / "corrupt"
     killed = run_cli(*ARGS, *common(out, shared_cache), "debug.sigterm_at_step=13")

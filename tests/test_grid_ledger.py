@@ -126,7 +126,7 @@ def test_a_cell_counts_as_done_in_any_of_several_records_folders(tmp_path):
         bundle / "extra" / "grid_log.csv",
         [{"arm": "lra_local", "task": "listops", "seed": 0, "exit": 0, "wall_s": 90.0, "gpu_s": 60.0}],
     )
-    command = [sys.executable, str(GRID), "ledger", str(grid_path), "--records", str(outputs)]
+    command = [*GRID, "ledger", str(grid_path), "--records", str(outputs)]
     one = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert one.returncode == 0 and "1 of 2 cells done" in one.stdout
     both = subprocess.run([*command, "--records", str(bundle)], capture_output=True, text=True, cwd=ROOT, timeout=300)

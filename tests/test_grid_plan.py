@@ -80,6 +80,7 @@ def _plan(tmp_path, shared_cache, *args):
         return done.stdout, list(csv.DictReader(handle))
 
 
+@pytest.mark.slow
 def test_plan_from_a_probe_then_from_the_records(tmp_path, shared_cache):
     """A 3-step probe plans both seeds; once seed 0 has a record, the plan reads it (own record: its own wall time)."""
     out, rows = _plan(tmp_path, shared_cache, "--probe-steps", "3", "--slot-minutes", "0.001")

@@ -115,6 +115,7 @@ def test_a_failed_cell_does_not_stop_the_others(tmp_path):
     assert all((runs / f"seed{seed}" / "metrics.json").is_file() for seed in (1, 2))
 
 
+@pytest.mark.slow
 def test_the_deadline_checkpoints_running_cells_and_starts_no_more(tmp_path):
     """At the deadline the running cell gets SIGTERM (the runner checkpoints, exits 143); the next never starts."""
     grid = _grid(tmp_path, "  - {arms: [locality_k5], tasks: [listops], seeds: [0, 1]}\n")

@@ -291,6 +291,7 @@ def test_arm_trains_on_listops_and_generated_pathfinder(arm, tmp_path, shared_ca
         assert metrics["status"] == "complete" and metrics["steps"] == 4 and 0.0 <= metrics["test_acc"] <= 1.0
 
 
+@pytest.mark.slow
 def test_cli_runs_an_lra_arm_on_the_smoke_profile(tmp_path, shared_cache):
     done = run_cli(
         "arm=lra_performer",

@@ -317,6 +317,7 @@ def short_listops_cli(tmp_path, shared_cache, *extra):
     )
 
 
+@pytest.mark.slow
 def test_cli_runs_rotary_transformer_with_and_without_techniques(tmp_path, shared_cache):
     on = short_listops_cli(tmp_path, shared_cache, "arm=rotary_transformer")
     assert on.returncode == 0, on.stderr[-3000:]
@@ -332,6 +333,7 @@ def test_cli_runs_rotary_transformer_with_and_without_techniques(tmp_path, share
     assert a["test_loss"] != b["test_loss"]  # the permutation changed training
 
 
+@pytest.mark.slow
 def test_resumed_run_with_techniques_matches_the_uninterrupted_one(tmp_path, shared_cache):
     args = ["arm=rotary_transformer", "profile.tasks.listops.generate.n_train=64"]
     whole = short_listops_cli(tmp_path / "whole", shared_cache, *args)

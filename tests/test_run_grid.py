@@ -89,6 +89,7 @@ def test_a_grid_without_cells_names_the_key(tmp_path):
     assert done.returncode != 0 and "cells[0] lacks list key(s) tasks" in done.stderr
 
 
+@pytest.mark.slow
 def test_cells_spread_over_gpu_slots_each_with_its_own_log(tmp_path, shared_cache):
     """--gpus runs one cell per listed device at once (CUDA_VISIBLE_DEVICES; smoke runs stay on CPU)."""
     done = _run(tmp_path, shared_cache, 0.0, "--gpus", "0,1")
@@ -103,6 +104,7 @@ def test_cells_spread_over_gpu_slots_each_with_its_own_log(tmp_path, shared_cach
         assert metrics["status"] == "complete"
 
 
+@pytest.mark.slow
 def test_a_cell_claimed_by_another_grid_process_is_left_to_it(tmp_path, shared_cache):
     claims = tmp_path / "claims"
     claims.mkdir()
@@ -116,6 +118,7 @@ def test_a_cell_claimed_by_another_grid_process_is_left_to_it(tmp_path, shared_c
     assert not (claims / "locality_k5__listops__seed1").exists()  # released when its run ended
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_grid_reaches_its_running_cell_and_releases_the_claim(tmp_path, shared_cache):
     """A grid stopped by SIGTERM passes it on (the run checkpoints and exits 143), logs it, frees the claim."""
     grid = tmp_path / "grid.yaml"
@@ -162,6 +165,7 @@ def test_sigterm_to_the_grid_reaches_its_running_cell_and_releases_the_claim(tmp
     assert not (run_dir / "metrics.json").exists()
 
 
+@pytest.mark.slow
 def test_a_slot_stopped_mid_run_resumes_from_its_archives_to_the_uninterrupted_record(tmp_path, shared_cache):
     """Slot 1 is stopped at step 2 and archives; slot 2 starts from an empty output folder with --resume-from
     and ends with the record an uninterrupted run writes (same predictions, accuracies and steps)."""

@@ -70,7 +70,7 @@ def test_smoke_run_writes_a_complete_record(tmp_path, shared_cache):
     assert again.returncode == 0 and "record complete" in again.stdout
 
 
-@pytest.mark.parametrize("bucketing", ["off", "on"])
+@pytest.mark.parametrize("bucketing", ["off", pytest.param("on", marks=pytest.mark.slow)])
 def test_killed_run_resumes_to_the_uninterrupted_metrics(tmp_path, shared_cache, bucketing):
     whole = tmp_path / "whole"
     cut = tmp_path / "cut"
@@ -114,6 +114,7 @@ def test_unknown_profile_and_task_exit_nonzero_listing_names(tmp_path, shared_ca
     assert done.returncode != 0 and "Available options in 'task'" in done.stderr and "listops" in done.stderr
 
 
+@pytest.mark.slow
 def test_an_arm_outside_the_package_runs_through_config_dir(tmp_path, shared_cache):
     conf = tmp_path / "my_conf"
     (conf / "arm").mkdir(parents=True)
@@ -131,6 +132,7 @@ def test_an_arm_outside_the_package_runs_through_config_dir(tmp_path, shared_cac
     assert yaml.safe_load((folder / "config.yaml").read_text())["model"]["kernel_size"] == 9
 
 
+@pytest.mark.slow
 def test_without_task_an_arm_runs_its_tasks_and_skips_missing_data(tmp_path, shared_cache):
     conf = tmp_path / "my_conf"
     (conf / "arm").mkdir(parents=True)
@@ -292,6 +294,7 @@ def test_settings_differences_name_what_shapes_training_and_skip_what_may_change
     assert settings_differences(old, {**old, "subset": {"train": 64}}) == ["subset.train: '(absent)' -> 64"]
 
 
+@pytest.mark.slow
 def test_a_record_folder_holding_other_settings_is_refused_and_force_starts_over(tmp_path, shared_cache):
     args = ["arm=locality_k61", "task=listops", "profile=smoke", *SHORT_TREES, *common(tmp_path, shared_cache)]
     assert run_cli(*args).returncode == 0
@@ -321,6 +324,7 @@ def test_a_record_folder_holding_other_settings_is_refused_and_force_starts_over
     assert "force=true: rerunning the complete record" in done.stdout and "resuming" not in done.stdout
 
 
+@pytest.mark.slow
 def test_a_run_that_died_before_its_first_checkpoint_is_not_guarded(tmp_path, shared_cache):
     args = ["arm=locality_k61", "task=listops", "profile=smoke", *SHORT_TREES, *common(tmp_path, shared_cache)]
     folder = run_folder(tmp_path)

@@ -84,6 +84,7 @@ def test_imdb_bundle(cache):
     assert lra_style.train.labels[0] == 0 and lra_style.train.labels[-1] == 1
 
 
+@pytest.mark.slow
 def test_cifar_bundle(cache):
     present = [v for v in ("rgb", "gray") if (CIFAR / image.BUNDLE_FILES[v]).is_file()]
     if not present:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
 from conftest import read_json, run_cli
 from test_image import make_official as make_cifar
 
@@ -32,6 +33,7 @@ def make_aan(root: Path, rows: dict[str, int], rng: random.Random) -> None:
         (folder / f"new_aan_pairs.{split}.tsv").write_text("".join(line + "\n" for line in lines))
 
 
+@pytest.mark.slow
 def test_locality_arm_runs_every_task_from_official_layouts(tmp_path):
     data = tmp_path / "data"
     rng = random.Random(0)
