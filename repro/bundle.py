@@ -298,6 +298,31 @@ def _manifest(
     }
 
 
+def _choose(roots: dict, arms, tasks, profiles, seeds, log) -> tuple[list, list[dict]]:
+    """The complete records under ``roots`` that match the filters, and the incomplete ones left out (logged)."""
+    candidates = [
+        replace(c, label=label)
+        for label, root in roots.items()
+        for c in find_records(root, arms, tasks, profiles, seeds)
+    ]
+    chosen = [c for c in candidates if c.problem is None]
+    left_out = [{"path": c.dest.removeprefix("runs/"), "reason": c.problem} for c in candidates if c.problem]
+    for item in left_out:
+        log(f"left out {item['path']}: {item['reason']}", file=sys.stderr)
+    return chosen, left_out
+
+
+def _publish(staging: Path, final: Path) -> None:
+    """Move the staged bundle into place in one rename, never over an existing one."""
+    os.chmod(staging, 0o777 & ~_umask())  # mkdtemp made it 0700: a bundle is shared like any folder
+    try:
+        os.rename(staging, final)
+    except OSError:
+        raise BundleError(
+            f"{final} appeared while freezing: bundles are never overwritten; choose another --version"
+        ) from None
+
+
 def freeze(
     version: str,
     runs_root: Path | list = Path("outputs/runs"),
@@ -332,15 +357,7 @@ def freeze(
     if final.exists():
         raise BundleError(f"{final} already exists: bundles are never overwritten; choose another --version")
     roots = parse_runs_roots(runs_root if isinstance(runs_root, list) else [runs_root])
-    candidates = [
-        replace(c, label=label)
-        for label, root in roots.items()
-        for c in find_records(root, arms, tasks, profiles, seeds)
-    ]
-    chosen = [c for c in candidates if c.problem is None]
-    left_out = [{"path": c.dest.removeprefix("runs/"), "reason": c.problem} for c in candidates if c.problem]
-    for item in left_out:
-        log(f"left out {item['path']}: {item['reason']}", file=sys.stderr)
+    chosen, left_out = _choose(roots, arms, tasks, profiles, seeds, log)
     if notes is not None and not Path(notes).is_file():
         raise BundleError(f"--notes {notes}: no such file; give a Markdown file to copy into the bundle as {NOTES}")
     if not chosen and not bench and not extra:
@@ -366,29 +383,12 @@ def freeze(
         records.write_atomic(staging / CITATION, _citation(version, created, commit, authors, title, len(runs)))
         if notes is not None:
             shutil.copyfile(notes, staging / NOTES)
-        manifest = _manifest(
-            version,
-            title,
-            authors,
-            created,
-            commit,
-            runs,
-            staging,
-            bench=bench_files,
-            extra=extra_files,
-            analysis=analysed,
-            analysis_missing=analysis_missing,
-            left_out=left_out,
-        )
+        manifest = _manifest(version, title, authors, created, commit, runs, staging, bench=bench_files,
+                             extra=extra_files, analysis=analysed, analysis_missing=analysis_missing,
+                             left_out=left_out)  # fmt: skip
         records.write_json(staging / MANIFEST, manifest)
         records.write_atomic(staging / MANIFEST_HASH, f"{sha256_file(staging / MANIFEST)}  {MANIFEST}\n")
-        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp made it 0700: a bundle is shared like any folder
-        try:
-            os.rename(staging, final)
-        except OSError:
-            raise BundleError(
-                f"{final} appeared while freezing: bundles are never overwritten; choose another --version"
-            ) from None
+        _publish(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -302,6 +302,32 @@ def _record_decision(cfg: DictConfig, run: dict, run_dir: Path) -> tuple[int | N
     return None, resume
 
 
+def _refuse_batch_norm(run: dict, world: int) -> int:
+    """Exit status 2, with the reason on rank 0: batch norm under data parallelism is not the one-process model."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(
+            f"[{run['arm']}/{run['task']['name']}] model.norm=batch under {world} processes: each would normalise "
+            "its own part of the batch and keep its own running statistics; run it in one process, or use "
+            "model.norm=layer",
+            file=sys.stderr,
+        )
+    return 2
+
+
+def _start_record(run: dict, run_dir: Path, task: TaskData, n_params: int, dist, resume: bool) -> None:
+    """Announce the run, clear what an earlier run left that this one does not continue, write config.yaml."""
+    where = f"{dist.device} x{dist.world} processes" if dist.active else f"{dist.device}"
+    print(
+        f"[{run['arm']}/{run['task']['name']}] {run['profile']} seed {run['seed']} on {where}: "
+        f"{n_params:,} parameters, {len(task.train)}/{len(task.val)}/{len(task.test)} examples -> {run_dir}"
+    )
+    # A record in progress is never complete: an earlier run's metrics (force=true) go first.
+    stale = ["metrics.json"] + ([] if resume else ["history.csv", "predictions.csv"])
+    for name in stale:
+        (run_dir / name).unlink(missing_ok=True)
+    records.write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(run)))
+
+
 @validate.refusing_bad_input
 def execute(cfg: DictConfig) -> int:
     """Train the run ``cfg`` describes and write its record; returns a process exit status."""
@@ -311,14 +337,7 @@ def execute(cfg: DictConfig) -> int:
     workers = cfg.workers or min(16, os.cpu_count() or 1)
     world = distributed.world_from_env()
     if world > 1 and run["model"].get("norm") == "batch":
-        if int(os.environ.get("RANK", "0")) == 0:
-            print(
-                f"[{run['arm']}/{task_name}] model.norm=batch under {world} processes: each would normalise its "
-                "own part of the batch and keep its own running statistics; run it in one process, or use "
-                "model.norm=layer",
-                file=sys.stderr,
-            )
-        return 2
+        return _refuse_batch_norm(run, world)
     # Under torchrun: join the process group. Rank 0's view of the record folder decides for every
     # rank (the others may run on machines that do not share its disk), and rank 0 builds (and
     # caches) the data first.
@@ -350,31 +369,11 @@ def execute(cfg: DictConfig) -> int:
         augment.attach(model)
     n_params = sum(p.numel() for p in model.parameters())
     if dist.is_main:
-        where = f"{device} x{dist.world} processes" if dist.active else f"{device}"
-        print(
-            f"[{run['arm']}/{task_name}] {run['profile']} seed {run['seed']} on {where}: "
-            f"{n_params:,} parameters, {len(task.train)}/{len(task.val)}/{len(task.test)} examples -> {run_dir}"
-        )
-        # A record in progress is never complete: an earlier run's metrics (force=true) go first.
-        stale = ["metrics.json"] + ([] if resume else ["history.csv", "predictions.csv"])
-        for name in stale:
-            (run_dir / name).unlink(missing_ok=True)
-        records.write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(run)))
+        _start_record(run, run_dir, task, n_params, dist, resume)
     try:
-        result = train(
-            model,
-            task,
-            settings,
-            run["seed"],
-            run_dir,
-            device,
-            resume=resume,
-            sigterm_at_step=cfg.debug.sigterm_at_step,
-            progress=cfg.progress,
-            augment=augment,
-            pause_at_step=cfg.debug.get("pause_at_step"),
-            dist=dist,
-        )
+        result = train(model, task, settings, run["seed"], run_dir, device, resume=resume,
+                       sigterm_at_step=cfg.debug.sigterm_at_step, progress=cfg.progress, augment=augment,
+                       pause_at_step=cfg.debug.get("pause_at_step"), dist=dist)  # fmt: skip
     except RunInterrupted as err:
         if dist.is_main:
             print(f"[{run['arm']}/{task_name}] {err}", file=sys.stderr)

@@ -89,68 +89,30 @@ def train(
     data = TrainingData.build(task, s, model, augment is not None, device)
     last = LastCheckpoint(run_dir, ctx, model, optimizer, controller)
     state = last.start(resume, seed, s, data.batching, device)
-    score = Scorer(
-        model,
-        data.splits,
-        s.eval_batch_size or s.batch_size,
-        autocast_dtype,
-        task.prepare,
-        ctx,
-        data.lengths,
-        s.trim_multiple,
-    )
+    score = Scorer(model, data.splits, s.eval_batch_size or s.batch_size, autocast_dtype, task.prepare, ctx,
+                   data.lengths, s.trim_multiple)  # fmt: skip
     best_path = run_dir / "checkpoints" / "best.pt"
-    loop = StepLoop(
-        settings=s,
-        ctx=ctx,
-        data=data,
-        controller=controller,
-        last=last,
-        batches=TrainBatches(
-            data.splits["train"],
-            seed,
-            s.batch_size,
-            data.steps_per_epoch,
-            device,
-            ctx,
-            augment,
-            task.prepare,
-            data.lengths.get("train"),
-            s.bucket_pool_batches,
-            s.trim_multiple,
-        ),
-        step=TrainStep(model, optimizer, controller, s, device, ctx, augment, autocast_dtype),
-        losses=LossLog(ctx, optimizer, data.steps_per_epoch, last.path, first_step=state.step),
-        # Without progress bars (batch jobs, GPU drivers) one line per evaluation is the only sign of
-        # life: history.csv is written with the record, at the end.
-        validate=partial(
-            validate,
-            score,
-            steps_per_epoch=data.steps_per_epoch,
-            best_path=best_path,
-            print_line=ctx.is_main and not progress,
-        ),
-        data_wait=DataWaitProbe(device),
-    )
+    batches = TrainBatches(data.splits["train"], seed, s.batch_size, data.steps_per_epoch, device, ctx, augment,
+                           task.prepare, data.lengths.get("train"), s.bucket_pool_batches, s.trim_multiple)  # fmt: skip
+    # Without progress bars (batch jobs, GPU drivers) one line per evaluation is the only sign of
+    # life: history.csv is written with the record, at the end.
+    on_validate = partial(validate, score, steps_per_epoch=data.steps_per_epoch, best_path=best_path,
+                          print_line=ctx.is_main and not progress)  # fmt: skip
+    loop = StepLoop(settings=s, ctx=ctx, data=data, controller=controller, last=last, batches=batches,
+                    step=TrainStep(model, optimizer, controller, s, device, ctx, augment, autocast_dtype),
+                    losses=LossLog(ctx, optimizer, data.steps_per_epoch, last.path, first_step=state.step),
+                    validate=on_validate, data_wait=DataWaitProbe(device))  # fmt: skip
     model.train()
     clock = RunClock(s.budget_minutes, s.eval_every_seconds, s.checkpoint_every_seconds)
-    bar = tqdm(
-        total=data.total_steps,
-        initial=state.step,
-        desc=f"train {task.name}",
-        unit="step",
-        disable=not progress or not ctx.is_main,
-        dynamic_ncols=True,
-    )
+    bar = tqdm(total=data.total_steps, initial=state.step, desc=f"train {task.name}", unit="step",
+               disable=not progress or not ctx.is_main, dynamic_ncols=True)  # fmt: skip
     with StopSignals(sigterm_at_step, pause_at_step, loud=ctx.is_main) as stop:
         loop.run(state, clock, stop, bar)
     loop.finish(state)
     test = score_test_with_best(score, best_path, state, device)
     metrics = run_metrics(state, data, s, ctx, device, autocast_dtype, test, clock.wall_time())
-    predictions = [
-        {"index": i, "prediction": int(p), "label": int(label)}
-        for i, (p, label) in enumerate(zip(test["predictions"], test["labels"], strict=True))
-    ]
+    pairs = enumerate(zip(test["predictions"], test["labels"], strict=True))
+    predictions = [{"index": i, "prediction": int(p), "label": int(label)} for i, (p, label) in pairs]
     return {"metrics": metrics, "history": state.history, "predictions": predictions}
 
 
