@@ -19,8 +19,8 @@ from .runs import (
     CellRun,
     checkpoint_state,
     complete_metrics,
-    done_elsewhere,
     examples_done,
+    locate,
     record_matches,
     resolve_cells,
 )
@@ -175,11 +175,13 @@ def build_jobs(
     (jobs, cells skipped as complete)."""
     jobs, skipped = [], 0
     cells = [cell_run.cell for cell_run in cell_runs]
-    elsewhere = done_elsewhere(cells, campaign.grid.common, extra, args.records or [])
+    located = locate(cells, campaign.grid.common, extra, args.records or [], str(campaign.grid.path))
+    elsewhere = {run.cell.key: folder for run, folder in located if folder is not None}
     for number, cell_run in enumerate(cell_runs, 1):
         cell = cell_run.cell
-        if record_matches(cell_run) or cell.key in elsewhere:
-            where = f" (in {elsewhere[cell.key]})" if cell.key in elsewhere and not record_matches(cell_run) else ""
+        here = record_matches(cell_run)
+        if here or cell.key in elsewhere:
+            where = "" if here else f" (in {elsewhere[cell.key]})"
             print(f"[grid] record complete, skipped: {cell}{where}")
             skipped += 1
             continue

@@ -21,7 +21,7 @@ from .cells import GridError, load_grid
 from .costs import cell_seconds
 from .gridlog import GPU_TOTAL, read_rows
 from .plan import read_plan, record_cost
-from .runs import CellRun, complete_metrics, record_matches, resolve_cells
+from .runs import CellRun, complete_metrics, locate, record_matches
 from .schedule import utc_now
 
 
@@ -120,16 +120,6 @@ def render(grid_path: Path, statuses: list[dict], sources: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _cell_runs_over(grid, extra: list[str], folders: list[Path]) -> list[tuple[CellRun, Path]]:
-    """Each cell's run in the first folder that holds its complete record, else in the first folder."""
-    per_folder = [resolve_cells(grid.cells, grid.common, [*extra, f"output_dir={f}"], str(grid.path)) for f in folders]
-    chosen = []
-    for runs in zip(*per_folder, strict=True):
-        index = next((i for i, cell_run in enumerate(runs) if record_matches(cell_run)), 0)
-        chosen.append((runs[index], folders[index]))
-    return chosen
-
-
 def _default_logs(folders: list[Path]) -> list[Path]:
     found = [f / name for f in folders for name in ("grid_log.csv", "extra/grid_log.csv")]
     return [path for path in found if path.exists()]
@@ -145,7 +135,8 @@ def ledger_command(args, extra: list[str]) -> int:
     plan = read_plan(args.plan_file) if args.plan_file else {}
     spent = spent_seconds(log_rows)
     overhead_s = 60.0 * grid.overhead_minutes
-    statuses = [cell_status(cr, spent, plan, out, overhead_s) for cr, out in _cell_runs_over(grid, extra, args.records)]
+    located = locate(grid.cells, grid.common, extra, args.records, str(args.grid))  # else the first folder's run
+    statuses = [cell_status(cr, spent, plan, out or args.records[0], overhead_s) for cr, out in located]
     named = ", ".join(f"`{f.as_posix()}`" for f in args.records)
     sources = [f"the records in {named}"] + [f"`{p.as_posix()}`" for p in logs]
     sources += [f"the plan `{args.plan_file.as_posix()}`"] if args.plan_file else []

@@ -60,14 +60,15 @@ def resolve_cells(
     return out
 
 
-def done_elsewhere(cells: list[Cell], common: list[str], extra: list[str], folders: list[Path]) -> dict:
-    """(arm, task, seed) -> the first of ``folders`` holding the cell's complete record with these settings."""
-    found: dict = {}
-    for folder in folders:
-        for cell_run in resolve_cells(cells, common, [*extra, f"output_dir={folder}"], str(folder)):
-            if cell_run.cell.key not in found and record_matches(cell_run):
-                found[cell_run.cell.key] = Path(folder)
-    return found
+def locate(cells: list[Cell], common: list[str], extra: list[str], folders: list[Path], where: str) -> list[tuple]:
+    """Per cell: (its run in the first of ``folders`` holding its complete record with these settings, that
+    folder), else (its run in the first folder, None). No folders: no cells located."""
+    per_folder = [resolve_cells(cells, common, [*extra, f"output_dir={f}"], where) for f in folders]
+    located = []
+    for runs in zip(*per_folder, strict=True):
+        index = next((i for i, cell_run in enumerate(runs) if record_matches(cell_run)), None)
+        located.append((runs[0], None) if index is None else (runs[index], Path(folders[index])))
+    return located
 
 
 def complete_metrics(run_dir: Path) -> dict | None:
