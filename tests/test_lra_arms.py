@@ -328,3 +328,13 @@ def test_two_tower_arm_trains_on_retrieval_fixture(tmp_path, shared_cache):
     assert execute(cfg) == 0
     metrics = read_json(tmp_path / "out" / "runs" / "lra_linear" / "retrieval" / "smoke" / "seed0" / "metrics.json")
     assert metrics["status"] == "complete" and metrics["steps"] == 2
+
+
+@pytest.mark.parametrize("task", ["listops", "text", "retrieval", "image", "pathfinder", "pathx"])
+def test_learned_positions_arm_is_lra_transformer_but_for_its_positions(task):
+    """lra_transformer_learned_pe differs from lra_transformer only in positional (learned) and its name."""
+    plain = resolve(composed("arm=lra_transformer", f"task={task}", "profile=paper"))
+    learned = resolve(composed("arm=lra_transformer_learned_pe", f"task={task}", "profile=paper"))
+    assert learned["model"]["positional"] == "learned"
+    assert {**learned["model"], "positional": None} == {**plain["model"], "positional": None}
+    assert learned["train"] == plain["train"] and learned["task"] == plain["task"]
