@@ -218,6 +218,28 @@ def test_block_mask_tiles_are_classified_exactly(case, block, dense_rows):
     assert not (partial & full).any()
 
 
+@pytest.mark.parametrize("block", [64, 128])
+@pytest.mark.parametrize("case", list(CASES))
+def test_block_masks_cover_whole_tiles_and_padded_positions_repeat_the_last(case, block):
+    """The kernel never meets a sequence that ends inside a tile: the block mask's lengths are whole
+    tiles, and a position past the end has the pattern of the last real one."""
+    m = build(case, "flex")
+    L = 157
+    mask_mod, kv_len, _ = m.flex_layout(L, torch.device("cpu"))
+    block_mask, _ = m.flex_pattern(L, torch.device("cpu"), block)
+    q_len_p, kv_len_p = block_mask.seq_lengths
+    assert q_len_p % block == 0 and kv_len_p % block == 0
+    assert q_len_p - block < L <= q_len_p and kv_len_p - block < kv_len <= kv_len_p
+    heads = torch.arange(m.flex_heads() or 1)[:, None, None]
+    b = torch.tensor(0)
+    rows = torch.arange(q_len_p)[None, :, None]
+    cols = torch.arange(kv_len_p)[None, None, :]
+    padded = block_mask.mask_mod(b, heads, rows, cols)
+    plain = mask_mod(b, heads, rows.clamp(max=L - 1), cols.clamp(max=kv_len - 1))
+    assert torch.equal(padded, plain)
+    assert torch.equal(padded[:, :L, :kv_len], mask_mod(b, heads, rows[:, :L], cols[:, :, :kv_len]))
+
+
 def test_bigbird_at_its_own_block_width_has_no_partial_tile():
     """LRA's BigBird (blocks of 64) under 64-wide tiles: the kernel never evaluates the pattern, also in
     the last, shorter tiles of a length that is not a multiple of 64 (4096 + a CLS token)."""

@@ -65,20 +65,6 @@ def merge_heads(t: Tensor) -> Tensor:
     return rearrange(t, "b h l d -> b l (h d)")
 
 
-def pad_dim(t: Tensor, dim: int, new_size: int, value=0) -> Tensor:
-    """Right-pad ``t`` along ``dim`` to ``new_size`` with ``value``."""
-    extra = new_size - t.shape[dim]
-    if extra == 0:
-        return t
-    if extra < 0:
-        raise ValueError(f"cannot pad size {t.shape[dim]} down to {new_size}")
-    dim = dim % t.dim()
-    pad = [0, 0] * (t.dim() - 1 - dim) + [0, extra]
-    if t.dtype == torch.bool:
-        return F.pad(t.to(torch.uint8), pad, value=int(value)).bool()
-    return F.pad(t, pad, value=value)
-
-
 def n_blocks(length: int, block: int) -> int:
     return -(-length // block)
 

@@ -56,6 +56,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ._pad import pad_dim
+
 try:  # newer torch; older versions return the log-sum-exp with return_lse=True
     from torch.nn.attention.flex_attention import AuxRequest
 except ImportError:  # pragma: no cover - depends on the torch version
@@ -167,12 +169,26 @@ def _ordered(tiles: Tensor) -> tuple[Tensor, Tensor]:
     return number[None], order[None]
 
 
+def clamped_mod(mask_mod: Callable, q_len: int, kv_len: int) -> Callable:
+    """``mask_mod`` with positions past ``q_len`` / ``kv_len`` taking the last position's pattern."""
+
+    def padded(b, h, qi, kv):
+        return mask_mod(b, h, qi.clamp(max=q_len - 1), kv.clamp(max=kv_len - 1))
+
+    return padded
+
+
 def tile_block_mask(mask_mod: Callable, heads: int | None, q_len: int, kv_len: int, block: int, device):
-    """A ``BlockMask`` of ``block`` x ``block`` tiles whose classification is exact: a tile is full
-    when every pair in it is allowed (the kernel then never calls ``mask_mod`` there), pairs past
-    the end of either sequence counting as allowed (the kernel masks them itself); partial when
-    some pair is allowed; absent otherwise. ``create_block_mask`` counts those pairs as disallowed,
-    which leaves every last tile of a length that is not a multiple of ``block`` partial.
+    """A ``BlockMask`` of ``block`` x ``block`` tiles over the lengths rounded up to whole tiles,
+    whose classification is exact: a tile is full when every pair in it is allowed (the kernel then
+    never calls ``mask_mod`` there), partial when some pair is allowed, absent otherwise.
+
+    Whole tiles: a position past the end takes the pattern of the last position (``mask_mod`` sees
+    clamped indices), and ``flex_pattern_attention`` pads the inputs to these lengths and masks the
+    padded keys. So the kernel never meets a sequence that ends inside a tile, where torch's flex
+    kernels have known faults (NaN gradients with a score_mod and a block mask, pytorch/pytorch
+    #153799; a max-autotune compilation that hit an illegal memory access at 2,001 tokens with
+    64-wide tiles here), and a pattern aligned to the tiles keeps its last tiles full.
 
     The pattern is evaluated on [heads, rows, kv_len] index grids, a band of query rows at a time
     (construction only; the mask is cached by its mixer)."""
@@ -180,6 +196,9 @@ def tile_block_mask(mask_mod: Callable, heads: int | None, q_len: int, kv_len: i
 
     n_heads = heads or 1
     nq, nk = -(-q_len // block), -(-kv_len // block)
+    if (nq * block, nk * block) != (q_len, kv_len):
+        mask_mod = clamped_mod(mask_mod, q_len, kv_len)
+        q_len, kv_len = nq * block, nk * block
     h = torch.arange(n_heads, device=device)[:, None, None]
     kv = torch.arange(kv_len, device=device)[None, None, :]
     band = max(1, (1 << 24) // max(1, n_heads * kv_len * block))  # query tiles per evaluation
@@ -336,27 +355,48 @@ def flex_pattern_attention(
     applied before padding and dropout), logits scaled by ``scale`` (default 1/sqrt(Dh)).
     ``key_index`` [Lk'] gathers the keys into the block mask's key axis (None: the identity).
     ``value_split``: the values' width cut into that many flex calls (same scores, same keep-mask),
-    for values too wide for the kernel's registers. Returns [B, H, L, Dv]."""
+    for values too wide for the kernel's registers. Returns [B, H, L, Dv].
+
+    A block mask over whole tiles (``tile_block_mask``) is longer than the inputs: q, the keys
+    and the values are padded with zeros to its lengths, the padded keys masked and the padded
+    rows dropped; the dropout's keys are drawn for the real lengths, as without padding."""
+    L = q.shape[2]
     if key_index is not None:
         k, v = k.index_select(2, key_index), v.index_select(2, key_index)
     slot_mask = key_mask if key_index is None else key_mask.index_select(1, key_index)
+    lengths = (L, k.shape[2]) if block_mask is None else tuple(block_mask.seq_lengths)
+    if lengths != (L, k.shape[2]):
+        if bias_mod is not None:
+            bias_mod = clamped_score_mod(bias_mod, L, k.shape[2])
+        q, k, v = pad_dim(q, 2, lengths[0]), pad_dim(k, 2, lengths[1]), pad_dim(v, 2, lengths[1])
+        slot_mask = pad_dim(slot_mask, 1, lengths[1], False)
     bias = key_bias(slot_mask)
     values = v.chunk(value_split, dim=-1) if value_split > 1 else (v,)
     if dropout_p <= 0.0:
         mod = padding_mod(bias, bias_mod)
         outs = [_flex(q, k, part, mod, block_mask, False, settings, scale)[0] for part in values]
-        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
+        return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1))[:, :, :L]
     threshold = dropout_threshold(dropout_p)
-    B, H, L = q.shape[:3]
+    B, H = q.shape[:2]
     row_key, col_key = draw_dropout_keys(B, H, L, key_mask.shape[1], q.device)
     if key_index is not None:
         col_key = col_key.index_select(0, key_index)
+    row_key, col_key = pad_dim(row_key, 2, lengths[0]), pad_dim(col_key, 0, lengths[1])
     kept_mod = dropout_mod(bias, row_key, col_key, threshold, bias_mod)
     kept = [_flex(q, k, part, kept_mod, block_mask, True, settings, scale) for part in values]
     lse_kept = kept[0][1]
     lse_full = full_log_normaliser(q, k, v, padding_mod(bias, bias_mod), block_mask, settings, scale)
     outs = [rescale_kept(out, lse_kept, lse_full, keep_probability(threshold)) for out, _ in kept]
-    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
+    return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1))[:, :, :L]
+
+
+def clamped_score_mod(score_mod: Callable, q_len: int, kv_len: int) -> Callable:
+    """``score_mod`` with positions past ``q_len`` / ``kv_len`` read as the last position."""
+
+    def padded(score, b, h, qi, kv):
+        return score_mod(score, b, h, qi.clamp(max=q_len - 1), kv.clamp(max=kv_len - 1))
+
+    return padded
 
 
 def dense_dropout_reference(scores: Tensor, allowed: Tensor, keep: Tensor, keep_prob: float, v: Tensor) -> Tensor:

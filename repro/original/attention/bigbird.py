@@ -58,9 +58,9 @@ from ._common import (
     gather_block_mask,
     gather_blocks,
     n_blocks,
-    pad_dim,
     segment_attention,
 )
+from ._pad import pad_dim
 
 
 def global_blocks_for(max_len: int, block_size: int, n_global: int, global_last: bool) -> list[int]:

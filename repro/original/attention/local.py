@@ -33,8 +33,8 @@ from ._common import (
     gather_blocks,
     n_blocks,
     open_fully_masked,
-    pad_dim,
 )
+from ._pad import pad_dim
 
 
 def dense_mask(L: int, block_size: int = 50, look_backward: int = 0, look_forward: int = 0, device=None) -> Tensor:

@@ -37,9 +37,9 @@ from ._common import (
     gather_block_mask,
     gather_blocks,
     n_blocks,
-    pad_dim,
     segment_attention,
 )
+from ._pad import pad_dim
 
 
 def window_sides(window: int) -> tuple[int, int]:

@@ -41,9 +41,9 @@ from ._common import (
     FlexPatternMixin,
     dense_attention,
     n_blocks,
-    pad_dim,
     segment_attention,
 )
+from ._pad import pad_dim
 
 
 def summary_offsets(stride: int, c: int, block_start_summary: bool) -> list[int]:
