@@ -68,12 +68,14 @@ def make_record(
     batch_size: int | None = None,
     n_train: int | None = None,
     train_counts: dict | None = None,
+    data: dict | None = None,
 ) -> Path:
     """One record folder ``runs_root/arm/task/profile/seed<k>``; returns it.
 
     ``batch_size`` and ``n_train``: written as ``train_settings.batch_size`` and ``data.sizes.train``
     (what the protocol share reads) when given; records without them have an unknown share. ``train_counts``:
-    ``data.class_counts.train`` (label -> count), what the majority-class baseline reads."""
+    ``data.class_counts.train`` (label -> count), what the majority-class baseline reads. ``data``: the
+    record's ``data`` block to start from (default ``{"source": "fake"}``)."""
     rng = np.random.default_rng([seed, sum(map(ord, arm)), sum(map(ord, task))])
     labels = np.asarray(labels, dtype=int)
     right = correctness(labels.size, accuracy, rng)
@@ -116,7 +118,7 @@ def make_record(
         "device": device,
         "versions": {"python": "3.11.7", "torch": "2.11.0+cu130", "cuda": "13.0", "numpy": "2.4.6", "repro": "0.1.0"},
         "git_commit": "0123456789abcdef0123456789abcdef01234567",
-        "data": {"source": "fake"},
+        "data": dict(data or {"source": "fake"}),
         "budget_minutes": 3.0 if profile == "budget" else None,
     }
     if batch_size is not None:

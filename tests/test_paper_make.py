@@ -1,8 +1,9 @@
-"""``lra-paper`` (``python -m repro.paper``) on a bundle frozen from synthetic records: tables, claims, baselines,
-shares."""
+"""``lra-paper`` (``python -m repro.paper``) on bundles frozen from synthetic records: tables, claims, baselines,
+shares; ``lra-paper lra-table1`` on several bundles (LRA Table 1 at the protocol, the ranking table)."""
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import math
@@ -21,6 +22,10 @@ from scipy import stats as sps
 from statsmodels.stats.proportion import proportion_confint
 
 from repro import bundle, stats
+from repro.bundle import BundleError
+from repro.paper.lra_campaign import rank_correlation
+from repro.paper.view import BundleView
+from repro.reference import published
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = [
@@ -453,3 +458,168 @@ def test_a_changed_bundle_is_refused(frozen, tmp_path):
     done = make(copy, tmp_path / "out")
     assert done.returncode == 1 and "changed: runs/locality_k5/text/budget/seed0/metrics.json" in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- lra-table1 on several bundles
+
+# arm -> per-seed ListOps accuracies; slot A holds the first three arms, slot B the others
+LISTOPS = {
+    "lra_transformer": [0.50, 0.55, 0.53],
+    "lra_local": [0.20, 0.25],
+    "lra_linformer": [0.45, 0.40],
+    "lra_performer": [0.30, 0.32],
+    "lra_linear": [0.60, 0.58],
+}
+SLOT_A = ("lra_transformer", "lra_local", "lra_linformer")
+TEXT = {"lra_transformer": [0.6], "lra_local": [0.7]}
+
+
+@pytest.fixture(scope="module")
+def slots(tmp_path_factory) -> tuple[Path, Path, dict]:
+    """Two bundles of profile=paper records: A (with the ListOps root analysis) and B (frozen without it;
+    its ListOps records say task.source=auto, so their analysis key differs, their data block does not)."""
+    from repro.tasks import get_task_builder
+
+    tmp = tmp_path_factory.mktemp("slots")
+    cache = tmp / "cache"
+    listops = get_task_builder("listops")(SMOKE_LISTOPS, tmp / "nodata", cache, 1)
+    auto = {**copy.deepcopy(SMOKE_LISTOPS), "source": "auto"}
+    for arm, accuracies in LISTOPS.items():
+        runs = tmp / ("a" if arm in SLOT_A else "b") / "runs"
+        for seed, acc in enumerate(accuracies):
+            make_record(
+                runs,
+                arm,
+                "listops",
+                seed,
+                profile="paper",
+                labels=listops.test.labels,
+                accuracy=acc,
+                num_classes=10,
+                task_cfg=SMOKE_LISTOPS if arm in SLOT_A else auto,
+                data=listops.info,
+            )
+    for arm, accuracies in TEXT.items():
+        for seed, acc in enumerate(accuracies):
+            make_record(
+                tmp / "b" / "runs",
+                arm,
+                "text",
+                seed,
+                profile="paper",
+                labels=fixed_labels("text", 100),
+                accuracy=acc,
+                train_counts={0: 50, 1: 50},
+            )
+    quiet = {"data_dir": tmp / "nodata", "cache_dir": cache, "log": lambda *a, **k: None}
+    a = bundle.freeze("slotA", tmp / "a" / "runs", tmp / "results", **quiet)
+    b = bundle.freeze("slotB", tmp / "b" / "runs", tmp / "results", analysis=False, **quiet)
+    return a, b, {"cache": cache}
+
+
+def _cells(markdown: str, first: str) -> list[str]:
+    line = next(x for x in markdown.splitlines() if x.startswith(f"| {first} |"))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def _lra_table1(a: Path, b: Path, out: Path) -> str:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    command = [
+        sys.executable,
+        "-m",
+        "repro.paper",
+        "lra-table1",
+        "--bundle",
+        str(a),
+        "--bundle",
+        str(b),
+        "--out",
+        str(out),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return (out / "tables" / "lra_table1.md").read_text()
+
+
+def test_cells_are_the_seeds_mean_sd_and_student_t_interval(slots, tmp_path):
+    a, b, _ = slots
+    md = _lra_table1(a, b, tmp_path)
+    view = BundleView([a, b], "paper")
+    for arm in LISTOPS:
+        pct = np.asarray(view.accuracies(arm, "listops"))
+        n, mean, sd = pct.size, pct.mean(), pct.std(ddof=1)
+        half = sps.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+        cells = _cells(md, next(m for m in md.splitlines() if f"| {arm} |" in m).split("|")[1].strip())
+        assert cells[1] == arm
+        assert cells[2].startswith(f"{mean:.2f} ± {sd:.2f} (n={n})")
+        assert cells[3] == f"[{mean - half:.2f}, {mean + half:.2f}]"
+    pub = published("lra_table1_accuracy").set_index("model")
+    transformer = _cells(md, "Transformer")
+    assert transformer[4] == f"{pub.loc['transformer', 'listops']:.2f}"
+    # averages over the tasks run (ListOps, text): ours only where both ran, the published over the same two
+    mean_both = np.mean([np.mean(view.accuracies("lra_transformer", t)) for t in ("listops", "text")])
+    assert transformer[-2] == f"{mean_both:.2f}"
+    assert transformer[-1] == f"{np.mean([pub.loc['transformer', 'listops'], pub.loc['transformer', 'text']]):.2f}"
+    assert _cells(md, "Linformer")[-2] == "—"
+    assert "| ListOps ours | ListOps 95% CI | ListOps pub. | Text ours |" in md and "Image ours" not in md
+    assert "Retrieval: the AAN data is not public any more" in md and "Image: no records yet" in md
+
+
+def test_the_listops_baseline_comes_from_the_bundle_that_analysed_that_test_set(slots, tmp_path):
+    a, b, _ = slots
+    md = _lra_table1(a, b, tmp_path)
+    baselines = _cells(md, "Trivial baselines (our test sets)")
+    assert baselines[2].startswith("root operator ") and "majority class" in baselines[2]
+    assert _cells(md, "Data (our records)")[2] == "generated ListOps"
+    # slot B alone: its records' key (task.source=auto) is not A's, and B holds no analysis at all
+    alone = BundleView([b], "paper")
+    assert alone.baselines["listops"] == ([], "no root-operator analysis of this test set in the bundles")
+    # with A beside it, B's records find A's analysis by their data block (same generated test set)
+    both = BundleView([b, a], "paper")
+    assert [x.name for x in both.baselines["listops"][0]] == [
+        x.name for x in BundleView([a], "paper").baselines["listops"][0]
+    ]
+
+
+def test_rank_correlation_is_spearmans_rho_of_the_seed_means(slots):
+    a, b, _ = slots
+    view = BundleView([a, b], "paper")
+    result = rank_correlation(view, "listops")
+    pub = published("lra_table1_accuracy").set_index("model")
+    models = {
+        "lra_transformer": "transformer",
+        "lra_local": "local_attention",
+        "lra_linformer": "linformer",
+        "lra_performer": "performer",
+        "lra_linear": "linear_transformer",
+    }
+    ours = [np.mean(LISTOPS[arm]) for arm in models]
+    theirs = [float(pub.loc[m, "listops"]) for m in models.values()]
+    assert result["arms"] == 5 and result["seeds"] == [2, 3]
+    assert result["rho"] == pytest.approx(sps.spearmanr(ours, theirs).statistic, abs=1e-12)
+    low, high = result["interval"]
+    assert -1.0 <= low <= high <= 1.0
+    assert rank_correlation(view, "listops") == result  # fixed bootstrap seed: the same interval
+
+
+def test_seeds_that_agree_give_a_degenerate_interval_and_one_seed_none(tmp_path):
+    labels = fixed_labels("text", 100)
+    accuracies = {"lra_transformer": 0.6, "lra_local": 0.5, "lra_linformer": 0.7, "lra_performer": 0.55}
+    for seeds, version in ((2, "two"), (1, "one")):
+        for arm, acc in accuracies.items():
+            for seed in range(seeds):  # every seed of an arm scores the same: resampling changes nothing
+                make_record(tmp_path / version, arm, "text", seed, profile="paper", labels=labels, accuracy=acc)
+        frozen = bundle.freeze(
+            version, tmp_path / version, tmp_path / "results", analysis=False, log=lambda *a, **k: None
+        )
+        result = rank_correlation(BundleView([frozen], "paper"), "text")
+        if seeds == 2:
+            assert result["interval"] == pytest.approx((result["rho"], result["rho"]))
+        else:
+            assert result["interval"] is None and math.isfinite(result["rho"])
+
+
+def test_a_record_in_two_bundles_is_refused(slots, tmp_path):
+    a, _, _ = slots
+    with pytest.raises(BundleError, match=r"^the record of lra_linformer listops paper seed 0 is in .* and .*: pass"):
+        BundleView([a, a], "paper")

@@ -122,3 +122,33 @@ def read(bundle: Path, key: str) -> tuple[list[dict], dict] | None:
     with open(csv_path, newline="") as handle:
         rows = [{"index": int(r["index"]), "root": r["root"], "label": int(r["label"])} for r in csv.DictReader(handle)]
     return sorted(rows, key=lambda r: r["index"]), json.loads(json_path.read_text())
+
+
+def data_identity(data: dict) -> tuple | None:
+    """What identifies a ListOps test set in a record's (or an analysis's) ``data`` block: the data
+    cache entry's name (a hash of the generator's or reader's settings), the resolved source, the seed
+    and the split sizes; None when the block lacks the cache entry."""
+    entry = (data or {}).get("cache_entry")
+    if not entry:
+        return None
+    sizes = tuple(sorted((data.get("sizes") or {}).items()))
+    return (Path(entry).name, data.get("source"), data.get("seed"), sizes)
+
+
+def find(bundles, key: str, data: dict) -> tuple[list[dict], dict] | None:
+    """The analysis of a record's test set in any of ``bundles``: the one stored under its ``key``,
+    else one whose ``data`` block names the same test set (``data_identity``; a record with
+    ``task.source=auto`` and one with ``generated`` that resolved to the same generated data share
+    it, though their keys differ)."""
+    for bundle in bundles:
+        if found := read(bundle, key):
+            return found
+    wanted = data_identity(data)
+    if wanted is None:
+        return None
+    for bundle in bundles:
+        for summary_path in sorted((Path(bundle) / ROOTS_DIR).glob("*.json")):
+            summary = json.loads(summary_path.read_text())
+            if data_identity(summary.get("data") or {}) == wanted:
+                return read(bundle, summary_path.stem)
+    return None

@@ -8,7 +8,7 @@ import numpy as np
 from ..analysis import baselines as trivial
 from ..analysis import listops_roots
 from .render import MISSING, Table, fmt_number
-from .view import BundleView
+from .view import BundleView, listops_analysis_of
 
 
 def _pick_arm(view: BundleView, arm: str | None) -> str | None:
@@ -27,7 +27,7 @@ def listops_analysis(view: BundleView, arm: str | None):
     if seeds.empty:
         return None, [], f"no ListOps records{f' of arm {arm}' if arm else ''} in profile {view.profile}"
     keys = [listops_roots.roots_key(view.config(p)) for p in seeds["path"]]
-    stored = listops_roots.read(view.path, keys[0])
+    stored = listops_analysis_of(view, seeds["path"][:1])
     if stored is None:
         return (
             None,

@@ -1,4 +1,4 @@
-"""One bundle as the tables read it: a frame of its run records, their predictions, shares and baselines.
+"""Bundles as the tables read them: a frame of their run records, their predictions, shares and baselines.
 
 Each record's row holds its accuracy, the training examples it ran and their share of the
 protocol's (``repro.analysis.protocol``), its budget and data source; per task, the trivial
@@ -70,6 +70,7 @@ def data_source(task: str, data: dict) -> str:
 def _row(bundle: Path, path: str, conf_dir: Path) -> dict:
     metrics = json.loads((bundle / path / "metrics.json").read_text())
     config = read_config(bundle / path / "config.yaml")
+    record = (bundle / path).as_posix()
     techniques = (config.get("techniques") or {}).get("name") or "none"
     peak = metrics.get("peak_gpu_mem_bytes")
     share, note = protocol.share(metrics, metrics["arm"], metrics["task"], techniques, conf_dir)
@@ -85,7 +86,7 @@ def _row(bundle: Path, path: str, conf_dir: Path) -> dict:
         "examples_per_s": _float(metrics.get("train_examples_per_s")),
         "peak_mem_gb": float(peak) / 2**30 if peak else math.nan,
         "device": metrics.get("device"),
-        "path": path,
+        "path": record,
         "examples": protocol.trained_examples(metrics),
         "share": share,
         "share_note": note,
@@ -96,25 +97,41 @@ def _row(bundle: Path, path: str, conf_dir: Path) -> dict:
 
 
 class BundleView:
-    """The records of one bundle, those of one profile shown; predictions and baselines read on demand."""
+    """The records of one or more bundles (each record in one of them), those of one profile shown;
+    predictions and baselines read on demand. ``path``, ``manifest``, ``hash``: the first bundle's
+    (its benchmark records are the ones read); ``paths``, ``manifests``, ``hashes``: every bundle's.
+    A row's ``path`` is its record folder (bundle folder included)."""
 
-    def __init__(self, path: Path, profile: str | None, conf_dir: Path = protocol.CONF_DIR):
-        self.path = Path(path)
+    def __init__(self, paths, profile: str | None, conf_dir: Path = protocol.CONF_DIR):
+        self.paths = [Path(p) for p in (paths if isinstance(paths, (list, tuple)) else [paths])]
+        if not self.paths:
+            raise BundleError("no bundle given")
+        self.path = self.paths[0]
         self._predictions: dict[str, pd.DataFrame] = {}
-        self.manifest = load_manifest(self.path)
-        self.hash = manifest_hash(self.path)
-        rows = [_row(self.path, run["path"], conf_dir) for run in self.manifest["runs"]]
+        self.manifests = [load_manifest(p) for p in self.paths]
+        self.hashes = [manifest_hash(p) for p in self.paths]
+        self.manifest, self.hash = self.manifests[0], self.hashes[0]
+        rows = [
+            _row(bundle, run["path"], conf_dir)
+            for bundle, manifest in zip(self.paths, self.manifests, strict=True)
+            for run in manifest["runs"]
+        ]
         frame = pd.DataFrame(rows, columns=COLUMNS)
+        _refuse_repeated_records(frame)
         self.all_runs = frame.sort_values(["arm", "techniques", "task", "profile", "seed"]).reset_index(drop=True)
         present = list(dict.fromkeys(self.all_runs["profile"]))
         ranked = [p for p in PROFILE_ORDER if p in present] + sorted(p for p in present if p not in PROFILE_ORDER)
         if profile is not None and profile not in present:
-            raise BundleError(f"--profile {profile}: the bundle holds {', '.join(sorted(present)) or 'no runs'}")
+            raise BundleError(f"--profile {profile}: the bundles hold {', '.join(sorted(present)) or 'no runs'}")
         self.profile = profile or (ranked[0] if ranked else "none")
         self.runs = self.all_runs[self.all_runs["profile"] == self.profile]
         self.other_profiles = {
             p: int((self.all_runs["profile"] == p).sum()) for p in sorted(present) if p != self.profile
         }
+
+    @property
+    def versions(self) -> list[str]:
+        return [m["version"] for m in self.manifests]
 
     def seeds(self, arm: str | None, task: str) -> pd.DataFrame:
         """Records of ``arm`` (or ``arm+techniques``) on ``task`` in the profile shown, by seed."""
@@ -130,12 +147,15 @@ class BundleView:
     def predictions(self, run_path: str) -> pd.DataFrame:
         """A record's predictions.csv sorted by example index (read once per view)."""
         if run_path not in self._predictions:
-            frame = pd.read_csv(self.path / run_path / "predictions.csv")
+            frame = pd.read_csv(Path(run_path) / "predictions.csv")
             self._predictions[run_path] = frame.sort_values("index").reset_index(drop=True)
         return self._predictions[run_path]
 
     def config(self, run_path: str) -> dict:
-        return read_config(self.path / run_path / "config.yaml")
+        return read_config(Path(run_path) / "config.yaml")
+
+    def metrics(self, run_path: str) -> dict:
+        return json.loads((Path(run_path) / "metrics.json").read_text())
 
     def correctness(self, seeds: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
         """[seeds, examples] 0/1 matrix and the labels, or None when the seeds saw different test sets."""
@@ -168,9 +188,22 @@ class BundleView:
         return trivial.strongest(self.baselines.get(task, ([], ""))[0])
 
 
+def _refuse_repeated_records(frame: pd.DataFrame) -> None:
+    """Each (arm, techniques, task, profile, seed) in one bundle only: the tables would count it twice."""
+    keys = ["arm", "techniques", "task", "profile", "seed"]
+    repeated = frame[frame.duplicated(keys, keep=False)]
+    if not repeated.empty:
+        first = repeated.sort_values("path").iloc[0]
+        where = " and ".join(repeated[(repeated[keys] == first[keys]).all(axis=1)]["path"])
+        raise BundleError(
+            f"the record of {first.arm} {first.task} {first.profile} seed {first.seed} is in {where}: "
+            "pass each record's bundle once"
+        )
+
+
 def _train_counts(view: BundleView, paths) -> dict | None:
     for path in paths:
-        metrics = json.loads((view.path / path / "metrics.json").read_text())
+        metrics = view.metrics(path)
         counts = ((metrics.get("data") or {}).get("class_counts") or {}).get("train")
         if counts:
             return counts
@@ -185,10 +218,9 @@ def task_baselines(view: BundleView, task: str) -> tuple[list[trivial.Baseline],
     if any(not np.array_equal(labels[0], other) for other in labels[1:]):
         return [], f"the {task} records were scored on different test sets"
     if task == "listops":
-        keys = dict.fromkeys(listops_roots.roots_key(view.config(p)) for p in records["path"])
-        stored = next((found for key in keys if (found := listops_roots.read(view.path, key))), None)
+        stored = listops_analysis_of(view, records["path"])
         if stored is None:
-            return [], "no root-operator analysis in the bundle"
+            return [], "no root-operator analysis of this test set in the bundles"
         rows, summary = stored
         return [
             trivial.root_operator(summary["train"], rows),
@@ -198,3 +230,13 @@ def task_baselines(view: BundleView, task: str) -> tuple[list[trivial.Baseline],
     if not counts:
         return [], "no record has training label counts (data.class_counts.train)"
     return [trivial.majority_class(counts, labels[0])], ""
+
+
+def listops_analysis_of(view: BundleView, paths) -> tuple[list[dict], dict] | None:
+    """The root-operator analysis of the test set the ListOps records ``paths`` were scored on, from any
+    of the view's bundles (``listops_roots.find``)."""
+    for path in paths:
+        key = listops_roots.roots_key(view.config(path))
+        if found := listops_roots.find(view.paths, key, view.metrics(path).get("data") or {}):
+            return found
+    return None

@@ -1,0 +1,161 @@
+"""LRA Table 1 at the release's protocol (Tay et al. 2021, Table 1), ours beside the published, and how
+well our ranking of the models follows theirs, task by task.
+
+Only the tasks with records are columns; the others are named in a note. Per cell: the seeds' mean ±
+sd (n), a 95% Student-t interval of the mean over seeds ("1 seed" when there is one), the published
+number. Averages are over the tasks run, ours only for an arm with every one of them, the published
+over the same tasks. Under the rows: each column's data source and the trivial baselines of its test set.
+
+The ranking table: per task, Spearman's rank correlation between our seed means and the published
+numbers over the arms run there, with a 95% percentile bootstrap interval over seeds (each arm's seeds
+resampled with replacement); with one seed per arm there is no interval ("not tested at this budget").
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats as sps
+from statsmodels.stats.weightstats import DescrStatsW
+
+from ..reference import LRA_MODEL_ARMS, published
+from .accuracy import LRA_AVG_TASKS, LRA_NAMES, LRA_TABLE1_TASKS, MARKS_NOTE, TASK_NAMES, ours_cell, pub_cell
+from .render import MISSING, Table, fmt_ci, fmt_number
+from .view import BundleView
+
+PUBLISHED_COLUMN = {task: column for column, task in LRA_TABLE1_TASKS}
+NOT_RUN_WHY = {
+    "retrieval": "Retrieval: the AAN data is not public any more",
+    "pathx": "Path-X: out of the campaign's scope",
+}
+BOOTSTRAP_RESAMPLES = 2000
+MIN_ARMS = 3  # a rank correlation over fewer arms says nothing
+
+
+def tasks_run(view: BundleView) -> list[str]:
+    """The LRA tasks with a record of an ``lra_*`` arm, in Table 1's column order."""
+    present = set(view.runs[view.runs["arm"].isin(LRA_MODEL_ARMS.values())]["task"])
+    return [task for _, task in LRA_TABLE1_TASKS if task in present]
+
+
+def seed_interval(values: list[float]) -> str:
+    """95% Student-t interval of the mean over seeds; one seed has none."""
+    if len(values) < 2:
+        return "1 seed" if values else MISSING
+    if np.ptp(values) == 0:
+        return fmt_ci(values[0], values[0])
+    low, high = DescrStatsW(np.asarray(values, dtype=np.float64)).tconfint_mean(alpha=0.05)
+    return fmt_ci(float(low), float(high))
+
+
+def _published(model: str, task: str) -> float:
+    value = published("lra_table1_accuracy").set_index("model").loc[model, PUBLISHED_COLUMN[task]]
+    try:
+        return float(value)
+    except ValueError:
+        return math.nan
+
+
+def _averages(view: BundleView, model: str, arm: str, tasks: list[str]) -> list[str]:
+    means = [np.mean(view.accuracies(arm, t)) if view.accuracies(arm, t) else math.nan for t in tasks]
+    ours = fmt_number(float(np.mean(means))) if all(math.isfinite(m) for m in means) else MISSING
+    return [ours, fmt_number(float(np.mean([_published(model, t) for t in tasks])))]
+
+
+def _reference_rows(view: BundleView, tasks: list[str]) -> list[list[str]]:
+    data_row, baseline_row = ["Data (our records)", ""], ["Trivial baselines (our test sets)", ""]
+    for task in tasks:
+        sources = sorted(set(view.runs[view.runs["task"] == task]["data"]))
+        data_row += ["; ".join(sources) or MISSING, "", ""]
+        found = view.baselines.get(task, ([], ""))[0]
+        baseline_row += [
+            "; ".join(f"{b.name} {b.accuracy:.2f} {fmt_ci(*b.interval)}" for b in found) or MISSING,
+            "",
+            "",
+        ]
+    return [data_row + ["", ""], baseline_row + ["", ""]]
+
+
+def table1(view: BundleView, name: str = "lra_table1") -> Table:
+    tasks = tasks_run(view)
+    columns, ours_cols = ["Model", "Arm"], []
+    for task in tasks:
+        ours_cols += [len(columns), len(columns) + 1]
+        columns += [f"{TASK_NAMES[task]} ours", f"{TASK_NAMES[task]} 95% CI", f"{TASK_NAMES[task]} pub."]
+    ours_cols.append(len(columns))
+    columns += ["Avg ours", "Avg pub."]
+    rows = []
+    for model, arm in LRA_MODEL_ARMS.items():
+        row = [LRA_NAMES.get(model, model.capitalize()), arm]
+        for task in tasks:
+            row += [ours_cell(view, arm, task), seed_interval(view.accuracies(arm, task))]
+            row.append(pub_cell(_published(model, task)) if math.isfinite(_published(model, task)) else "FAIL")
+        rows.append(row + _averages(view, model, arm, tasks))
+    left_out = [why for task, why in NOT_RUN_WHY.items() if task not in tasks]
+    left_out += [f"{TASK_NAMES[t]}: no records yet" for t in LRA_AVG_TASKS if t not in tasks and t not in NOT_RUN_WHY]
+    return Table(
+        name,
+        "LRA Table 1 at the release's protocol: test accuracy (%), ours beside the published",
+        columns,
+        rows,
+        ours_cols,
+        [
+            view.profile_note(),
+            "95% CI: Student t over the seeds' test accuracies (the mean's interval); 1 seed: none.",
+            "Avg: mean over the tasks in this table; ours only for an arm with all of them, the published "
+            "over the same tasks. Published: Tay et al. 2021, Table 1.",
+            "Columns not shown: " + ("; ".join(left_out) if left_out else "none") + ".",
+            MARKS_NOTE,
+            f"Bundles: {', '.join(view.versions)}.",
+        ],
+        _reference_rows(view, tasks),
+    )
+
+
+def rank_correlation(view: BundleView, task: str, seed: int = 0) -> dict:
+    """Spearman's rho of our seed means against the published numbers over the arms run on ``task``, and
+    its percentile bootstrap interval over seeds (None when no arm has two seeds)."""
+    arms = [(m, a) for m, a in LRA_MODEL_ARMS.items() if view.accuracies(a, task)]
+    values = [np.asarray(view.accuracies(a, task), dtype=np.float64) for _, a in arms]
+    reference = np.array([_published(m, task) for m, _ in arms])
+    result = {"arms": len(arms), "seeds": sorted({len(v) for v in values}), "rho": math.nan, "interval": None}
+    if len(arms) < MIN_ARMS or not np.isfinite(reference).all():
+        return result
+    result["rho"] = float(sps.spearmanr([v.mean() for v in values], reference).statistic)
+    if max(len(v) for v in values) < 2:
+        return result
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(BOOTSTRAP_RESAMPLES):
+        means = [rng.choice(v, size=len(v), replace=True).mean() for v in values]
+        rho = sps.spearmanr(means, reference).statistic
+        draws.append(0.0 if np.ptp(means) == 0 else rho)
+    result["interval"] = tuple(float(q) for q in np.percentile(draws, [2.5, 97.5]))
+    return result
+
+
+def ranking(view: BundleView, name: str = "lra_table1_ranking") -> Table:
+    rows = []
+    for task in tasks_run(view):
+        r = rank_correlation(view, task)
+        if r["arms"] < MIN_ARMS:
+            interval = f"not tested: {r['arms']} arm(s), a rank correlation needs {MIN_ARMS}"
+        elif r["interval"] is None:
+            interval = "not tested at this budget (1 seed per arm)"
+        else:
+            interval = fmt_ci(*r["interval"], digits=3)
+        seeds = "/".join(str(n) for n in r["seeds"])
+        rows.append([TASK_NAMES[task], str(r["arms"]), seeds, fmt_number(r["rho"], 3), interval])
+    return Table(
+        name,
+        "Does our ranking of the LRA models follow the published one? Spearman's rho per task",
+        ["Task", "Arms run", "Seeds per arm", "rho (ours vs published)", "95% interval over seeds"],
+        rows,
+        [3, 4],
+        [
+            "rho: Spearman's rank correlation between our seed means and Tay et al. 2021, Table 1, over the "
+            "arms with records on the task. Interval: percentile bootstrap, each arm's seeds resampled with "
+            f"replacement ({BOOTSTRAP_RESAMPLES} draws, fixed seed).",
+        ],
+    )
