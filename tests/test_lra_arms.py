@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,7 +15,7 @@ from repro.heads import TwoTowerHead
 from repro.model import ResidualSublayer, SequenceClassifier
 from repro.original.attention import load_all
 from repro.original.encoder import FeedForward, build_lra_layers
-from repro.runner import arm_tasks, execute, resolve
+from repro.runner import arm_tasks, execute, resolve, typed_task_paths
 from repro.schedule import LRController
 
 ARMS = (
@@ -338,3 +341,36 @@ def test_learned_positions_arm_is_lra_transformer_but_for_its_positions(task):
     assert learned["model"]["positional"] == "learned"
     assert {**learned["model"], "positional": None} == {**plain["model"], "positional": None}
     assert learned["train"] == plain["train"] and learned["task"] == plain["task"]
+
+
+CAMPAIGN_BUNDLES = sorted((Path(__file__).resolve().parents[1] / "results").glob("v0.2-lra*"))
+
+
+def _campaign_records():
+    for bundle_dir in CAMPAIGN_BUNDLES:
+        for run in json.loads((bundle_dir / "MANIFEST.json").read_text())["runs"]:
+            yield bundle_dir / run["path"]
+
+
+@pytest.mark.skipif(not CAMPAIGN_BUNDLES, reason="no v0.2-lra bundle in this checkout")
+def test_the_campaign_records_trained_at_the_release_settings_of_their_cell():
+    """Every record frozen for the LRA campaign (results/v0.2-lra*): profile paper on an H100 or H200, its
+    data source and commit named, and its model, training and task settings those this package resolves
+    for its (arm, task) at profile=paper -- the release's (the tests above check those against the release)."""
+    from repro.records import read_config
+
+    records = list(_campaign_records())
+    assert records
+    for record in records:
+        metrics = json.loads((record / "metrics.json").read_text())
+        config = read_config(record / "config.yaml")
+        arm, task = metrics["arm"], metrics["task"]
+        assert metrics["status"] == "complete" and metrics["profile"] == "paper", record
+        assert re.fullmatch(r"NVIDIA H(100|200).*", metrics["device"]), record
+        assert metrics["data"]["source"] and re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", metrics["git_commit"]), record
+        overrides = ["task.source=generated"] if config["task"]["source"] == "generated" else []
+        cfg = composed(f"arm={arm}", f"task={task}", "profile=paper", *overrides)
+        expected = resolve(cfg, typed_task_paths(overrides))
+        for block in ("model", "train", "task"):
+            assert config[block] == expected[block], (record, block)
+        assert metrics["train_settings"]["batch_size"] == expected["train"]["batch_size"], record
