@@ -563,6 +563,14 @@ def test_cells_are_the_seeds_mean_sd_and_student_t_interval(slots, tmp_path):
     assert _cells(md, "Linformer")[-2] == "—"
     assert "| ListOps ours | ListOps 95% CI | ListOps pub. | Text ours |" in md and "Image ours" not in md
     assert "Retrieval: the AAN data is not public any more" in md and "Image: no records yet" in md
+    # the LRA paper's claims of paper/claims.yaml, one row each, none of the follow-up's
+    claim_rows = [line for line in md.splitlines() if line.startswith("| Tay et al. 2021 | lra-")]
+    assert len(claim_rows) == 5 and "followup-" not in md
+    performer = _cells(md, "Tay et al. 2021 | lra-listops-performer")
+    delta = np.mean(view.accuracies("lra_performer", "listops")) - np.mean(
+        view.accuracies("lra_transformer", "listops")
+    )
+    assert performer[6] == "2/3" and performer[7] == f"{delta:.2f}"
 
 
 def test_the_listops_baseline_comes_from_the_bundle_that_analysed_that_test_set(slots, tmp_path):

@@ -30,8 +30,9 @@ figures
 ``lra-table1`` writes ``<out>/tables/lra_table1.md`` (and .tex): LRA Table 1 at the release's protocol
 over the tasks with records (per cell mean ± sd, a 95% interval over seeds, the published number;
 averages over those tasks; each column's data source and trivial baselines) and the ranking table
-(Spearman's rho of our means against the published per task, with a bootstrap interval over seeds);
-``repro.paper.lra_campaign``.
+(Spearman's rho of our means against the published per task, with a bootstrap interval over seeds;
+``repro.paper.lra_campaign``), then the claims of Tay et al. 2021 in the claims file, each under its
+primary test and the verdict rule that applied.
 
 ``--bundle`` may be repeated: the records of several bundles (each record in one of them; a campaign
 frozen slot by slot), the first bundle's benchmark records; the ListOps root-operator baseline comes from
@@ -119,10 +120,20 @@ def _views(bundles, profile: str | None, verify: bool) -> BundleView:
     return BundleView(bundles, profile)
 
 
-def make_lra_table1(bundles, out: Path, profile: str | None = None, verify: bool = True) -> list[Path]:
-    """``<out>/tables/lra_table1.md`` and ``.tex``: LRA Table 1 at the protocol and the ranking table."""
+LRA_PAPER = "Tay et al. 2021"  # the claims of paper/claims.yaml that lra-table1 tests
+
+
+def make_lra_table1(
+    bundles, out: Path, profile: str | None = None, claims: Path = DEFAULT_CLAIMS, verify: bool = True
+) -> list[Path]:
+    """``<out>/tables/lra_table1.md`` and ``.tex``: LRA Table 1 at the protocol, the ranking table, and the
+    LRA paper's claims of the claims file under their primary tests and verdict rules."""
+    spec = claims_file.load(Path(claims))
     view = _views(bundles, profile, verify)
-    tables = [table1(view), ranking(view)]
+    results = [r for r in evaluate(view, spec) if r.claim.paper == LRA_PAPER]
+    claims_rows = claims_table(results, view, spec.alpha, spec.power)
+    claims_rows.name, claims_rows.title = "lra_table1_claims", f"The claims of {LRA_PAPER}, tested on these records"
+    tables = [table1(view), ranking(view), claims_rows]
     folder = out / "tables"
     folder.mkdir(parents=True, exist_ok=True)
     md, tex = folder / "lra_table1.md", folder / "lra_table1.tex"
@@ -195,6 +206,7 @@ def table1_parser() -> argparse.ArgumentParser:
     p.add_argument("--bundle", type=Path, action="append", required=True, help="a bundle folder (repeatable)")
     p.add_argument("--out", type=Path, default=PAPER_DIR, help=f"the table goes to OUT/tables (default: {PAPER_DIR})")
     p.add_argument("--profile", default="paper", help="profile to show (default: paper)")
+    p.add_argument("--claims", type=Path, default=DEFAULT_CLAIMS, help=f"the claims file (default: {DEFAULT_CLAIMS})")
     p.add_argument("--no-verify", action="store_true", help="skip checking the bundles' checksums first")
     return p
 
@@ -234,8 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["lra-table1"]:
         args = table1_parser().parse_args(argv[1:])
         try:
-            written = make_lra_table1(args.bundle, args.out, args.profile, verify=not args.no_verify)
-        except BundleError as err:
+            written = make_lra_table1(args.bundle, args.out, args.profile, args.claims, verify=not args.no_verify)
+        except (BundleError, claims_file.ClaimsError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 1
         print("\n".join(str(p) for p in written))
