@@ -281,20 +281,23 @@ def synthetic_rows() -> list[dict]:
     return rows
 
 
+TABLE_META = {  # a benchmark run's metadata as report.table_markdown reads it
+    "date": "2026-01-01",
+    "device": "test",
+    "batch": 32,
+    "dtype": "bf16",
+    "autocast": "bfloat16",
+    "torch": "x",
+    "cuda": "y",
+    "warmup": 1,
+    "reps": 2,
+    "matmul_peak_tflops": None,
+    "matmul_n": 8192,
+}
+
+
 def test_table_puts_published_tpu_numbers_beside_ours_and_memory_scaling():
-    meta = {
-        "date": "2026-01-01",
-        "device": "test",
-        "batch": 32,
-        "dtype": "bf16",
-        "autocast": "bfloat16",
-        "torch": "x",
-        "cuda": "y",
-        "warmup": 1,
-        "reps": 2,
-        "matmul_peak_tflops": None,
-        "matmul_n": 8192,
-    }
+    meta = dict(TABLE_META)
     text = report.table_markdown(meta, report.complete_rows(synthetic_rows()), {}, [])
     speed = table_rows(text, report.MODE_TITLES["train"])
     # LRA Table 2: Performer 9.5 / 8.0 steps/s at 1K / 4K against the Transformer's 8.1 / 1.4.
@@ -430,20 +433,7 @@ def test_reference_section_sets_each_arm_against_lra_transformer_and_its_own_ref
                     "parameters": 1,
                 }
             )
-    meta = {
-        "date": "2026-01-01",
-        "device": "test",
-        "batch": 32,
-        "dtype": "bf16",
-        "autocast": "bfloat16",
-        "torch": "x",
-        "cuda": "y",
-        "warmup": 1,
-        "reps": 2,
-        "matmul_peak_tflops": None,
-        "matmul_n": 8192,
-        "attention_dropout": 0.0,
-    }
+    meta = {**TABLE_META, "attention_dropout": 0.0}
     text = report.table_markdown(meta, report.complete_rows(rows), {}, [])
     heading = "Each arm against lra_transformer at 4K (training, attention dropout 0 for every arm)"
     body = table_rows(text, heading)

@@ -42,6 +42,13 @@ def common(out: Path, cache: Path, generated: bool = True) -> list[str]:
     ]
 
 
+def torchrun(script: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """``script`` under ``torch.distributed.run`` with two local processes, one thread each."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script), *args]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
 def folder(out: Path, arm: str = "locality_k5", seed: int = 0) -> Path:
     return out / "runs" / arm / "listops" / "smoke" / f"seed{seed}"
 
@@ -70,24 +77,7 @@ def reference(tmp_path_factory, shared_cache) -> Path:
 
 def test_ddp_two_processes_equal_one_process_with_the_same_global_batch(tmp_path, shared_cache, reference):
     out = tmp_path / "ddp"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node=2",
-            str(RUN),
-            *ARGS,
-            *common(out, shared_cache),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = torchrun(RUN, *ARGS, *common(out, shared_cache))
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
     assert done.stdout.count("best val") == 1 and "on cpu x2 processes" in done.stdout  # rank 0 alone reports
     records = sorted(p.relative_to(out) for p in out.rglob("metrics.json"))
@@ -120,25 +110,7 @@ def test_ddp_processes_stop_on_rank_0s_budget_clock_at_the_same_step(tmp_path, s
     step rank 0's clock decides (a rank that stopped alone would leave the others waiting in a
     collective until the timeout)."""
     out = tmp_path / "ddp_budget"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node=2",
-            str(RUN),
-            *ARGS,
-            "++train.budget_minutes=0.005",
-            *common(out, shared_cache),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = torchrun(RUN, *ARGS, "++train.budget_minutes=0.005", *common(out, shared_cache))
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
     metrics = read_json(folder(out) / "metrics.json")
     assert metrics["stopped_by"] == "budget" and 1 <= metrics["steps"] < 32, (metrics["stopped_by"], metrics["steps"])
@@ -159,27 +131,9 @@ def test_ddp_ranks_follow_rank_0s_folder_without_a_shared_disk(tmp_path, shared_
         "    sys.argv = [a + '_rank1' if a.startswith('output_dir=') else a for a in sys.argv]\n"
         f"runpy.run_path({str(RUN)!r}, run_name='__main__')\n"
     )
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
 
     def launch(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--standalone",
-                "--nproc_per_node=2",
-                str(wrapper),
-                *ARGS,
-                *common(out, shared_cache),
-                *extra,
-            ],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        return torchrun(wrapper, *ARGS, *common(out, shared_cache), *extra, timeout=300)
 
     first = launch("debug.sigterm_at_step=13")
     assert first.returncode != 0 and "stopped by SIGTERM at step 13" in first.stderr, (
@@ -362,25 +316,7 @@ def test_a_sweep_member_without_data_is_reported_after_the_others_ran(tmp_path, 
 
 
 def test_batch_norm_under_several_processes_is_refused_with_the_reason(tmp_path, shared_cache):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node=2",
-            str(RUN),
-            *ARGS,
-            "++model.norm=batch",
-            *common(tmp_path, shared_cache),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = torchrun(RUN, *ARGS, "++model.norm=batch", *common(tmp_path, shared_cache))
     assert done.returncode != 0
     assert (
         "[locality_k5/listops] model.norm=batch under 2 processes: each would normalise its own part of the batch "

@@ -6,18 +6,10 @@ from __future__ import annotations
 import math
 
 from ..stats.verdict import SHARE_NEEDED
+from .accuracy import TASK_NAMES
 from .evaluate import ClaimResult, Result, shares_frame
 from .render import MISSING, Table, fmt_ci, fmt_number, fmt_p
 from .view import BundleView
-
-TASK_NAMES = {
-    "listops": "ListOps",
-    "text": "Text",
-    "retrieval": "Retrieval",
-    "image": "Image",
-    "pathfinder": "Pathfinder",
-    "pathx": "Path-X",
-}
 
 RULES_NOTE = (
     "Verdict rules, the first that applies (repro/stats/verdict.py): R1 not tested: an arm has < 2 seeds. "
@@ -134,68 +126,26 @@ def claims_table(results: list[ClaimResult], view: BundleView, alpha: float, pow
 
 
 def _secondary_rows(claim_id: str, kind: str, result: Result) -> list[list[str]]:
+    """One row per test of the pair: the secondary comparison's own Welch (or one-sample t), the exact
+    permutation and the per-example CMH."""
     c, where = result.comparison, _where(result.comparison.task)
-    b = c.b.arm or c.b.label
-    rows = []
+    lead = [claim_id, kind, where, c.a.arm, c.b.arm or c.b.label, _seeds(result), fmt_number(result.published)]
+    tests = []
     if kind == "secondary":
-        rows.append(
-            [
-                claim_id,
-                kind,
-                where,
-                c.a.arm,
-                b,
-                _seeds(result),
-                fmt_number(result.published),
-                result.primary.test,
-                fmt_number(result.primary.estimate),
-                fmt_ci(*result.primary.ci),
-                fmt_p(result.primary.p_value),
-                result.primary.note,
-            ]
-        )
+        p = result.primary
+        tests.append([p.test, fmt_number(p.estimate), fmt_ci(*p.ci), fmt_p(p.p_value), p.note])
     ran = not (kind == "secondary" and result.primary.note)  # a secondary that did not run: its one row says so
     if result.permutation is not None and ran:
         perm = result.permutation
-        rows.append(
-            [
-                claim_id,
-                kind,
-                where,
-                c.a.arm,
-                b,
-                _seeds(result),
-                fmt_number(result.published),
-                perm.test,
-                fmt_number(perm.estimate),
-                MISSING,
-                fmt_p(perm.p_value),
-                perm.note,
-            ]
-        )
+        tests.append([perm.test, fmt_number(perm.estimate), MISSING, fmt_p(perm.p_value), perm.note])
     if result.cmh is not None:
         cmh = result.cmh
         said = (
             f"{cmh.details['seed_pairs']} seed pairs; only A right {cmh.details['only_a']}, only B right "
             f"{cmh.details['only_b']}"
         )
-        rows.append(
-            [
-                claim_id,
-                kind,
-                where,
-                c.a.arm,
-                b,
-                _seeds(result),
-                fmt_number(result.published),
-                cmh.test,
-                fmt_number(100 * cmh.estimate),
-                MISSING,
-                fmt_p(cmh.p_value),
-                cmh.note or said,
-            ]
-        )
-    return rows
+        tests.append([cmh.test, fmt_number(100 * cmh.estimate), MISSING, fmt_p(cmh.p_value), cmh.note or said])
+    return [lead + test for test in tests]
 
 
 def secondary_table(results: list[ClaimResult], view: BundleView, sds: tuple[dict, float]) -> Table:
