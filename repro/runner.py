@@ -187,12 +187,13 @@ def run_dir_for(cfg: DictConfig, run: dict) -> Path:
 
 
 # Settings an unfinished run may change while it keeps its record folder: a resumed run may get
-# a longer budget, other evaluation or checkpoint intervals, or the data kept elsewhere. Once a
-# record is complete, its budget and step cap are part of what it measured.
+# a longer budget or another stop step, other evaluation or checkpoint intervals, or the data kept
+# elsewhere. Once a record is complete, its budget and step caps are part of what it measured.
 FREE_TRAIN_KEYS = frozenset(
     {
         "budget_minutes",
         "max_steps",
+        "stop_at_step",
         "eval_every_steps",
         "eval_every_seconds",
         "eval_batch_size",
@@ -202,7 +203,7 @@ FREE_TRAIN_KEYS = frozenset(
         "data_on_device",
     }
 )
-FREE_UNTIL_COMPLETE = frozenset({"budget_minutes", "max_steps"})
+FREE_UNTIL_COMPLETE = frozenset({"budget_minutes", "max_steps", "stop_at_step"})
 # Model keys records written before the key existed lack, with the value those records had
 # (training keys take TrainSettings' defaults).
 IMPLICIT_SETTINGS = {

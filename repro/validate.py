@@ -82,6 +82,7 @@ RULES = {
     "train.budget_examples": INT_GE1_OR_NULL,
     "train.epochs": INT_GE1,
     "train.max_steps": INT_GE1_OR_NULL,
+    "train.stop_at_step": INT_GE1_OR_NULL,
     "train.batch_size": INT_GE1,
     "train.eval_batch_size": INT_GE1_OR_NULL,
     "train.lr": POSITIVE,

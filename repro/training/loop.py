@@ -146,6 +146,13 @@ class StepLoop:
     last: LastCheckpoint
     data_wait: DataWaitProbe  # times every 50th step's batch against the whole step
 
+    @property
+    def last_step(self) -> int:
+        """The step training ends at: the planned steps, or ``train.stop_at_step`` when earlier (the
+        schedule stays the planned steps')."""
+        stop_at = self.settings.stop_at_step
+        return self.data.total_steps if stop_at is None else min(stop_at, self.data.total_steps)
+
     def run(self, state: RunState, clock: RunClock, stop: StopSignals, bar: tqdm) -> None:
         """Train until the planned steps are done or the budget is spent; a stop signal checkpoints
         and raises RunInterrupted. ``bar``: the progress bar (perhaps disabled), closed on leaving."""
@@ -153,7 +160,7 @@ class StepLoop:
         agreement = StepAgreement(self.ctx, clock, stop, state)
         while True:
             elapsed = agreement.elapsed(state)
-            if state.step >= total_steps or clock.over_budget(elapsed):
+            if state.step >= self.last_step or clock.over_budget(elapsed):
                 break
             progress = clock.progress(state.step, total_steps, elapsed)
             batch, (loss, lr) = self.data_wait.run(
@@ -246,7 +253,7 @@ def run_metrics(
         "budget_minutes": s.budget_minutes,
         "budget_fraction": s.budget_fraction,  # an example budget (repro/budget.py), or None
         "budget_examples": s.budget_examples,
-        "stopped_by": "steps" if state.step >= data.total_steps else "budget",
+        "stopped_by": stopped_by(state.step, data.total_steps, s.stop_at_step),
         "train_time_s": state.train_time_s,
         "elapsed_s": state.elapsed_s,
         "wall_time_s": wall_time_s,  # this process only; elapsed_s spans resumes
@@ -272,3 +279,10 @@ def run_metrics(
             "backend": "nccl" if device.type == "cuda" else "gloo",
         }
     return metrics
+
+
+def stopped_by(step: int, planned: int, stop_at: int | None) -> str:
+    """Why training ended: ``steps`` (the plan done), ``stop_at_step`` (a truncated protocol), ``budget``."""
+    if step >= planned:
+        return "steps"
+    return "stop_at_step" if stop_at is not None and step >= stop_at else "budget"

@@ -13,7 +13,10 @@ class TrainSettings:
     weight_decay: float
     batch_size: int
     epochs: int
-    max_steps: int | None = None  # cap on optimiser steps (smoke runs)
+    max_steps: int | None = None  # cap on optimiser steps (smoke runs); the schedule ends there
+    stop_at_step: int | None = (
+        None  # end training at this step, the schedule still the planned one (a truncated protocol)
+    )
     budget_minutes: float | None = None  # wall-clock cap on training (budget profile)
     budget_fraction: float | None = None  # train this share of the protocol's examples (repro/budget.py)
     budget_examples: int | None = None  # train this many examples (repro/budget.py fills it in from the fraction)
