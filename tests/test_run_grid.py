@@ -89,6 +89,26 @@ def test_a_grid_without_cells_names_the_key(tmp_path):
     assert done.returncode != 0 and "cells[0] lacks list key(s) tasks" in done.stderr
 
 
+def test_first_puts_arms_at_the_front_of_each_block_and_refuses_an_unknown_arm(tmp_path):
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(
+        "cells:\n  - {arms: [a, b, c], tasks: [listops], seeds: [0]}\n"
+        "  - {arms: [a, b, c], tasks: [text], seeds: [0]}\n"
+    )
+
+    def order(*args):
+        done = subprocess.run([*GRID, str(grid), "--dry-run", *args], capture_output=True, text=True, cwd=ROOT)
+        assert done.returncode == 0, done.stderr
+        return [" ".join(line.split()[1:3]) for line in done.stdout.splitlines()]
+
+    plain = ["arm=a task=listops", "arm=b task=listops", "arm=c task=listops"]
+    assert order() == plain + [x.replace("listops", "text") for x in plain]
+    first = ["arm=c task=listops", "arm=b task=listops", "arm=a task=listops"]
+    assert order("--first", "c,b") == first + [x.replace("listops", "text") for x in first]  # blocks keep their order
+    done = subprocess.run([*GRID, str(grid), "--dry-run", "--first", "c,d"], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2 and done.stderr.strip() == f"--first c,d: d not in {grid}'s cells"
+
+
 @pytest.mark.slow
 def test_cells_spread_over_gpu_slots_each_with_its_own_log(tmp_path, shared_cache):
     """--gpus runs one cell per listed device at once (CUDA_VISIBLE_DEVICES; smoke runs stay on CPU)."""

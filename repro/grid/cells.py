@@ -47,6 +47,7 @@ class Cell:
     per_gpu: int | None = None
     optional: bool = False
     overrides: tuple[str, ...] = ()
+    block: int = 0  # the index of its block in the grid file (not part of its identity)
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -110,7 +111,7 @@ def _block_cells(block, i: int, path: Path) -> list[Cell]:
         )
     optional = bool(block.get("optional", False))
     return [
-        Cell(str(arm), str(task), int(seed), per_gpu, optional, tuple(overrides))
+        Cell(str(arm), str(task), int(seed), per_gpu, optional, tuple(overrides), i)
         for arm, task, seed in itertools.product(block["arms"], block["tasks"], block["seeds"])
     ]
 
@@ -148,6 +149,18 @@ def load_grid(path: Path, include_optional: bool = False) -> Grid:
         cells,
         left_out,
     )
+
+
+def put_first(grid: Grid, arms: list[str]) -> Grid:
+    """The grid with the cells of ``arms`` moved to the front of each block, in that order (``--first``): the
+    blocks keep their order (whole columns first), and so do the other cells of a block."""
+    known = {c.arm for c in grid.cells}
+    unknown = [a for a in arms if a not in known]
+    if unknown:
+        raise GridError(f"--first {','.join(arms)}: {', '.join(unknown)} not in {grid.path}'s cells")
+    rank = {arm: i for i, arm in enumerate(arms)}
+    ordered = sorted(grid.cells, key=lambda c: (c.block, rank.get(c.arm, len(arms))))
+    return Grid(grid.path, grid.common, grid.minutes_per_run, grid.overhead_minutes, ordered, grid.optional_left_out)
 
 
 def command(runner: Path, cell: Cell, common: list[str], extra: list[str]) -> list[str]:

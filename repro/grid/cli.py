@@ -21,8 +21,9 @@ background with ``setsid``, poll its output, and copy ``$OUT`` back when it has 
 
 It unpacks the previous slot's archives into ``output_dir`` (``--resume-from``), starts every
 cell left on every GPU, ``--per-gpu`` at once on each (a block's ``per_gpu`` wins for its cells),
-in the grid's order; starts a cell only if its expected time (the plan's GPU-minutes, else a
-record's of the same arm and task, else the grid file's ``minutes_per_run + overhead_minutes``;
+in the grid's order (``--first A,B``: those arms' cells first within each block); starts a cell only
+if its expected time (the plan's GPU-minutes, else a record's of the same arm and task, else the
+grid file's ``minutes_per_run + overhead_minutes``;
 times the fraction its checkpoint has left; times ``--pack-slowdown``, by default the GPU's
 packing limit) ends before the deadline (``--deadline-minutes`` from the command's start,
 ``--stop-at`` a UTC time; the earlier); at the deadline, or on SIGTERM/SIGINT/SIGUSR1, sends
@@ -49,7 +50,7 @@ import sys
 import time
 from pathlib import Path
 
-from .cells import DEFAULT_RUNNER, GridError, command, load_grid, output_dir
+from .cells import DEFAULT_RUNNER, GridError, command, load_grid, output_dir, put_first
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -85,6 +86,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--claim-dir", type=Path, default=None, help="share the queue with other grid processes")
     run.add_argument("--runner", type=Path, default=DEFAULT_RUNNER, help="the script each cell runs")
     run.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    run.add_argument(
+        "--first",
+        default=None,
+        help="comma-separated arms whose cells start first within each block, in this order (the slowest, so "
+        "that they have a GPU from the slot's start)",
+    )
     run.add_argument("--include-optional", action="store_true", help="also the cells of blocks marked optional")
     run.add_argument(
         "--records",
@@ -177,6 +184,8 @@ def _main(argv: list[str], started: float) -> int:
     args = _parser().parse_args(argv)
     _check(args)
     grid = load_grid(args.grid, args.include_optional)
+    if args.first:
+        grid = put_first(grid, [a.strip() for a in args.first.split(",") if a.strip()])
     if args.dry_run:
         for cell in grid.cells:
             print(" ".join(command(args.runner, cell, grid.common, extra)[1:]))
