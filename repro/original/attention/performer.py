@@ -76,14 +76,17 @@ def orthogonal_gaussian_features(
     device=None,
 ) -> torch.Tensor:
     """``[m, d]`` rows: blocks of orthonormal rows (QR of Gaussian matrices),
-    each row rescaled by a chi(d)-distributed norm."""
+    each row rescaled by a chi(d)-distributed norm. Drawn where ``generator`` lives (a given one), else
+    on ``device`` from its default generator: a redraw on the GPU copies nothing from the host, so the
+    training step is not held up by a synchronisation per layer."""
     n_blocks = math.ceil(m / d)
-    gauss = torch.randn(n_blocks, d, d, generator=generator, dtype=torch.float64)
+    draw_on = generator.device if generator is not None else torch.device(device or "cpu")
+    gauss = torch.randn(n_blocks, d, d, generator=generator, dtype=torch.float64, device=draw_on)
     qmat, rmat = torch.linalg.qr(gauss)
     # Fix the sign ambiguity of QR so that each block is Haar-distributed.
     qmat = qmat * torch.sign(torch.diagonal(rmat, dim1=-2, dim2=-1)).unsqueeze(-2)
     rows = qmat.transpose(-1, -2).reshape(n_blocks * d, d)[:m]
-    norms = torch.randn(m, d, generator=generator, dtype=torch.float64).norm(dim=-1)
+    norms = torch.randn(m, d, generator=generator, dtype=torch.float64, device=draw_on).norm(dim=-1)
     return (rows * norms.unsqueeze(-1)).to(dtype=dtype, device=device)
 
 
@@ -116,11 +119,8 @@ class PerformerAttention(HeadedMixer):
 
     @torch.no_grad()
     def redraw_features(self, generator: torch.Generator | None = None) -> None:
-        self.projection.copy_(
-            orthogonal_gaussian_features(self.nb_features, self.head_dim, generator, self.projection.dtype).to(
-                self.projection.device
-            )
-        )
+        p = self.projection
+        p.copy_(orthogonal_gaussian_features(self.nb_features, self.head_dim, generator, p.dtype, p.device))
 
     def feature_map(self, x: torch.Tensor, mask: torch.Tensor, is_query: bool) -> torch.Tensor:
         """Features ``[B, H, L, m]`` (``[B, H, L, d]`` for the ReLU kernel),
@@ -145,7 +145,8 @@ class PerformerAttention(HeadedMixer):
 
     def attend(self, q, k, v, mask):
         if self.training and self.kernel == "softmax" and self.redraw_interval > 0:
-            if int(self.train_calls) % self.redraw_interval == 0:
+            # interval 1 redraws at every call without reading the counter (a host synchronisation)
+            if self.redraw_interval == 1 or int(self.train_calls) % self.redraw_interval == 0:
                 self.redraw_features()
             self.train_calls += 1
         phi_q = self.feature_map(q, mask, is_query=True)
