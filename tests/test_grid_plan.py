@@ -45,6 +45,20 @@ def test_validations_count_as_the_training_loop_does(epochs, per_epoch, max_step
     assert validations(train, steps, per_epoch, step_s=0.1) == _loop_validations(steps, per_epoch, every)
 
 
+@pytest.mark.parametrize(
+    "train, expected",
+    [
+        ({"epochs": 200, "max_steps": 62400, "stop_at_step": 15600}, 15600),  # 50 of 200 Pathfinder epochs
+        ({"epochs": 2, "stop_at_step": 3}, 3),
+        ({"epochs": 2, "max_steps": 5, "stop_at_step": 7}, 5),
+        ({"epochs": 2, "stop_at_step": None}, 8),
+    ],
+)
+def test_planned_steps_end_where_the_loop_ends_a_truncated_protocol(train, expected):
+    """``train.stop_at_step`` ends the loop before its schedule's end: the cost counts the steps trained."""
+    assert planned_steps(train, 4 if train["epochs"] == 2 else 312) == expected
+
+
 def test_a_file_that_is_not_a_plan_names_the_missing_columns(tmp_path):
     path = tmp_path / "plan.csv"
     path.write_text("arm,task,seed\nlra_local,text,0\n")

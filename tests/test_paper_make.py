@@ -589,6 +589,18 @@ def test_the_listops_baseline_comes_from_the_bundle_that_analysed_that_test_set(
     ]
 
 
+def test_a_listops_analysis_serves_only_records_of_the_same_test_set(slots):
+    """The data-identity match (``listops_roots.find``) tells a subset of the test set from the whole."""
+    from repro.analysis import listops_roots
+    from repro.tasks import get_task_builder
+
+    a, _, extra = slots
+    info = get_task_builder("listops")(SMOKE_LISTOPS, a.parent / "nodata", extra["cache"], 1).info
+    assert listops_roots.find([a], "no-such-key", info) is not None
+    assert listops_roots.find([a], "no-such-key", {**info, "subset": {"test": 10}}) is None
+    assert listops_roots.find([a], "no-such-key", {**info, "seed": 1}) is None
+
+
 def test_rank_correlation_is_spearmans_rho_of_the_seed_means(slots):
     a, b, _ = slots
     view = BundleView([a, b], "paper")

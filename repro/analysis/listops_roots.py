@@ -126,13 +126,15 @@ def read(bundle: Path, key: str) -> tuple[list[dict], dict] | None:
 
 def data_identity(data: dict) -> tuple | None:
     """What identifies a ListOps test set in a record's (or an analysis's) ``data`` block: the data
-    cache entry's name (a hash of the generator's or reader's settings), the resolved source, the seed
-    and the split sizes; None when the block lacks the cache entry."""
+    cache entry's name (a hash of the generator's or reader's settings), the resolved source, the seed,
+    the split sizes and the subset taken of them (``runner.take_subset`` records it apart and leaves the
+    sizes whole); None when the block lacks the cache entry."""
     entry = (data or {}).get("cache_entry")
     if not entry:
         return None
     sizes = tuple(sorted((data.get("sizes") or {}).items()))
-    return (Path(entry).name, data.get("source"), data.get("seed"), sizes)
+    subset = json.dumps(data.get("subset"), sort_keys=True, default=str)
+    return (Path(entry).name, data.get("source"), data.get("seed"), sizes, subset)
 
 
 def find(bundles, key: str, data: dict) -> tuple[list[dict], dict] | None:

@@ -30,9 +30,10 @@ class Cost:
 
 
 def planned_steps(train: dict, steps_per_epoch: int) -> int:
-    """``epochs * steps_per_epoch``, capped by ``max_steps``: the training loop's ``total_steps``."""
-    total = int(train["epochs"]) * int(steps_per_epoch)
-    return min(total, int(train["max_steps"])) if train.get("max_steps") is not None else total
+    """The steps a run trains: ``epochs * steps_per_epoch``, capped by ``max_steps`` (the training loop's
+    ``total_steps``) and by ``stop_at_step`` (where the loop ends a truncated protocol)."""
+    caps = [int(train[key]) for key in ("max_steps", "stop_at_step") if train.get(key) is not None]
+    return min([int(train["epochs"]) * int(steps_per_epoch), *caps])
 
 
 def validations(train: dict, steps: int, steps_per_epoch: int, step_s: float) -> int:

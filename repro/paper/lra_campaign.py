@@ -141,6 +141,8 @@ def ranking(view: BundleView, name: str = "lra_table1_ranking") -> Table:
         r = rank_correlation(view, task)
         if r["arms"] < MIN_ARMS:
             interval = f"not tested: {r['arms']} arm(s), a rank correlation needs {MIN_ARMS}"
+        elif not math.isfinite(r["rho"]):
+            interval = "not tested: a published number is missing (FAIL) for an arm run here"
         elif r["interval"] is None:
             interval = "not tested at this budget (1 seed per arm)"
         else:

@@ -40,11 +40,13 @@ length and device; this module runs the attention over it:
   128 x 128 per head, 41% partial) took 8.4 ms, Sparse (263, 75% partial) 20.7 ms, BigBird (345,
   90% partial: its 64-wide blocks cut every 128-wide tile, and its per-head table is gathered
   per pair) 35.8 ms; a fit puts a partial tile at about 4x a full one. Hence: (1) the tiles are
-  classified exactly (``create_block_mask`` marks the last tile of a length that is not a
-  multiple of the tile partial; here pairs past the end count as allowed, the kernel masks them
-  itself); (2) a tile side of 64 is selectable, at which BigBird's pattern has no partial tile
-  at all (158 tile-equivalents of 128 x 128 per head, none partial); (3) the mixers may take
-  their global query rows (rows that see every key) out of the flex call (``FlexPatternMixin``).
+  classified exactly, over whole tiles: the inputs are padded to a multiple of the tile, a
+  padded position takes the last real position's pattern and the padded keys are masked by the
+  key bias (``create_block_mask`` would mark every last tile of a length that is not a multiple
+  of the tile partial, and the kernels have known faults at such lengths); (2) a tile side of 64
+  is selectable, at which BigBird's pattern has no partial tile at all (158 tile-equivalents of
+  128 x 128 per head, none partial); (3) the mixers may take their global query rows (rows that
+  see every key) out of the flex call (``FlexPatternMixin``).
 """
 
 from __future__ import annotations
