@@ -4,8 +4,9 @@ The mixers (``_common.FlexPatternMixin``) hand over a ``BlockMask`` built once p
 length and device; this module runs the attention over it:
 
 * Padding: a ``score_mod`` adds a float32 key bias (0, or -inf on padded keys); it also acts
-  inside fully unmasked blocks, where the kernel skips ``mask_mod``. A batch without padding
-  runs with no ``score_mod`` at all.
+  inside fully unmasked blocks, where the kernel skips ``mask_mod``. It runs on every batch, with
+  padding or without: measured as fast as no ``score_mod`` (H200, bf16, L = 4096), it spares a
+  host synchronisation per call (the check whether every key is real) and a second compiled graph.
 * Key layout: a mixer may gather its keys into a longer axis (``key_index``: extended key
   slot -> original position) so that a scattered pattern becomes a few dense blocks
   (Sparse Transformer's summary columns); every (query, original key) pair must then appear
@@ -112,11 +113,9 @@ def draw_dropout_keys(batch: int, heads: int, q_len: int, k_len: int, device) ->
 # --------------------------------------------------------------------------- score mods
 
 
-def key_bias(key_mask: Tensor) -> Tensor | None:
-    """float32 [B, Lk]: 0 on real keys, -inf on padded ones; None when every key is real
-    (one host sync; the kernel then runs without a score_mod)."""
-    if bool(key_mask.all()):
-        return None
+def key_bias(key_mask: Tensor) -> Tensor:
+    """float32 [B, Lk]: 0 on real keys, -inf on padded ones (no check whether any is padded: that
+    would synchronise with the host at every call)."""
     zeros = torch.zeros(key_mask.shape, dtype=torch.float32, device=key_mask.device)
     return zeros.masked_fill(~key_mask, float("-inf"))
 
