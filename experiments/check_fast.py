@@ -39,6 +39,7 @@ from repro.bench.timing import (  # noqa: E402
     reset_peak,
     time_ms,
 )
+from repro.cli import dispatch  # noqa: E402
 from repro.followup.mega import MegaMixer  # noqa: E402
 from repro.followup.rotary import RotarySelfAttention  # noqa: E402
 from repro.followup.s5 import S5SSM, S5Mixer  # noqa: E402
@@ -1322,14 +1323,7 @@ COMMANDS = {"paths": paths_main, "sequence": sequence_main, "variants": variants
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] in (["-h"], ["--help"]):
-        print(__doc__)
-        return 0
-    if not argv or argv[0] not in COMMANDS:
-        print(f"usage: check_fast.py {{{','.join(COMMANDS)}}} [options] (--help: what each does)", file=sys.stderr)
-        return 2
-    return COMMANDS[argv[0]](argv[1:])
+    return dispatch("check_fast.py", __doc__, COMMANDS, list(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

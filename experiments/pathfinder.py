@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from omegaconf import OmegaConf  # noqa: E402
 
+from repro.cli import dispatch  # noqa: E402
 from repro.reference import published  # noqa: E402
 from repro.tasks import pathfinder as pf  # noqa: E402
 from repro.tasks import pathfinder_render as render  # noqa: E402
@@ -396,15 +397,7 @@ COMMANDS = {"stats": stats_main, "reach": reach_main, "control": control_main}
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] in (["-h"], ["--help"]):
-        print(__doc__)
-        return 0
-    if not argv or argv[0] not in COMMANDS:
-        print(f"usage: pathfinder.py {{{','.join(COMMANDS)}}} [options] (--help: what each does)", file=sys.stderr)
-        return 2
-    COMMANDS[argv[0]](argv[1:])
-    return 0
+    return dispatch("pathfinder.py", __doc__, COMMANDS, list(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

@@ -42,3 +42,16 @@ def require_same_checkout(script: str) -> None:
             f"{Path(script).name}: `import repro` gives {CHECKOUT / 'repro'}, not this checkout's: "
             f"run `pip install -e .` in {here} (or set PYTHONPATH={here})"
         )
+
+
+def dispatch(prog: str, doc: str, commands: dict, argv: list[str]) -> int:
+    """A script of subcommands (``prog COMMAND [options]``): ``-h``/``--help`` prints ``doc``; no or an
+    unknown command is one usage line on stderr, exit status 2; else the command's exit status (None: 0)."""
+    if argv[:1] in (["-h"], ["--help"]):
+        print(doc)
+        return 0
+    if not argv or argv[0] not in commands:
+        print(f"usage: {prog} {{{','.join(commands)}}} [options] (--help: what each does)", file=sys.stderr)
+        return 2
+    status = commands[argv[0]](argv[1:])
+    return 0 if status is None else status
