@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -159,8 +159,7 @@ def put_first(grid: Grid, arms: list[str]) -> Grid:
     if unknown:
         raise GridError(f"--first {','.join(arms)}: {', '.join(unknown)} not in {grid.path}'s cells")
     rank = {arm: i for i, arm in enumerate(arms)}
-    ordered = sorted(grid.cells, key=lambda c: (c.block, rank.get(c.arm, len(arms))))
-    return Grid(grid.path, grid.common, grid.minutes_per_run, grid.overhead_minutes, ordered, grid.optional_left_out)
+    return replace(grid, cells=sorted(grid.cells, key=lambda c: (c.block, rank.get(c.arm, len(arms)))))
 
 
 def command(runner: Path, cell: Cell, common: list[str], extra: list[str]) -> list[str]:

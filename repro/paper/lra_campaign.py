@@ -14,6 +14,7 @@ resampled with replacement); with one seed per arm there is no interval ("not te
 from __future__ import annotations
 
 import math
+from functools import cache
 
 import numpy as np
 from scipy import stats as sps
@@ -49,16 +50,22 @@ def seed_interval(values: list[float]) -> str:
     return fmt_ci(float(low), float(high))
 
 
+@cache
+def _published_table():
+    return published("lra_table1_accuracy").set_index("model")
+
+
 def _published(model: str, task: str) -> float:
-    value = published("lra_table1_accuracy").set_index("model").loc[model, PUBLISHED_COLUMN[task]]
+    """Tay et al. 2021, Table 1's number for ``model`` on ``task``; NaN where it reads FAIL."""
     try:
-        return float(value)
+        return float(_published_table().loc[model, PUBLISHED_COLUMN[task]])
     except ValueError:
         return math.nan
 
 
 def _averages(view: BundleView, model: str, arm: str, tasks: list[str]) -> list[str]:
-    means = [np.mean(view.accuracies(arm, t)) if view.accuracies(arm, t) else math.nan for t in tasks]
+    accuracies = [view.accuracies(arm, t) for t in tasks]
+    means = [float(np.mean(a)) if a else math.nan for a in accuracies]
     ours = fmt_number(float(np.mean(means))) if all(math.isfinite(m) for m in means) else MISSING
     return [ours, fmt_number(float(np.mean([_published(model, t) for t in tasks])))]
 
@@ -89,8 +96,9 @@ def table1(view: BundleView, name: str = "lra_table1") -> Table:
     for model, arm in LRA_MODEL_ARMS.items():
         row = [LRA_NAMES.get(model, model.capitalize()), arm]
         for task in tasks:
+            theirs = _published(model, task)
             row += [ours_cell(view, arm, task), seed_interval(view.accuracies(arm, task))]
-            row.append(pub_cell(_published(model, task)) if math.isfinite(_published(model, task)) else "FAIL")
+            row.append(pub_cell(theirs) if math.isfinite(theirs) else "FAIL")
         rows.append(row + _averages(view, model, arm, tasks))
     left_out = [why for task, why in NOT_RUN_WHY.items() if task not in tasks]
     left_out += [f"{TASK_NAMES[t]}: no records yet" for t in LRA_AVG_TASKS if t not in tasks and t not in NOT_RUN_WHY]

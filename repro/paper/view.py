@@ -67,10 +67,8 @@ def data_source(task: str, data: dict) -> str:
     return str(source or "unknown")
 
 
-def _row(bundle: Path, path: str, conf_dir: Path) -> dict:
-    metrics = json.loads((bundle / path / "metrics.json").read_text())
-    config = read_config(bundle / path / "config.yaml")
-    record = (bundle / path).as_posix()
+def _row(record: str, metrics: dict, conf_dir: Path) -> dict:
+    config = read_config(Path(record) / "config.yaml")
     techniques = (config.get("techniques") or {}).get("name") or "none"
     peak = metrics.get("peak_gpu_mem_bytes")
     share, note = protocol.share(metrics, metrics["arm"], metrics["task"], techniques, conf_dir)
@@ -102,20 +100,22 @@ class BundleView:
     (its benchmark records are the ones read); ``paths``, ``manifests``, ``hashes``: every bundle's.
     A row's ``path`` is its record folder (bundle folder included)."""
 
-    def __init__(self, paths, profile: str | None, conf_dir: Path = protocol.CONF_DIR):
-        self.paths = [Path(p) for p in (paths if isinstance(paths, (list, tuple)) else [paths])]
+    def __init__(self, paths: list[Path], profile: str | None, conf_dir: Path = protocol.CONF_DIR):
+        self.paths = [Path(p) for p in paths]
         if not self.paths:
             raise BundleError("no bundle given")
         self.path = self.paths[0]
         self._predictions: dict[str, pd.DataFrame] = {}
+        self._metrics: dict[str, dict] = {}
         self.manifests = [load_manifest(p) for p in self.paths]
         self.hashes = [manifest_hash(p) for p in self.paths]
         self.manifest, self.hash = self.manifests[0], self.hashes[0]
-        rows = [
-            _row(bundle, run["path"], conf_dir)
+        records = [
+            (bundle / run["path"]).as_posix()
             for bundle, manifest in zip(self.paths, self.manifests, strict=True)
             for run in manifest["runs"]
         ]
+        rows = [_row(record, self.metrics(record), conf_dir) for record in records]
         frame = pd.DataFrame(rows, columns=COLUMNS)
         _refuse_repeated_records(frame)
         self.all_runs = frame.sort_values(["arm", "techniques", "task", "profile", "seed"]).reset_index(drop=True)
@@ -155,7 +155,10 @@ class BundleView:
         return read_config(Path(run_path) / "config.yaml")
 
     def metrics(self, run_path: str) -> dict:
-        return json.loads((Path(run_path) / "metrics.json").read_text())
+        """A record's metrics.json (read once per view)."""
+        if run_path not in self._metrics:
+            self._metrics[run_path] = json.loads((Path(run_path) / "metrics.json").read_text())
+        return self._metrics[run_path]
 
     def correctness(self, seeds: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
         """[seeds, examples] 0/1 matrix and the labels, or None when the seeds saw different test sets."""
