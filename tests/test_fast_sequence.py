@@ -96,28 +96,11 @@ def test_s5_channels_last_fft_states_are_the_transposed_states(length, bidirecti
 @pytest.mark.parametrize("clip_eigs", [False, True])
 def test_s5_fft_equals_scan_forward_and_gradients(bidirectional, clip_eigs, fft_layout):
     torch.manual_seed(0)
-    scan = S5SSM(
-        d_model=6,
-        d_state=8,
-        blocks=2,
-        bidirectional=bidirectional,
-        clip_eigs=clip_eigs,
-        dt_min=0.01,
-        dt_max=0.5,
-        impl="scan",
-    ).double()
-    fft = S5SSM(
-        d_model=6,
-        d_state=8,
-        blocks=2,
-        bidirectional=bidirectional,
-        clip_eigs=clip_eigs,
-        dt_min=0.01,
-        dt_max=0.5,
-        impl="fft",
-        fft_layout=fft_layout,
-        proj_dtype="autocast",
-    ).double()
+    shared = dict(
+        d_model=6, d_state=8, blocks=2, bidirectional=bidirectional, clip_eigs=clip_eigs, dt_min=0.01, dt_max=0.5
+    )
+    scan = S5SSM(**shared, impl="scan").double()
+    fft = S5SSM(**shared, impl="fft", fft_layout=fft_layout, proj_dtype="autocast").double()
     fft.load_state_dict(scan.state_dict())
     x, mask = padded_batch(3, 37, 6, lengths=[37, 20, 1])
     assert_same(outputs_and_grads(fft, x, mask), outputs_and_grads(scan, x, mask))
