@@ -88,3 +88,26 @@ def test_data_wait_probe_times_the_fetch_of_every_nth_step_against_the_whole_ste
     assert state.data_wait_steps == 2  # steps 0 and 3
     assert state.data_wait_s == pytest.approx(0.4) and state.data_wait_step_s == pytest.approx(2.0)
     assert DataWaitProbe.share(state) == pytest.approx(0.2)
+
+
+class _OnAnotherDevice:
+    """A generator state as ``torch.load(map_location=<a CUDA device>)`` returns it: only ``.cpu()`` gives the
+    byte tensor back (``torch.set_rng_state`` refuses anything else)."""
+
+    def __init__(self, state: torch.Tensor):
+        self._state = state
+
+    def cpu(self) -> torch.Tensor:
+        return self._state
+
+
+def test_generator_states_loaded_onto_another_device_restore_the_same_draws():
+    from repro.training.state import rng_state, set_rng_state
+
+    torch.manual_seed(3)
+    saved = rng_state()
+    expected = torch.rand(4)
+    saved["torch"] = _OnAnotherDevice(saved["torch"])
+    torch.manual_seed(99)
+    set_rng_state(saved)
+    assert torch.equal(torch.rand(4), expected)

@@ -78,8 +78,10 @@ def rng_state() -> dict:
 
 
 def set_rng_state(state: dict) -> None:
+    """Restore ``rng_state()``'s generators; the torch states may come back on the GPU (a checkpoint
+    read with ``map_location`` a CUDA device), and the setters take CPU byte tensors only."""
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
+    torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([generator.cpu() for generator in state["cuda"]])
