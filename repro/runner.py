@@ -384,9 +384,11 @@ def execute(cfg: DictConfig) -> int:
         if dist.is_main:
             print(f"[{run['arm']}/{task_name}] stopped: {err}", file=sys.stderr)
         return 1
-    if dist.is_main:  # one record per run: rank 0's
-        return _write_run_record(run, run_dir, result, model, task, augment, n_params)
-    return 0
+    status = _write_run_record(run, run_dir, result, model, task, augment, n_params) if dist.is_main else 0
+    # The ranks leave together, once rank 0 has written the record: a rank that exited while the other
+    # still ran sometimes aborted in gloo's teardown ("terminate called without an active exception").
+    distributed.barrier(dist)
+    return status
 
 
 def _write_run_record(run: dict, run_dir: Path, result: dict, model, task: TaskData, augment, n_params: int) -> int:
