@@ -54,6 +54,7 @@ from repro.original.attention._flex import (  # noqa: E402
     keep_probability,
 )
 from repro.original.attention.fast_defaults import FAST_DEFAULTS  # noqa: E402
+from repro.original.attention.linformer import LinformerAttention  # noqa: E402
 from repro.original.attention.reformer import ReformerAttention  # noqa: E402
 from repro.original.attention.sinkhorn import SinkhornAttention  # noqa: E402
 
@@ -859,6 +860,8 @@ VARIANTS = [
     ),
     Variant("mega", "flex split4", {"attention_impl": "flex", "flex_value_split": 4, "flex_kernel_options": None}),
     Variant("mega", "materialized", {"attention_impl": "materialized"}),
+    Variant("lra_linformer", "materialized", _attn(backend="materialized"), 1),
+    Variant("lra_linformer", "sdpa", _attn(backend="sdpa")),
 ]
 DROPOUT_ZERO_ARMS = ("lra_bigbird", "lra_longformer", "lra_sparse")
 # the key of FAST_DEFAULTS and the model keys of each arm's variant settings
@@ -870,6 +873,7 @@ DEFAULTS_KEY = {
     "lra_sinkhorn": "sinkhorn",
     "s5": "s5",
     "mega": "mega",
+    "lra_linformer": "linformer",
 }
 MODEL_KEY_OF = {"ssm_fft_layout": "fft_layout", "ssm_proj_dtype": "proj_dtype"}
 
@@ -879,7 +883,7 @@ def is_auto(variant: Variant) -> bool:
     defaults = FAST_DEFAULTS[DEFAULTS_KEY[variant.arm]]
     settings = dict(variant.changes.get("attention_params", {}))
     settings.update({MODEL_KEY_OF.get(k, k): v for k, v in variant.changes.items() if k != "attention_params"})
-    if settings.get("backend", "auto") != "auto":
+    if "backend" not in defaults and settings.get("backend", "auto") != "auto":  # e.g. Sinkhorn's plain path
         return False
     return all(defaults[k] == v for k, v in settings.items() if k in defaults)
 
@@ -973,12 +977,15 @@ PLAIN = [
     (ReformerAttention, "backend", "materialized"),
     (SinkhornAttention, "backend", "materialized"),
     (MegaMixer, "attention_impl", "materialized"),
+    (LinformerAttention, "backend", "materialized"),
 ]
 
 
 def first_fast_mixer(model):
     for module in model.modules():
-        if isinstance(module, (FlexPatternMixin, ReformerAttention, SinkhornAttention, MegaMixer, S5Mixer)):
+        if isinstance(
+            module, (FlexPatternMixin, ReformerAttention, SinkhornAttention, MegaMixer, S5Mixer, LinformerAttention)
+        ):
             return module
     raise LookupError("no mixer with a fast path in this model")
 
@@ -1089,9 +1096,27 @@ def spec_for(specs: dict, arm: str, changes: dict, dropout: float | None):
 
 
 # the order the auto variants run in: the quick ones first, then the arms furthest from the target
-AUTO_ORDER = ("s5", "lra_reformer", "lra_sinkhorn", "lra_bigbird", "lra_sparse", "mega", "lra_longformer")
+AUTO_ORDER = (
+    "s5",
+    "lra_linformer",
+    "lra_reformer",
+    "lra_sinkhorn",
+    "lra_bigbird",
+    "lra_sparse",
+    "mega",
+    "lra_longformer",
+)
 # the alternatives, most informative first: what decides a default, then the rest
-ALTERNATIVE_ORDER = ("lra_longformer", "lra_bigbird", "lra_sparse", "mega", "lra_reformer", "lra_sinkhorn", "s5")
+ALTERNATIVE_ORDER = (
+    "lra_linformer",
+    "lra_longformer",
+    "lra_bigbird",
+    "lra_sparse",
+    "mega",
+    "lra_reformer",
+    "lra_sinkhorn",
+    "s5",
+)
 
 
 def estimated_s(arm: str, changes: dict, dropout: float | None = None) -> float:

@@ -170,16 +170,11 @@ def test_synthesizer_random_with_given_matrix(fixed):
     torch.testing.assert_close(module(x), finish(module, ref), rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize(
-    "variant", [dict(variant="random"), dict(variant="factorized_random", k=8), dict(variant="dense")]
-)
-@pytest.mark.parametrize("length", [70, 80])
-def test_synthesizer_sdpa_backend_equals_the_materialized_one(variant, length):
-    plain = build("synthesizer", max_len=80, backend="materialized", **variant).train()  # dropout 0
-    fused = build("synthesizer", max_len=80, backend="sdpa", **variant).train()
+def assert_backends_agree(plain, fused, x: torch.Tensor, real: list[int]) -> None:
+    """``fused`` (given ``plain``'s weights) computes ``plain``'s outputs and every gradient to 1e-10,
+    with each sample of ``x`` holding ``real[i]`` real tokens."""
     fused.load_state_dict(plain.state_dict())
-    x = rand_x(3, length)
-    mask = torch.arange(length)[None, :] < torch.tensor([length, 33, 0])[:, None]  # full, padded, fully padded
+    mask = torch.arange(x.shape[1])[None, :] < torch.tensor(real)[:, None]
     results = []
     for module in (plain, fused):
         xg = x.clone().requires_grad_(True)
@@ -191,19 +186,45 @@ def test_synthesizer_sdpa_backend_equals_the_materialized_one(variant, length):
         torch.testing.assert_close(b, a, rtol=0, atol=1e-10)
 
 
-def test_synthesizer_sdpa_dropout_is_unbiased_dropout_of_the_probabilities():
-    module = build("synthesizer", max_len=24, backend="sdpa", variant="random", dropout=0.5)
-    x = rand_x(1, 20)
+def assert_unbiased_dropout(module, x: torch.Tensor) -> None:
+    """Unrenormalised attention dropout scaled by 1/(1-p): over 2,000 draws (one mask per sample of a
+    batch) the mean output is the output without dropout."""
     with torch.no_grad():
         expected = module(x)
         module.train()
         torch.manual_seed(0)
-        draws = module(x.expand(2000, -1, -1))  # each sample of the batch draws its own mask
+        draws = module(x.expand(2000, -1, -1))
     assert not torch.allclose(draws[0], draws[1])
-    expected = expected[0]
-    # unrenormalised dropout scaled by 1/(1-p): the mean over draws is the output without it
     spread = draws.std(dim=0) / math.sqrt(len(draws))
-    assert ((draws.mean(dim=0) - expected).abs() <= 5 * spread + 1e-12).all()
+    assert ((draws.mean(dim=0) - expected[0]).abs() <= 5 * spread + 1e-12).all()
+
+
+SDPA_BACKEND_CASES = [  # (mechanism, max_len, its settings, the padded sample's real tokens)
+    ("synthesizer", 80, dict(variant="random"), 33),
+    ("synthesizer", 80, dict(variant="factorized_random", k=8), 33),
+    ("synthesizer", 80, dict(variant="dense"), 33),
+    ("linformer", 32, dict(), 13),
+    ("linformer", 32, dict(share_kv=False, k=8), 13),
+]
+
+
+@pytest.mark.parametrize("name,max_len,params,padded", SDPA_BACKEND_CASES)
+@pytest.mark.parametrize("shorter", [10, 0])
+def test_sdpa_backend_equals_the_materialized_one(name, max_len, params, padded, shorter):
+    length = max_len - shorter
+    plain = build(name, max_len=max_len, backend="materialized", **params).train()  # dropout 0
+    fused = build(name, max_len=max_len, backend="sdpa", **params).train()
+    assert_backends_agree(plain, fused, rand_x(3, length), [length, padded, 0])  # full, padded, fully padded
+
+
+def test_synthesizer_sdpa_dropout_is_unbiased_dropout_of_the_probabilities():
+    assert_unbiased_dropout(
+        build("synthesizer", max_len=24, backend="sdpa", variant="random", dropout=0.5), rand_x(1, 20)
+    )
+
+
+def test_linformer_sdpa_dropout_is_unbiased_dropout_of_the_probabilities():
+    assert_unbiased_dropout(build("linformer", max_len=24, backend="sdpa", k=8, dropout=0.5), rand_x(1, 20))
 
 
 def test_synthesizer_backend_is_checked():

@@ -36,6 +36,9 @@ Options, by mechanism:
   added in a score_mod, its gradient accumulated in the kernel, no dense [L, L] bias),
   ``flex_value_split`` (the value width is cut into this many flex calls: 256-wide values
   need register room a 64-wide query does not), ``flex_kernel_options`` (passed to flex_attention).
+* ``linformer``: ``backend`` (``materialized``: the ``[B, H, L, k]`` logits, softmax and dropout
+  written out; ``sdpa``: ``scaled_dot_product_attention`` over the ``k`` projected keys, a fused
+  kernel that holds no probabilities).
 * ``s5``: ``fft_layout`` (``time_major``: the FFT along axis 1 of [B, L, P/2]; ``channels_last``:
   states laid out [B, P/2, L] so every FFT runs over the contiguous last axis),
   ``proj_dtype`` (``float32`` or ``autocast``: the input and output projections around the FFT in
@@ -72,6 +75,9 @@ FAST_DEFAULTS: dict[str, dict] = {
         },
     },
     "s5": {"fft_layout": "channels_last", "proj_dtype": "autocast"},
+    # Linformer: the materialised path, until a GPU measurement of the sdpa path
+    # (`check_fast.py variants --only lra_linformer`) says otherwise.
+    "linformer": {"backend": "materialized"},
 }
 
 # The values each option accepts besides "auto" (constructor arguments are checked against them).
@@ -83,6 +89,7 @@ CHOICES: dict[str, dict[str, tuple]] = {
     "reformer": {"windows": ("concat", "unfold"), "gather": ("per_tensor", "fused")},
     "mega": {"flex_value_split": (1, 2, 4)},
     "s5": {"fft_layout": ("time_major", "channels_last"), "proj_dtype": ("float32", "autocast")},
+    "linformer": {"backend": ("sdpa", "materialized")},
 }
 
 

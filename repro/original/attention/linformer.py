@@ -31,6 +31,12 @@ linear projections and *before* the length projection, so they add nothing to
   masked softmax attention; the identity equivalence is exact only without
   padding.
 
+Backends (``backend=``), the same function: ``"materialized"`` computes the ``[B, H, L, k]``
+logits, softmax and attention dropout (``nn.Dropout`` on the probabilities) explicitly;
+``"sdpa"`` hands q and the projected keys and values to ``scaled_dot_product_attention``, whose
+dropout is the same unrenormalised dropout of the probabilities scaled by ``1 / (1 - p)`` (its own
+random stream). ``"auto"`` (default): ``FAST_DEFAULTS["linformer"]``.
+
 Test hook: ``set_identity_projections()`` sets ``E = F = [I_k, 0]``, so that
 with ``k = L`` the module is exactly full softmax attention.
 """
@@ -40,14 +46,18 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from . import ATTENTION
 from ._lowrank_common import HeadedMixer, xavier_bound
+from .fast_defaults import check_choice, choose
 
 
 @ATTENTION.register("linformer")
 class LinformerAttention(HeadedMixer):
+    PLAIN_PATH = ("backend", "materialized")  # what FLOP counting runs (repro/bench/flops.py)
+
     def __init__(
         self,
         d_model: int,
@@ -57,10 +67,12 @@ class LinformerAttention(HeadedMixer):
         k: int = 16,
         share_kv: bool = True,
         bias: bool = False,
+        backend: str = "auto",
     ):
         super().__init__(d_model, n_heads, max_len, dropout, ("q", "k", "v"), bias)
         self.k = k
         self.share_kv = share_kv
+        self.backend = check_choice("linformer", "backend", backend, "attention_params.backend")
         bound = xavier_bound(max_len, k)  # LRA: xavier-uniform kernel [max_len, k]
         self.E = nn.Parameter(torch.empty(k, max_len).uniform_(-bound, bound))
         self.F = None if share_kv else nn.Parameter(torch.empty(k, max_len).uniform_(-bound, bound))
@@ -78,6 +90,9 @@ class LinformerAttention(HeadedMixer):
         e, f = self.projections()
         k_low = torch.einsum("kl,bhld->bhkd", e[:, :length].to(k.dtype), k)
         v_low = torch.einsum("kl,bhld->bhkd", f[:, :length].to(v.dtype), v)
+        if choose("linformer", "backend", self.backend) == "sdpa":
+            p = self.attn_dropout.p if self.training else 0.0
+            return F.scaled_dot_product_attention(q, k_low, v_low, dropout_p=p, scale=1.0 / math.sqrt(self.head_dim))
         logits = torch.matmul(q, k_low.transpose(-1, -2)) / math.sqrt(self.head_dim)
         probs = self.attn_dropout(torch.softmax(logits, dim=-1))
         return torch.matmul(probs, v_low)
