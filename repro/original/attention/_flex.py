@@ -376,7 +376,7 @@ def flex_pattern_attention(
     if dropout_p <= 0.0:
         mod = padding_mod(bias, bias_mod)
         outs = [_flex(q, k, part, mod, block_mask, False, settings, scale)[0] for part in values]
-        return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1))[:, :, :L]
+        return _real_rows(outs, L)
     threshold = dropout_threshold(dropout_p)
     B, H = q.shape[:2]
     row_key, col_key = draw_dropout_keys(B, H, L, key_mask.shape[1], q.device)
@@ -388,7 +388,12 @@ def flex_pattern_attention(
     lse_kept = kept[0][1]
     lse_full = full_log_normaliser(q, k, v, padding_mod(bias, bias_mod), block_mask, settings, scale)
     outs = [rescale_kept(out, lse_kept, lse_full, keep_probability(threshold)) for out, _ in kept]
-    return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1))[:, :, :L]
+    return _real_rows(outs, L)
+
+
+def _real_rows(outs: list[Tensor], length: int) -> Tensor:
+    """The value-split outputs joined along the value width, the rows padded to whole tiles dropped."""
+    return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1))[:, :, :length]
 
 
 def clamped_score_mod(score_mod: Callable, q_len: int, kv_len: int) -> Callable:
