@@ -227,6 +227,40 @@ def test_linformer_sdpa_dropout_is_unbiased_dropout_of_the_probabilities():
     assert_unbiased_dropout(build("linformer", max_len=24, backend="sdpa", k=8, dropout=0.5), rand_x(1, 20))
 
 
+@pytest.mark.parametrize(
+    "k, sdpa_min_k, expected",
+    [
+        (16, "auto", "materialized"),
+        (255, "auto", "materialized"),
+        (256, "auto", "sdpa"),
+        (4, 4, "sdpa"),
+        (4, 5, "materialized"),
+    ],
+)
+def test_linformer_auto_backend_by_k(monkeypatch, k, sdpa_min_k, expected):
+    from repro.original.attention import linformer as linformer_module
+    from repro.original.attention.fast_defaults import FAST_DEFAULTS
+
+    monkeypatch.setitem(FAST_DEFAULTS["linformer"], "sdpa_min_k", 256)
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(args[1].shape[-2])
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(linformer_module.F, "scaled_dot_product_attention", spy)
+    x, mask = rand_x(2, 12), torch.arange(12)[None, :] < torch.tensor([12, 7])[:, None]
+    auto = build("linformer", max_len=max(k, 12), k=k, sdpa_min_k=sdpa_min_k)
+    assert auto.resolved_backend() == expected
+    got = auto(x, mask)
+    assert calls == ([k] if expected == "sdpa" else [])
+    explicit = build("linformer", max_len=max(k, 12), k=k, backend=expected)  # same seed: same parameters
+    torch.testing.assert_close(got, explicit(x, mask), rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"linformer: attention_params.sdpa_min_k=0 is not auto or an int >= 1"):
+        build("linformer", sdpa_min_k=0)
+
+
 def test_synthesizer_backend_is_checked():
     with pytest.raises(ValueError, match="unknown synthesizer backend 'fast'; choose from"):
         build("synthesizer", backend="fast")
