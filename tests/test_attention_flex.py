@@ -344,6 +344,11 @@ def test_flex_options_are_checked_and_auto_reads_the_defaults_table(monkeypatch)
     monkeypatch.setitem(FAST_DEFAULTS["sparse"], "flex_block", 64)
     assert m.flex_settings().block == 64 and m.flex_settings().autotune
     assert build("sparse_lra", "flex", flex_block=128).flex_settings().block == 128  # explicit wins
+    monkeypatch.setitem(FAST_DEFAULTS["bigbird"], "flex_block", 64)
+    monkeypatch.setitem(FAST_DEFAULTS["bigbird"], "flex_narrow_min_len", 1536)
+    auto_tiles = build("bigbird", "flex")
+    assert [auto_tiles.flex_settings(n).block for n in (1001, 1535, 1536, 2001)] == [128, 128, 64, 64]
+    assert build("bigbird", "flex", flex_block=64).flex_settings(1001).block == 64  # explicit wins
     monkeypatch.setitem(FAST_DEFAULTS["sparse"], "flex_global_rows", "flex")
     assert m.dense_row_index(40, torch.device("cpu")) is None
     monkeypatch.setitem(FAST_DEFAULTS["sparse"], "flex_global_rows", "dense")

@@ -32,7 +32,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from ._flex import FlexSettings, flex_pattern_attention, tile_block_mask
-from .fast_defaults import check_choice, choose
+from .fast_defaults import FAST_DEFAULTS, check_choice, choose
 
 # One segment of keys: (k, v, masks). ``k``/``v`` are [B|1, H|1, NQ|1, K, Dh] (a size-1
 # query-block axis means the same keys for every query block); every mask is a bool
@@ -332,14 +332,17 @@ class FlexPatternMixin:
         )
         self.flex_lse_pass = check_choice(name, "flex_lse_pass", flex_lse_pass, "attention_params.flex_lse_pass")
 
-    def flex_settings(self) -> FlexSettings:
+    def flex_settings(self, length: int | None = None) -> FlexSettings:
+        """How the flex call runs at sequence ``length``: an ``auto`` tile side below 128 applies from the
+        table's ``flex_narrow_min_len`` on (128-wide tiles below it; fast_defaults.py says why)."""
         name = self.FLEX_MECHANISM
         if not name:  # a mixer without fast-path options (local attention): the defaults
             return FlexSettings()
-        return FlexSettings(
-            block=int(choose(name, "flex_block", self.flex_block)),
-            lse_pass=choose(name, "flex_lse_pass", self.flex_lse_pass),
-        )
+        block = int(choose(name, "flex_block", self.flex_block))
+        narrow_from = FAST_DEFAULTS[name].get("flex_narrow_min_len")
+        if self.flex_block == "auto" and block < 128 and narrow_from and length is not None and length < narrow_from:
+            block = 128
+        return FlexSettings(block=block, lse_pass=choose(name, "flex_lse_pass", self.flex_lse_pass))
 
     def flex_mask_mod(self, device, dense_rows: bool = False):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -379,8 +382,8 @@ class FlexPatternMixin:
         return cache[key]
 
     def flex_attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
-        settings = self.flex_settings()
         L = q.shape[2]
+        settings = self.flex_settings(L)
         rows = self.dense_row_index(L, q.device)
         block_mask, key_index = self.flex_pattern(L, q.device, settings.block, rows is not None)
         p = self.dropout if self.training else 0.0

@@ -17,6 +17,8 @@ Options, by mechanism:
   ``flex_block`` (64 or 128: the side of the block mask's tiles; 64 fits BigBird's 64-wide blocks,
   so no tile needs the pattern evaluated inside it; with torch 2.11 on sm90 the backward kernel
   has no default configuration for 64-wide tiles and is compiled with max-autotune),
+  ``flex_narrow_min_len`` (table only: an ``auto`` tile side of 64 applies from this sequence
+  length on; shorter sequences run 128-wide tiles),
   ``flex_global_rows`` (``flex``: the global query rows inside the flex call; ``dense``: computed
   apart over all keys, as the blockwise backend does, which leaves the flex call their tiles),
   ``flex_lse_pass`` (``full``: the dropout's second pass, for its log-normaliser, runs with the
@@ -56,7 +58,11 @@ FAST_DEFAULTS: dict[str, dict] = {
     # tiles they compiled and trained at ListOps' 2,001 tokens on an H200 (torch 2.11): 12.09 steps/s
     # against 3.4 on 128-wide tiles (paper/performance.md). Sparse: 64-wide tiles still hit an illegal
     # memory access while compiling at that length (its gathered key axis), so it keeps 128.
-    "bigbird": {"flex_block": 64, "flex_global_rows": "dense", "flex_lse_pass": "narrow"},
+    # BigBird below 1,536 tokens: at text's 1,001 the 64-wide tiles' max-autotune compilation hit an
+    # illegal memory access in a candidate kernel it benchmarked ("Runtime error during autotuning",
+    # H200, torch 2.11), while 128-wide tiles trained at 33 steps/s (blockwise path 30; 50 steps
+    # timed after 200, LRA text model, batch 32), so 64-wide tiles run from 1,536 tokens on.
+    "bigbird": {"flex_block": 64, "flex_narrow_min_len": 1536, "flex_global_rows": "dense", "flex_lse_pass": "narrow"},
     "sparse": {"flex_block": 128, "flex_global_rows": "dense", "flex_lse_pass": "narrow"},
     "longformer": {"flex_block": 128, "flex_global_rows": "flex", "flex_lse_pass": "narrow"},
     "sinkhorn": {"sdpa_min_len": 0, "sdpa_mask": "fold", "balance": "compiled"},
