@@ -146,3 +146,40 @@ def test_a_probe_s_step_time_leaves_its_first_steps_one_off_costs_out(tmp_path):
     record = cost_from_run(metrics, history, 3.0, "record")
     assert probe.step_s == pytest.approx(0.02) and probe.fixed_s == pytest.approx(12.0)
     assert record.step_s == pytest.approx(12.0 / 150) and record.fixed_s == pytest.approx(3.0)
+    # one validation (an older probe's): its pass is the time beyond training, as before two-validation probes
+    step_s = (12.0 - 10.0) / (150 - 50)
+    assert probe.step_s == pytest.approx(step_s) and probe.fixed_s == pytest.approx(3.0 + 10.0 - 50 * step_s)
+    assert probe.val_pass_s == pytest.approx(12.5 - 12.0) == record.val_pass_s
+
+
+def test_a_probe_s_first_validation_compiles_once_and_its_last_times_a_pass(tmp_path):
+    """Sinkhorn on text (an H200): the halfway validation took ~14 s (compiling the evaluation), the last 1.1 s."""
+    from repro.grid.costs import cell_seconds, cost_from_run
+
+    train = [(50, 31.0), (100, 33.5), (150, 36.006), (200, 51.579), (250, 53.172), (300, 55.158)]
+    rows = [f"{step},{step / 1000},0.001,1.0,,,{elapsed}" for step, elapsed in train]
+    rows.insert(3, "150,0.15,,,0.7,0.5,36.006")
+    rows.append("300,0.3,,,0.6,0.6,55.158")
+    history = tmp_path / "history.csv"
+    history.write_text("step,epoch,lr,train_loss,val_loss,val_acc,elapsed_s\n" + "\n".join(rows) + "\n")
+    metrics = {"steps": 300, "train_time_s": 41.206, "elapsed_s": 56.290, "epochs": 0.3, "steps_per_epoch": 1000}
+    probe = cost_from_run(metrics, history, 3.0, "probe", steady=True)
+    step_s = ((36.006 - 31.0) + (55.158 - 51.579)) / 200  # 150 -> 200 holds the first validation: left out
+    steady_pass = 56.290 - 55.158
+    first_pass = 51.579 - 36.006 - 50 * step_s
+    assert probe.step_s == pytest.approx(step_s) and probe.val_pass_s == pytest.approx(steady_pass)
+    assert probe.fixed_s == pytest.approx(3.0 + (31.0 - 50 * step_s) + (first_pass - steady_pass))
+    # the cost model gives back the probe's own time: its fixed part, 300 steps and 2 steady passes
+    _, passes, seconds = cell_seconds(probe, {"epochs": 1, "max_steps": 300, "eval_every_steps": 150})
+    assert passes == 2 and seconds == pytest.approx(3.0 + 56.290)
+    # a last validation the loop's finish ran is not on the clock: the passes' mean, as before
+    untimed = cost_from_run({**metrics, "elapsed_s": 55.158}, history, 3.0, "probe", steady=True)
+    assert untimed.val_pass_s == pytest.approx((55.158 - 41.206) / 2) and untimed.step_s == pytest.approx(step_s)
+
+
+def test_a_probe_validates_halfway_and_at_its_last_step():
+    from repro.grid.plan import probe_overrides
+
+    assert {"++train.max_steps=200", "++train.eval_every_steps=100"} <= set(probe_overrides(200))
+    assert "++train.log_every=50" in probe_overrides(300)  # the default's rows: 3 in each half
+    assert "++train.eval_every_steps=301" in probe_overrides(301)  # 150 does not divide 301: the last step only

@@ -1,14 +1,16 @@
 """What a cell costs in GPU seconds, from a timed probe or from a record of the same (arm, task, settings).
 
 A run's time (repro/training/) is a fixed part (start-up, data, the final checkpoint and test
-pass), its training steps and its validation passes. A probe or record gives the seconds per
-step (``train_time_s / steps``), per validation pass (``(elapsed_s - train_time_s)`` over its
+pass), its training steps and its validation passes. A record gives the seconds per step
+(``train_time_s / steps``), per validation pass (``(elapsed_s - train_time_s)`` over its
 validations: ``elapsed_s`` counts validation and checkpoint time, ``train_time_s`` does not) and
-the fixed part (a probe: the process's wall time beyond ``elapsed_s``; a record: ``wall_time_s``
-beyond ``elapsed_s`` plus the grid's ``overhead_minutes``, as records do not time their
-start-up). The planned steps and validations come from the cell's resolved settings, as the
-training loop counts them. Periodic checkpoints (``checkpoint_every_seconds``: 10 minutes at
-``profile=paper``) are not counted.
+the fixed part (``wall_time_s`` beyond ``elapsed_s`` plus the grid's ``overhead_minutes``, as
+records do not time their start-up). A probe (``steady``) takes the one-off costs out of the
+rates and counts them once, in its fixed part (with the process's wall time beyond
+``elapsed_s``): the first steps' compilation (``steady_step_s``) and, when it validated halfway
+and at its last step, the first evaluation's compilation (``probe_passes``). The planned steps
+and validations come from the cell's resolved settings, as the training loop counts them.
+Periodic checkpoints (``checkpoint_every_seconds``: 10 minutes at ``profile=paper``) are not counted.
 """
 
 from __future__ import annotations
@@ -65,28 +67,78 @@ def validation_rows(history: Path) -> int:
         return sum(1 for row in csv.DictReader(handle) if row.get("val_acc") not in (None, ""))
 
 
+def history_rows(history: Path) -> list[tuple[int, float, bool]]:
+    """(step, ``elapsed_s``, whether a validation) of each training-loss or validation row of a ``history.csv``."""
+    with Path(history).open(newline="") as handle:
+        return [
+            (int(r["step"]), float(r["elapsed_s"]), r.get("val_acc") not in (None, ""))
+            for r in csv.DictReader(handle)
+            if r.get("train_loss") not in (None, "") or r.get("val_acc") not in (None, "")
+        ]
+
+
+def training_intervals(rows: list[tuple[int, float, bool]]) -> list[tuple[int, float]]:
+    """(steps, seconds) between consecutive training rows with no validation between them: an interval
+    that holds one counts its pass (the first, compiling the evaluation, above all) as training time."""
+    intervals, previous, validated = [], None, False
+    for step, elapsed_s, is_validation in rows:
+        if is_validation:
+            validated = True
+            continue
+        if previous is not None and not validated and step > previous[0]:
+            intervals.append((step - previous[0], elapsed_s - previous[1]))
+        previous, validated = (step, elapsed_s), False
+    return intervals
+
+
+def step_rate(rows: list[tuple[int, float, bool]]) -> tuple[float, float] | None:
+    """``steady_step_s`` of parsed ``history_rows``."""
+    intervals = training_intervals(rows)
+    if not intervals:
+        return None
+    step_s = sum(seconds for _, seconds in intervals) / sum(steps for steps, _ in intervals)
+    first_step, first_s = next((step, elapsed_s) for step, elapsed_s, is_val in rows if not is_val)
+    return step_s, max(0.0, first_s - first_step * step_s)
+
+
 def steady_step_s(history: Path) -> tuple[float, float] | None:
     """(seconds per step after the first logged row, the seconds the steps before it took beyond that
-    rate) from the training-loss rows of a run that validated only at its end (a probe); None when it
-    logged fewer than two such rows. The first steps carry the one-off costs (kernel compilation, cuDNN
-    autotuning, caches warming), which a short probe must not spread over a whole run's steps."""
-    with Path(history).open(newline="") as handle:
-        rows = [
-            (int(r["step"]), float(r["elapsed_s"]))
-            for r in csv.DictReader(handle)
-            if r.get("train_loss") not in (None, "") and r.get("val_acc") in (None, "")
-        ]
-    if len(rows) < 2 or rows[-1][0] <= rows[0][0]:
+    rate) from the training-loss rows of a probe, over the intervals between them that hold no
+    validation; None when there is no such interval. The first steps carry the one-off costs (kernel
+    compilation, cuDNN autotuning, caches warming), which a short probe must not spread over a whole
+    run's steps."""
+    return step_rate(history_rows(history))
+
+
+def probe_passes(
+    rows: list[tuple[int, float, bool]], steps: int, step_s: float, end_s: float
+) -> tuple[float, float] | None:
+    """(seconds of a steady validation pass, the earlier passes' seconds beyond it) of a probe that validated
+    more than once, its last row a validation at its last step (``steps``) timed up to ``end_s`` (its
+    ``elapsed_s``); None otherwise. The first evaluation pays one-off costs (torch.compile compiling the
+    eval-mode graph and the new batch shapes), so the last pass is the one a run repeats and the earlier
+    passes' excess is paid once. An earlier pass lasts to the next training row, less the steps between."""
+    checked = [i for i, row in enumerate(rows) if row[2]]
+    if len(checked) < 2 or checked[-1] != len(rows) - 1 or rows[-1][0] != steps:
         return None
-    (first_step, first_s), (last_step, last_s) = rows[0], rows[-1]
-    step_s = (last_s - first_s) / (last_step - first_step)
-    return step_s, max(0.0, first_s - first_step * step_s)
+    steady = end_s - rows[-1][1]
+    if steady <= 1e-3:  # validated by the loop's finish, after the clock's last reading: not timed
+        return None
+    excess = 0.0
+    for i in checked[:-1]:
+        step, elapsed_s, _ = rows[i]
+        after = next((row for row in rows[i + 1 :] if not row[2]), None)
+        if after is None:
+            return None
+        excess += max(0.0, after[1] - elapsed_s - (after[0] - step) * step_s - steady)
+    return steady, excess
 
 
 def cost_from_run(metrics: dict, history: Path, beyond_elapsed_s: float, source: str, steady: bool = False) -> Cost:
     """The cost a finished run shows: its ``metrics.json``, ``history.csv`` and seconds beyond ``elapsed_s``.
-    ``steady`` (a probe): seconds per step from the rows after the first (``steady_step_s``), the first
-    steps' extra seconds counted once, in the fixed part."""
+    ``steady`` (a probe): seconds per step from the rows after the first (``steady_step_s``) and per
+    validation from its last pass (``probe_passes``); the first steps' and the earlier passes' extra
+    seconds counted once, in the fixed part."""
     steps = int(metrics["steps"])
     if steps < 1 or not metrics.get("train_time_s"):
         raise ValueError(f"{source}: the run trained no step (steps {steps}); nothing to time")
@@ -94,13 +146,15 @@ def cost_from_run(metrics: dict, history: Path, beyond_elapsed_s: float, source:
     passes = validation_rows(history)
     per_epoch = metrics.get("steps_per_epoch") or max(1, round(steps / float(metrics["epochs"])))
     step_s, warm_up_s = train_s / steps, 0.0
-    measured = steady_step_s(history) if steady else None
-    if measured is not None:
-        step_s, warm_up_s = measured
+    val_pass_s, first_passes_s = max(0.0, elapsed_s - train_s) / max(passes, 1), 0.0
+    if steady:
+        rows = history_rows(history)
+        step_s, warm_up_s = step_rate(rows) or (step_s, warm_up_s)
+        val_pass_s, first_passes_s = probe_passes(rows, steps, step_s, elapsed_s) or (val_pass_s, 0.0)
     return Cost(
         step_s=step_s,
-        val_pass_s=max(0.0, elapsed_s - train_s) / max(passes, 1),
-        fixed_s=max(0.0, beyond_elapsed_s) + warm_up_s,
+        val_pass_s=val_pass_s,
+        fixed_s=max(0.0, beyond_elapsed_s) + warm_up_s + first_passes_s,
         steps_per_epoch=int(per_epoch),
         device=str(metrics.get("device", "?")),
         source=source,

@@ -3,8 +3,8 @@
 Per (arm, task) pair, from a record of the same settings when one exists (the cell's own, or
 another seed's, in the output folder or a ``--records`` folder), else from a timed probe on
 this machine's GPU: the cell's own command with ``++train.max_steps=N`` (``--probe-steps``,
-default 300; one validation at its last step, no periodic checkpoint) into a scratch folder,
-one probe per GPU at a time. The seconds per step, per validation and the fixed part (see
+default 300; validations halfway and at its last step, no periodic checkpoint) into a scratch
+folder, one probe per GPU at a time. The seconds per step, per validation and the fixed part (see
 ``costs``) then give the cell's planned run (its resolved epochs, ``max_steps`` and
 validation settings). Cells over ``--slot-minutes`` are flagged. The plan is printed and
 written as CSV (``PLAN_COLUMNS``) for ``--plan-file`` of the slot driver and of the ledger.
@@ -43,10 +43,17 @@ PLAN_COLUMNS = (
 
 
 def probe_overrides(steps: int) -> list[str]:
-    """The probe's step cap; one validation at its last step; no periodic checkpoint; no budget."""
+    """The probe's step cap; no periodic checkpoint; no budget. Validations every ``steps // 2`` steps, so
+    at its last step too, inside the loop's clock (the loop's ``finish`` validates a last step that did not,
+    untimed): the first pass pays the evaluation's one-off compilation, the last times a steady pass
+    (costs.probe_passes); an odd ``steps``, which ``steps // 2`` does not divide, keeps one validation,
+    at its last step. Losses logged at least 3 times between validations from 6 steps on (``log_every``,
+    50 at the default 300), so steps are timed between rows that hold no validation (costs.steady_step_s)."""
+    every = steps // 2 if steps % 2 == 0 else steps
     return [
         f"++train.max_steps={steps}",
-        f"++train.eval_every_steps={steps}",
+        f"++train.eval_every_steps={every}",
+        f"++train.log_every={max(1, every // 3)}",
         "++train.eval_every_seconds=null",
         "++train.checkpoint_every_steps=null",
         "++train.checkpoint_every_seconds=null",
