@@ -330,6 +330,22 @@ def test_backend_choice():
     assert m.flex_pattern(40, torch.device("cpu")) is first  # built once per length and device
 
 
+def test_auto_runs_flex_on_cuda_only_for_heads_flex_attention_compiles():
+    from types import SimpleNamespace
+
+    from repro.original.attention._common import FLEX_MIN_HEAD_DIM
+
+    def queries(device, width):  # what use_flex reads of the query tensor, no CUDA needed
+        return SimpleNamespace(device=torch.device(device), shape=(2, H, 64, width))
+
+    auto = build("sparse_lra", "auto")
+    assert auto.use_flex(queries("cuda", FLEX_MIN_HEAD_DIM))
+    assert not auto.use_flex(queries("cuda", FLEX_MIN_HEAD_DIM // 2))
+    assert not auto.use_flex(queries("cpu", FLEX_MIN_HEAD_DIM))
+    assert build("sparse_lra", "flex").use_flex(queries("cpu", FLEX_MIN_HEAD_DIM // 2))
+    assert not build("sparse_lra", "blockwise").use_flex(queries("cuda", FLEX_MIN_HEAD_DIM))
+
+
 def test_flex_options_are_checked_and_auto_reads_the_defaults_table(monkeypatch):
     from repro.original.attention.fast_defaults import FAST_DEFAULTS
 
