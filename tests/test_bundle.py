@@ -332,3 +332,65 @@ def test_extra_files_are_copied_checksummed_and_listed(tmp_path):
     assert bundle.verify(made) == []
     (made / "extra/probes/control.json").write_text('{"val_acc": 1.0}\n')
     assert bundle.verify(made) == ["changed: extra/probes/control.json"]
+
+
+def identical_predictions(root: Path, arms: tuple[str, ...]) -> None:
+    """Records of ``arms`` (text, seed 0) whose predictions.csv are byte-identical (a constant predictor)."""
+    labels = fixed_labels("text", 30)
+    for i, arm in enumerate(arms):  # other accuracies: only predictions.csv is identical
+        made = make_record(root, arm, "text", 0, labels=labels, accuracy=0.5 + 0.1 * i)
+        (made / "predictions.csv").write_text("index,label,prediction\n" + "0,1,1\n" * 3)
+
+
+def test_freezing_identical_files_stores_them_once_as_a_relative_link(tmp_path):
+    identical_predictions(tmp_path / "runs", ("locality_k5", "locality_k61", "lra_transformer"))
+    out = bundle.freeze("v1", tmp_path / "runs", tmp_path / "results", analysis=False, log=quiet)
+    first = out / "runs/locality_k5/text/budget/seed0/predictions.csv"
+    second = out / "runs/locality_k61/text/budget/seed0/predictions.csv"
+    third = out / "runs/lra_transformer/text/budget/seed0/predictions.csv"
+    assert not first.is_symlink() and second.is_symlink()
+    assert os.readlink(second) == "../../../../locality_k5/text/budget/seed0/predictions.csv"
+    assert os.readlink(third) == "./" + os.readlink(second)  # no two links are identical files
+    assert second.read_bytes() == first.read_bytes() and bundle.verify(out) == []
+    files = {e["path"]: e for e in bundle.load_manifest(out)["files"]}
+    a, b = (files[p.relative_to(out).as_posix()] for p in (first, second))
+    assert a["sha256"] == b["sha256"] == hashlib.sha256(first.read_bytes()).hexdigest() and a["size"] == b["size"]
+    assert (
+        sorted(p for p in out.rglob("*") if p.is_symlink()) == [second, third]
+        and third.read_bytes() == first.read_bytes()
+    )
+
+
+def test_dedupe_links_a_later_bundles_identical_file_to_the_earlier_bundle(tmp_path, capsys):
+    results = tmp_path / "results"
+    identical_predictions(tmp_path / "a", ("locality_k5",))
+    identical_predictions(tmp_path / "b", ("locality_k61",))
+    early = bundle.freeze("v1", tmp_path / "a", results, analysis=False, log=quiet)
+    late = bundle.freeze("v2", tmp_path / "b", results, analysis=False, log=quiet)
+    hashes = {p: bundle.manifest_hash(p) for p in (early, late)}
+    assert bundle.main(["dedupe", str(results)]) == 0
+    target = early / "runs/locality_k5/text/budget/seed0/predictions.csv"
+    link = late / "runs/locality_k61/text/budget/seed0/predictions.csv"
+    assert link.is_symlink() and not target.is_symlink() and link.resolve() == target.resolve()
+    assert os.readlink(link) == "../../../../../../v1/runs/locality_k5/text/budget/seed0/predictions.csv"
+    assert bundle.verify(early) == [] and bundle.verify(late) == []
+    assert {p: bundle.manifest_hash(p) for p in (early, late)} == hashes
+    printed = capsys.readouterr().out
+    assert f"{link} -> {target}" in printed and f"manifest sha256 {hashes[late]}" in printed
+    assert bundle.dedupe(results) == []  # nothing left to link
+    link.unlink()
+    assert bundle.main(["dedupe", str(results)]) == 1
+    assert f"{late} fails verification" in capsys.readouterr().err
+
+
+def test_verify_reports_links_outside_the_results_folder_and_dangling_links(runs, tmp_path):
+    out = freeze(runs)
+    rel = "runs/locality_k5/text/budget/seed0/predictions.csv"
+    outside = tmp_path / "outside.csv"
+    outside.write_bytes((out / rel).read_bytes())
+    (out / rel).unlink()
+    (out / rel).symlink_to(os.path.relpath(outside, (out / rel).parent))
+    assert bundle.verify(out) == [f"link outside the results folder: {rel}"]
+    (out / rel).unlink()
+    (out / rel).symlink_to("no_such_file.csv")
+    assert bundle.verify(out) == [f"missing: {rel}"]
