@@ -860,6 +860,7 @@ VARIANTS = [
     ),
     Variant("mega", "flex split4", {"attention_impl": "flex", "flex_value_split": 4, "flex_kernel_options": None}),
     Variant("mega", "materialized", {"attention_impl": "materialized"}),
+    Variant("lra_linformer", "auto", _attn()),  # by k (sdpa_min_k): the materialised path at the arm's k=16
     Variant("lra_linformer", "materialized", _attn(backend="materialized"), 1),
     Variant("lra_linformer", "sdpa", _attn(backend="sdpa")),
 ]

@@ -44,7 +44,7 @@ the manifest's hash (after verifying).
 
 Identical content is stored once: a file whose bytes equal an earlier file's is a relative
 symbolic link to it (``link_identical``), within a new bundle at freeze time and, through
-``dedupe``, across the bundles of one results folder (links go to the bundle that sorts first);
+``dedupe``, across the bundles of one results folder (links go to the bundle created first);
 a link whose text another link already has is led by ``./``, so no two links are identical files.
 The manifest still lists every path with its content's sha256 and size, so linking never
 changes a bundle's hash; ``verify`` follows links and fails on one that leaves the results folder.
@@ -125,17 +125,23 @@ def link_texts(root: Path) -> set[str]:
     return {os.readlink(p) for p in Path(root).rglob("*") if p.is_symlink()}
 
 
-def _relink(link: Path, target: Path, taken: set[str]) -> None:
-    """Replace ``link`` by a relative symbolic link to ``target`` in one rename. Its text is led by
-    ``./`` as often as needed to differ from every text in ``taken`` (no two links are identical files)."""
+def _relink(link: Path, target: Path, taken: set[str]) -> bool:
+    """Replace ``link`` by a relative symbolic link to ``target`` in one rename (False, the copy kept,
+    where the file system or the user may not make links). Its text is led by ``./`` as often as
+    needed to differ from every text in ``taken`` (no two links are identical files)."""
     text = os.path.relpath(target, link.parent)
     while text in taken:
         text = "./" + text
-    taken.add(text)
     temp = link.with_name(f".{link.name}.link-{os.getpid()}")
     temp.unlink(missing_ok=True)
-    os.symlink(text, temp)
+    try:
+        os.symlink(text, temp)
+    except OSError as err:
+        print(f"[bundle] kept {link} as a copy of {target}: no symbolic link here ({err})", file=sys.stderr)
+        return False
+    taken.add(text)
     os.replace(temp, link)
+    return True
 
 
 def link_identical(files: list[Path], taken: Iterable[str] = ()) -> list[tuple[Path, Path]]:
@@ -153,8 +159,8 @@ def link_identical(files: list[Path], taken: Iterable[str] = ()) -> list[tuple[P
         target = first.setdefault((path.stat().st_size, sha256_file(path)), path)
         if target == path or os.path.samefile(target, path):
             continue
-        _relink(path, target, taken)
-        made.append((path, target))
+        if _relink(path, target, taken):
+            made.append((path, target))
     return made
 
 
@@ -478,7 +484,8 @@ def _links_outside(bundle: Path) -> list[str]:
     """Problems of symbolic links in ``bundle`` that resolve outside its parent (the results folder)."""
     root = Path(os.path.realpath(bundle)).parent
     return [
-        f"link outside the results folder: {path.relative_to(bundle).as_posix()}"
+        f"link outside the results folder: {path.relative_to(bundle).as_posix()} -> {os.readlink(path)} "
+        "(replace the link by a copy of the file the manifest lists)"
         for path in sorted(bundle.rglob("*"))
         if path.is_symlink() and not Path(os.path.realpath(path)).is_relative_to(root)
     ]
@@ -524,13 +531,15 @@ def find_bundles(results_root: Path) -> list[Path]:
 
 def dedupe(results_root: Path) -> list[tuple[Path, Path]]:
     """Link each file of the bundles in ``results_root`` identical to an earlier file of any of them
-    (bundles in name order, files in path order); every bundle must verify before and after."""
-    bundles = find_bundles(results_root)
+    (bundles in the order they were created, files in path order), so a link never makes an older
+    bundle depend on a newer one; every bundle must verify before and after."""
+    bundles = sorted(find_bundles(results_root), key=lambda path: (load_manifest(path)["created"], path.name))
     for path in bundles:
         problems = verify(path)
         if problems:
             raise BundleError(
-                f"{path} fails verification ({len(problems)} problem(s), first: {problems[0]}); nothing linked"
+                f"{path} fails verification ({len(problems)} problem(s), first: {problems[0]}; "
+                f"`python -m repro.bundle verify {path}` lists them); nothing linked"
             )
     made = link_identical([path / rel for path in bundles for rel in bundle_files(path)])
     for path in bundles:
@@ -669,7 +678,7 @@ def main(argv: list[str] | None = None) -> int:
             print()
             print(bibtex)
         elif args.command == "ls":
-            bundles = sorted(p for p in Path(args.results).glob("*") if (p / MANIFEST).exists())
+            bundles = find_bundles(args.results) if Path(args.results).is_dir() else []
             if not bundles:
                 print(f"no bundles under {args.results}")
             for path in bundles:

@@ -389,8 +389,11 @@ def test_verify_reports_links_outside_the_results_folder_and_dangling_links(runs
     outside = tmp_path / "outside.csv"
     outside.write_bytes((out / rel).read_bytes())
     (out / rel).unlink()
-    (out / rel).symlink_to(os.path.relpath(outside, (out / rel).parent))
-    assert bundle.verify(out) == [f"link outside the results folder: {rel}"]
+    text = os.path.relpath(outside, (out / rel).parent)
+    (out / rel).symlink_to(text)
+    assert bundle.verify(out) == [
+        f"link outside the results folder: {rel} -> {text} (replace the link by a copy of the file the manifest lists)"
+    ]
     (out / rel).unlink()
     (out / rel).symlink_to("no_such_file.csv")
     assert bundle.verify(out) == [f"missing: {rel}"]

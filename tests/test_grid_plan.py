@@ -96,9 +96,10 @@ def _plan(tmp_path, shared_cache, *args):
 
 @pytest.mark.slow
 def test_plan_from_a_probe_then_from_the_records(tmp_path, shared_cache):
-    """A 3-step probe plans both seeds; once seed 0 has a record, the plan reads it (own record: its own wall time)."""
-    out, rows = _plan(tmp_path, shared_cache, "--probe-steps", "3", "--slot-minutes", "0.001")
-    assert [row["source"] for row in rows] == ["probe of 3 steps"] * 2
+    """A 4-step probe (validated at steps 2 and 4) plans both seeds; once seed 0 has a record, the plan reads
+    it (own record: its own wall time)."""
+    out, rows = _plan(tmp_path, shared_cache, "--probe-steps", "4", "--slot-minutes", "0.001")
+    assert [row["source"] for row in rows] == ["probe of 4 steps"] * 2
     assert all(float(row["minutes"]) > 0 and row["over_slot"] == "yes" for row in rows)
     assert "2 over the 0.001-minute slot" in out and out.count("OVER SLOT") == 2
     assert not (tmp_path / "out" / "runs").exists()  # the probe trained in a scratch folder

@@ -38,7 +38,9 @@ dropout is the same unrenormalised dropout of the probabilities scaled by ``1 / 
 random stream). ``"auto"`` (default): sdpa when the projected length ``k`` is at least
 ``sdpa_min_k``, materialized below it; ``sdpa_min_k`` defaults to ``"auto"``,
 ``FAST_DEFAULTS["linformer"]["sdpa_min_k"]``. Measured on an H200, the materialised path was
-faster at LRA's ``k = 16``, SDPA faster and lighter at ``k = 256`` from 2K tokens on.
+faster at LRA's ``k = 16``, SDPA faster and lighter at ``k = 256`` from 2K tokens on. The choice
+depends on k alone, on any device: both paths compute the same function (only the dropout's random
+stream differs).
 
 Test hook: ``set_identity_projections()`` sets ``E = F = [I_k, 0]``, so that
 with ``k = L`` the module is exactly full softmax attention.
