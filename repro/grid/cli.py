@@ -104,7 +104,13 @@ def _parser() -> argparse.ArgumentParser:
     plan = parser.add_argument_group("planning (--plan)")
     plan.add_argument("--plan", action="store_true", help="print GPU-minutes per cell, write the plan file")
     plan.add_argument("--slot-minutes", type=float, default=30.0, help="flag cells longer than this")
-    plan.add_argument("--probe-steps", type=int, default=300, help="training steps of a timing probe")
+    plan.add_argument(
+        "--probe-steps",
+        type=int,
+        default=300,
+        help="training steps of a timing probe (an even number validates halfway and at the end, so the "
+        "first validation's one-off compilation is told apart from a validation pass)",
+    )
     plan.add_argument("--probe-all", action="store_true", help="probe every (arm, task), even with records")
     plan.add_argument("--plan-out", type=Path, default=None, help="plan file (default <output_dir>/grid_plan.csv)")
     return parser
