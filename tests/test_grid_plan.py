@@ -184,3 +184,26 @@ def test_a_probe_validates_halfway_and_at_its_last_step():
     assert {"++train.max_steps=200", "++train.eval_every_steps=100"} <= set(probe_overrides(200))
     assert "++train.log_every=50" in probe_overrides(300)  # the default's rows: 3 in each half
     assert "++train.eval_every_steps=301" in probe_overrides(301)  # 150 does not divide 301: the last step only
+
+
+def test_the_plan_reports_each_cell_s_data_wait_share_and_its_range_per_task(tmp_path, capsys):
+    from repro.grid.costs import cost_from_run
+    from repro.grid.plan import data_wait_by_task, print_plan
+
+    history = tmp_path / "history.csv"
+    history.write_text("step,epoch,lr,train_loss,val_loss,val_acc,elapsed_s\n10,0.1,0.001,2.0,,,1.0\n")
+    metrics = {"steps": 10, "train_time_s": 1.0, "elapsed_s": 1.0, "epochs": 0.1, "data_wait_share": 0.0712}
+    assert cost_from_run(metrics, history, 0.0, "record").data_wait_share == 0.0712
+    assert cost_from_run({**metrics, "data_wait_share": None}, history, 0.0, "record").data_wait_share is None
+
+    def row(arm, task, share):
+        counts = {"planned_steps": 10, "steps_per_s": 10.0, "validations": 1, "minutes": 1.0, "over_slot": "no"}
+        return {"arm": arm, "task": task, "seed": 0, "data_wait_share": share, "device": "cpu", "source": "p", **counts}
+
+    rows = [row("a", "image", 0.0712), row("b", "image", 0.026), row("a", "text", 0.0125), row("b", "text", "")]
+    assert data_wait_by_task(rows) == {"image": (0.026, 0.0712), "text": (0.0125, 0.0125)}
+    print_plan(rows, 30)
+    out = capsys.readouterr().out
+    assert "[plan] data-wait share of step time, image: 2.6-7.1% (sampled steps)" in out
+    assert "[plan] data-wait share of step time, text: 1.2-1.2% (sampled steps)" in out
+    assert "  7.1%" in out

@@ -29,6 +29,7 @@ class Cost:
     steps_per_epoch: int
     device: str
     source: str
+    data_wait_share: float | None = None  # the run's metrics.json ``data_wait_share`` (None: not sampled)
 
 
 def planned_steps(train: dict, steps_per_epoch: int) -> int:
@@ -158,4 +159,5 @@ def cost_from_run(metrics: dict, history: Path, beyond_elapsed_s: float, source:
         steps_per_epoch=int(per_epoch),
         device=str(metrics.get("device", "?")),
         source=source,
+        data_wait_share=metrics.get("data_wait_share"),
     )

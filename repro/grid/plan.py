@@ -35,6 +35,7 @@ PLAN_COLUMNS = (
     "validations",
     "val_pass_s",
     "fixed_s",
+    "data_wait_share",
     "minutes",
     "over_slot",
     "device",
@@ -180,6 +181,7 @@ def plan_rows(cell_runs: list[CellRun], costs: dict, slot_minutes: float) -> lis
                 "validations": passes,
                 "val_pass_s": round(cost.val_pass_s, 3),
                 "fixed_s": round(cost.fixed_s, 1),
+                "data_wait_share": "" if cost.data_wait_share is None else round(cost.data_wait_share, 4),
                 "minutes": round(seconds / 60.0, 2),
                 "over_slot": "yes" if seconds / 60.0 > slot_minutes else "no",
                 "device": cost.device,
@@ -223,18 +225,30 @@ def read_plan(path: Path) -> dict[tuple[str, str, int], dict]:
     return plan
 
 
+def data_wait_by_task(rows: list[dict]) -> dict[str, tuple[float, float]]:
+    """(lowest, highest) data-wait share per task over the rows that sampled one (probes and records)."""
+    shares: dict[str, list[float]] = {}
+    for row in rows:
+        if row.get("data_wait_share") not in (None, ""):
+            shares.setdefault(row["task"], []).append(float(row["data_wait_share"]))
+    return {task: (min(values), max(values)) for task, values in shares.items()}
+
+
 def print_plan(rows: list[dict], slot_minutes: float) -> None:
-    print(f"{'cell':<44} {'steps':>7} {'steps/s':>8} {'vals':>5} {'GPU-min':>8}  source")
+    print(f"{'cell':<44} {'steps':>7} {'steps/s':>8} {'vals':>5} {'wait':>6} {'GPU-min':>8}  source")
     for row in rows:
         name = f"{row['arm']} {row['task']} seed {row['seed']}"
         if row.get("minutes") in (None, ""):
-            print(f"{name:<44} {'':>7} {'':>8} {'':>5} {'?':>8}  {row['source']}")
+            print(f"{name:<44} {'':>7} {'':>8} {'':>5} {'':>6} {'?':>8}  {row['source']}")
             continue
         flag = "  OVER SLOT" if row["over_slot"] == "yes" else ""
+        wait = "" if row.get("data_wait_share") in (None, "") else f"{100 * float(row['data_wait_share']):.1f}%"
         print(
-            f"{name:<44} {row['planned_steps']:>7} {row['steps_per_s']:>8.2f} {row['validations']:>5} "
+            f"{name:<44} {row['planned_steps']:>7} {row['steps_per_s']:>8.2f} {row['validations']:>5} {wait:>6} "
             f"{row['minutes']:>8.2f}  {row['source']}, {row['device']}{flag}"
         )
+    for task, (low, high) in sorted(data_wait_by_task(rows).items()):
+        print(f"[plan] data-wait share of step time, {task}: {100 * low:.1f}-{100 * high:.1f}% (sampled steps)")
     known = [row for row in rows if row.get("minutes") not in (None, "")]
     over = [row for row in known if row["over_slot"] == "yes"]
     print(
