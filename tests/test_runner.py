@@ -47,7 +47,7 @@ def test_smoke_run_writes_a_complete_record(tmp_path, shared_cache):
     assert metrics["status"] == "complete" and metrics["arm"] == "locality_k61" and metrics["task"] == "listops"
     assert 0.0 <= metrics["test_acc"] <= 1.0 and metrics["best_val_step"] > 0
     assert metrics["steps"] == 32 and metrics["device"] == "cpu" and metrics["train_examples_per_s"] > 0
-    assert metrics["data_wait_sampled_steps"] == 1 and 0.0 < metrics["data_wait_share"] < 1.0  # step 0 of 32
+    assert metrics["data_wait_sampled_steps"] == 1 and 0.0 < metrics["data_wait_share"] < 1.0  # step 1 of 32
     assert set(metrics["versions"]) >= {"python", "torch", "numpy", "repro"}
     config = yaml.safe_load((folder / "config.yaml").read_text())
     assert config["model"]["kernel_size"] == 61 and config["model"]["d_model"] == 32  # smoke shrinks widths only
