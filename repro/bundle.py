@@ -10,7 +10,6 @@ Commands (``python -m repro.bundle <command> --help`` lists every option)::
     python -m repro.bundle verify results/v1
     python -m repro.bundle cite results/v1
     python -m repro.bundle ls
-    python -m repro.bundle dedupe results
 
 ``freeze`` copies the chosen **complete** records (``metrics.json`` with status
 ``complete``, every file of ``records.RECORD_FILES``, at least one training step and no NaN
@@ -41,13 +40,6 @@ figures then say "not run".
 ``verify`` recomputes every checksum and fails (exit 1) naming each changed, missing or
 extra file; ``cite`` prints a BibTeX entry and a one-line citation with the version and
 the manifest's hash (after verifying).
-
-Identical content is stored once: a file whose bytes equal an earlier file's is a relative
-symbolic link to it (``link_identical``), within a new bundle at freeze time and, through
-``dedupe``, across the bundles of one results folder (links go to the bundle created first);
-a link whose text another link already has is led by ``./``, so no two links are identical files.
-The manifest still lists every path with its content's sha256 and size, so linking never
-changes a bundle's hash; ``verify`` follows links and fails on one that leaves the results folder.
 """
 
 from __future__ import annotations
@@ -61,7 +53,6 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -115,53 +106,6 @@ def manifest_hash(bundle: Path) -> str:
             f"{path} does not exist: {bundle} is not a bundle (freeze one with `python -m repro.bundle freeze`)"
         )
     return sha256_file(path)
-
-
-# ---------------------------------------------------------------- storing identical content once
-
-
-def link_texts(root: Path) -> set[str]:
-    """The texts of the symbolic links under ``root``."""
-    return {os.readlink(p) for p in Path(root).rglob("*") if p.is_symlink()}
-
-
-def _relink(link: Path, target: Path, taken: set[str]) -> bool:
-    """Replace ``link`` by a relative symbolic link to ``target`` in one rename (False, the copy kept,
-    where the file system or the user may not make links). Its text is led by ``./`` as often as
-    needed to differ from every text in ``taken`` (no two links are identical files)."""
-    text = os.path.relpath(target, link.parent)
-    while text in taken:
-        text = "./" + text
-    temp = link.with_name(f".{link.name}.link-{os.getpid()}")
-    temp.unlink(missing_ok=True)
-    try:
-        os.symlink(text, temp)
-    except OSError as err:
-        print(f"[bundle] kept {link} as a copy of {target}: no symbolic link here ({err})", file=sys.stderr)
-        return False
-    taken.add(text)
-    os.replace(temp, link)
-    return True
-
-
-def link_identical(files: list[Path], taken: Iterable[str] = ()) -> list[tuple[Path, Path]]:
-    """Replace each file whose size and sha256 equal an earlier one's (in the order given) by a
-    relative symbolic link to the first such file; files that are links already are skipped.
-    ``taken``: link texts used elsewhere (those of links among ``files`` count too). Returns the
-    (link, target) pairs made."""
-    files = [Path(f) for f in files]
-    taken = set(taken) | {os.readlink(p) for p in files if p.is_symlink()}
-    first: dict[tuple[int, str], Path] = {}
-    made = []
-    for path in files:
-        if path.is_symlink() or not path.is_file():
-            continue
-        target = first.setdefault((path.stat().st_size, sha256_file(path)), path)
-        if target == path or os.path.samefile(target, path):
-            continue
-        if _relink(path, target, taken):
-            made.append((path, target))
-    return made
 
 
 # ---------------------------------------------------------------- choosing records
@@ -439,7 +383,6 @@ def freeze(
         records.write_atomic(staging / CITATION, _citation(version, created, commit, authors, title, len(runs)))
         if notes is not None:
             shutil.copyfile(notes, staging / NOTES)
-        link_identical([staging / rel for rel in bundle_files(staging)], link_texts(results_root))  # stored once
         manifest = _manifest(version, title, authors, created, commit, runs, staging, bench=bench_files,
                              extra=extra_files, analysis=analysed, analysis_missing=analysis_missing,
                              left_out=left_out)  # fmt: skip
@@ -480,20 +423,8 @@ def load_manifest(bundle: Path) -> dict:
     return manifest
 
 
-def _links_outside(bundle: Path) -> list[str]:
-    """Problems of symbolic links in ``bundle`` that resolve outside its parent (the results folder)."""
-    root = Path(os.path.realpath(bundle)).parent
-    return [
-        f"link outside the results folder: {path.relative_to(bundle).as_posix()} -> {os.readlink(path)} "
-        "(replace the link by a copy of the file the manifest lists)"
-        for path in sorted(bundle.rglob("*"))
-        if path.is_symlink() and not Path(os.path.realpath(path)).is_relative_to(root)
-    ]
-
-
 def verify(bundle: Path) -> list[str]:
-    """Every problem found (empty when the bundle is intact): changed, missing or extra files, and
-    links leaving the results folder (a dangling link is a missing file)."""
+    """Every problem found (empty when the bundle is intact): changed, missing or extra files."""
     bundle = Path(bundle)
     problems = []
     hash_path = bundle / MANIFEST_HASH
@@ -517,34 +448,7 @@ def verify(bundle: Path) -> list[str]:
     for rel in bundle_files(bundle):
         if rel not in listed:
             problems.append(f"extra: {rel}")
-    return problems + _links_outside(bundle)
-
-
-def find_bundles(results_root: Path) -> list[Path]:
-    """The bundles (folders holding MANIFEST.json, hidden staging folders aside) in ``results_root``, sorted."""
-    if not Path(results_root).is_dir():
-        raise BundleError(
-            f"{results_root} is not a folder of bundles (freeze one with `python -m repro.bundle freeze`)"
-        )
-    return sorted(p for p in Path(results_root).iterdir() if not p.name.startswith(".") and (p / MANIFEST).is_file())
-
-
-def dedupe(results_root: Path) -> list[tuple[Path, Path]]:
-    """Link each file of the bundles in ``results_root`` identical to an earlier file of any of them
-    (bundles in the order they were created, files in path order), so a link never makes an older
-    bundle depend on a newer one; every bundle must verify before and after."""
-    bundles = sorted(find_bundles(results_root), key=lambda path: (load_manifest(path)["created"], path.name))
-    for path in bundles:
-        problems = verify(path)
-        if problems:
-            raise BundleError(
-                f"{path} fails verification ({len(problems)} problem(s), first: {problems[0]}; "
-                f"`python -m repro.bundle verify {path}` lists them); nothing linked"
-            )
-    made = link_identical([path / rel for path in bundles for rel in bundle_files(path)])
-    for path in bundles:
-        require_intact(path)
-    return made
+    return problems
 
 
 def require_intact(bundle: Path) -> dict:
@@ -622,17 +526,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("bundle", type=Path)
     ls = sub.add_parser("ls", help="list bundles")
     ls.add_argument("--results", type=Path, default=Path("results"))
-    dd = sub.add_parser("dedupe", help="store identical files of the bundles in a results folder once (links)")
-    dd.add_argument("results", type=Path, help="the results folder holding the bundles")
     return parser
-
-
-def _dedupe_command(results_root: Path) -> None:
-    """``dedupe``: link identical files, then print each link and each bundle's manifest hash."""
-    for link, target in dedupe(results_root):
-        print(f"{link} -> {target}")
-    for path in find_bundles(results_root):
-        print(f"{path}: OK, manifest sha256 {manifest_hash(path)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -678,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
             print()
             print(bibtex)
         elif args.command == "ls":
-            bundles = find_bundles(args.results) if Path(args.results).is_dir() else []
+            bundles = sorted(p for p in Path(args.results).glob("*") if (p / MANIFEST).exists())
             if not bundles:
                 print(f"no bundles under {args.results}")
             for path in bundles:
@@ -687,8 +581,6 @@ def main(argv: list[str] | None = None) -> int:
                     f"{m['version']}\t{m['created']}\t{len(m['runs'])} runs\t{', '.join(m['profiles'])}\t"
                     f"sha256 {manifest_hash(path)[:16]}"
                 )
-        elif args.command == "dedupe":
-            _dedupe_command(args.results)
     except BundleError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HELP_TEXT = {
     "lra-run": ["run is powered by Hydra.\n", "\narm:\n  name: "],
     "lra-bench": ["bench is powered by Hydra.\n", "\nlengths:\n- "],
-    "lra-bundle": ["\npositional arguments:\n", "{freeze,verify,cite,ls,dedupe}"],
+    "lra-bundle": ["\npositional arguments:\n", "{freeze,verify,cite,ls}"],
 }
 
 
