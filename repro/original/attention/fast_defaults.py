@@ -111,6 +111,14 @@ def check_choice(mechanism: str, option: str, value, key: str | None = None):
     raise ValueError(f"{mechanism}: {key or option}={value!r} is not one of {names}")
 
 
+def check_at_least(mechanism: str, option: str, value, minimum: int, noun: str):
+    """``value`` if it is ``"auto"`` or an int of at least ``minimum`` (a threshold such as a length);
+    else a ValueError naming the config key ``attention_params.<option>``."""
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= minimum):
+        return value
+    raise ValueError(f"{mechanism}: attention_params.{option}={value!r} is not auto or {noun} >= {minimum}")
+
+
 def choose(mechanism: str, option: str, value):
     """The value ``auto`` stands for (``FAST_DEFAULTS``), or ``value`` itself."""
     return FAST_DEFAULTS[mechanism][option] if value == "auto" else value

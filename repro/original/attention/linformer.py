@@ -56,7 +56,7 @@ from torch import nn
 
 from . import ATTENTION
 from ._lowrank_common import HeadedMixer, xavier_bound
-from .fast_defaults import check_choice, choose
+from .fast_defaults import check_at_least, check_choice, choose
 
 
 @ATTENTION.register("linformer")
@@ -79,9 +79,7 @@ class LinformerAttention(HeadedMixer):
         self.k = k
         self.share_kv = share_kv
         self.backend = check_choice("linformer", "backend", backend, "attention_params.backend")
-        if sdpa_min_k != "auto" and (isinstance(sdpa_min_k, bool) or not isinstance(sdpa_min_k, int) or sdpa_min_k < 1):
-            raise ValueError(f"linformer: attention_params.sdpa_min_k={sdpa_min_k!r} is not auto or an int >= 1")
-        self.sdpa_min_k = sdpa_min_k
+        self.sdpa_min_k = check_at_least("linformer", "sdpa_min_k", sdpa_min_k, 1, "an int")
         bound = xavier_bound(max_len, k)  # LRA: xavier-uniform kernel [max_len, k]
         self.E = nn.Parameter(torch.empty(k, max_len).uniform_(-bound, bound))
         self.F = None if share_kv else nn.Parameter(torch.empty(k, max_len).uniform_(-bound, bound))

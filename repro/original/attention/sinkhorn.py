@@ -79,7 +79,7 @@ import torch.nn.functional as F
 from . import ATTENTION
 from ._common import MASKED_LOGIT, fold_key_mask
 from ._lowrank_common import HeadedMixer, neg_fill, pad_to_multiple, xavier_linear
-from .fast_defaults import check_choice, choose
+from .fast_defaults import check_at_least, check_choice, choose
 
 BACKENDS = ("auto", "sdpa", "materialized")
 _COMPILED_BALANCE = None
@@ -128,11 +128,7 @@ class SinkhornAttention(HeadedMixer):
         if backend not in BACKENDS:
             raise ValueError(f"unknown sinkhorn backend {backend!r}; choose from {BACKENDS}")
         self.backend = backend
-        if sdpa_min_len != "auto" and (
-            isinstance(sdpa_min_len, bool) or not isinstance(sdpa_min_len, int) or sdpa_min_len < 0
-        ):
-            raise ValueError(f"sinkhorn: attention_params.sdpa_min_len={sdpa_min_len!r} is not auto or a length >= 0")
-        self.sdpa_min_len = sdpa_min_len
+        self.sdpa_min_len = check_at_least("sinkhorn", "sdpa_min_len", sdpa_min_len, 0, "a length")
         self.sdpa_mask = check_choice("sinkhorn", "sdpa_mask", sdpa_mask, "attention_params.sdpa_mask")
         self.balance = check_choice("sinkhorn", "balance", balance, "attention_params.balance")
         if sort_activation not in ("sinkhorn", "softmax"):
