@@ -192,6 +192,7 @@ def test_the_campaign_grid_holds_whole_columns_seed_by_seed():
         ("{arms: [a], tasks: [t], seeds: [0], per_gpu: 0}", "cells[0].per_gpu must be a whole number >= 1, not 0"),
         ("{arms: [a], tasks: [t], seeds: [0], per-gpu: 2}", "cells[0] has unknown key(s) per-gpu; known: arms"),
         ("{arms: [a], tasks: [t], seeds: [zero]}", "cells[0].seeds must be whole numbers, not 'zero'"),
+        ("{arms: [a], tasks: [t], seeds: [0], carry_over: 1}", "cells[0].carry_over must be true or false, not 1"),
         (
             "{arms: [a], tasks: [t], seeds: [0], overrides: task.source=generated}",
             "cells[0].overrides must be a list of KEY=VALUE settings, e.g. [task.source=generated], not 'task.source",

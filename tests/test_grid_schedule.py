@@ -153,9 +153,19 @@ def test_sigterm_to_the_grid_reaches_every_running_cell_then_archives(tmp_path):
     assert (tmp_path / "slot" / "grid-manifest.json").exists()
 
 
-@pytest.mark.parametrize("extra_args, started", [([], False), (["--carry-over"], True)])
-def test_a_cell_planned_past_the_deadline_is_not_started_unless_carried_over(tmp_path, extra_args, started):
-    grid = _grid(tmp_path, "  - {arms: [locality_k5], tasks: [listops], seeds: [0, 1]}\n")
+@pytest.mark.parametrize(
+    "block_setting, extra_args, started",
+    [
+        ("", [], False),
+        ("", ["--carry-over"], True),
+        (", carry_over: false", ["--carry-over"], False),  # the block's setting wins
+        (", carry_over: true", [], True),
+    ],
+)
+def test_a_cell_planned_past_the_deadline_is_not_started_unless_carried_over(
+    tmp_path, block_setting, extra_args, started
+):
+    grid = _grid(tmp_path, f"  - {{arms: [locality_k5], tasks: [listops], seeds: [0, 1]{block_setting}}}\n")
     plan = tmp_path / "plan.csv"
     plan.write_text(
         "arm,task,seed,minutes,planned_steps\nlocality_k5,listops,0,10,100\nlocality_k5,listops,1,0.01,100\n"

@@ -9,11 +9,15 @@ A grid file (YAML)::
       - {arms: [a, b], tasks: [text], seeds: [0, 1, 2], per_gpu: 3}
       - {arms: [a], tasks: [pathfinder], seeds: [0], optional: true}
       - {arms: [a], tasks: [listops], seeds: [0], overrides: [task.source=generated]}
+      - {arms: [big], tasks: [image], seeds: [0], carry_over: false}
 
 ``per_gpu`` (a block's): at most that many runs on one GPU while one of its cells runs there
 (``--per-gpu`` gives it for blocks without one). ``optional`` blocks run only with
 ``--include-optional``. ``overrides`` (a block's): its cells' own settings, after ``common`` and
-before the command line's.
+before the command line's. ``carry_over`` (a block's, true or false): whether its cells may start
+when they cannot end before the deadline, to be checkpointed and continued in a later slot
+(``--carry-over`` gives it for blocks without one); false for cells whose checkpoints cannot travel
+between slots.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from pathlib import Path
 import yaml
 
 GRID_KEYS = ("common", "minutes_per_run", "overhead_minutes", "cells")
-BLOCK_KEYS = ("arms", "tasks", "seeds", "optional", "per_gpu", "overrides")
+BLOCK_KEYS = ("arms", "tasks", "seeds", "optional", "per_gpu", "carry_over", "overrides")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RUNNER = REPO_ROOT / "experiments" / "run.py"
 CONF_DIR = REPO_ROOT / "experiments" / "conf"
@@ -38,8 +42,8 @@ class GridError(ValueError):
 
 @dataclass(frozen=True)
 class Cell:
-    """One run of the grid. ``per_gpu``: the block's packing limit (None: the command line's);
-    ``overrides``: the block's own settings."""
+    """One run of the grid. ``per_gpu``: the block's packing limit, ``carry_over`` whether it may
+    start without time to end (None: the command line's); ``overrides``: the block's own settings."""
 
     arm: str
     task: str
@@ -47,6 +51,7 @@ class Cell:
     per_gpu: int | None = None
     optional: bool = False
     overrides: tuple[str, ...] = ()
+    carry_over: bool | None = None
     block: int = 0  # the index of its block in the grid file (not part of its identity)
 
     @property
@@ -100,6 +105,9 @@ def _block_cells(block, i: int, path: Path) -> list[Cell]:
     per_gpu = block.get("per_gpu")
     if per_gpu is not None and (isinstance(per_gpu, bool) or not isinstance(per_gpu, int) or per_gpu < 1):
         raise GridError(f"{path}: cells[{i}].per_gpu must be a whole number >= 1, not {per_gpu!r}")
+    carry_over = block.get("carry_over")
+    if carry_over is not None and not isinstance(carry_over, bool):
+        raise GridError(f"{path}: cells[{i}].carry_over must be true or false, not {carry_over!r}")
     bad_seeds = [s for s in block["seeds"] if isinstance(s, bool) or not isinstance(s, int)]
     if bad_seeds:
         raise GridError(f"{path}: cells[{i}].seeds must be whole numbers, not {bad_seeds[0]!r}")
@@ -111,7 +119,7 @@ def _block_cells(block, i: int, path: Path) -> list[Cell]:
         )
     optional = bool(block.get("optional", False))
     return [
-        Cell(str(arm), str(task), int(seed), per_gpu, optional, tuple(overrides), i)
+        Cell(str(arm), str(task), int(seed), per_gpu, optional, tuple(overrides), carry_over, i)
         for arm, task, seed in itertools.product(block["arms"], block["tasks"], block["seeds"])
     ]
 

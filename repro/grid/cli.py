@@ -37,7 +37,8 @@ fitted (cells left for the next slot are listed, not failures), 1 when a cell fa
 something did not fit the archives (named on stderr), 128 + signum when stopped by a signal
 (after archiving), 2 on bad input. ``--carry-over`` also starts cells that cannot end before
 the deadline while 5 minutes are left (they continue from their checkpoint in the next slot;
-a checkpoint too big for the archives is lost: ListOps at ``profile=paper`` is about 230 MB).
+a checkpoint too big for the archives is lost: ListOps at ``profile=paper`` is about 230 MB); a
+block's ``carry_over: false`` or ``true`` wins over it for the block's cells.
 Cell output goes to ``<output_dir>/grid_logs/ARM__TASK__seedS.log``, except when the cells run
 one at a time on this process's device (no ``--gpus``), where it is this process's output.
 ``--claim-dir D`` shares the queue with other grid processes on a shared file system.
@@ -77,7 +78,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--stop-at", default=None, help="stop at this UTC time (HH:MM or ISO 8601)")
     run.add_argument("--stop-grace-seconds", type=float, default=120.0, help="time a stopped cell has to checkpoint")
-    run.add_argument("--carry-over", action="store_true", help="also start cells that cannot end before the deadline")
+    run.add_argument(
+        "--carry-over",
+        action="store_true",
+        help="also start cells that cannot end before the deadline (a block's carry_over wins)",
+    )
     run.add_argument("--plan-file", type=Path, default=None, help="GPU-minutes per cell from --plan (for the deadline)")
     run.add_argument("--archive-to", type=Path, default=None, help="write the archives and manifest here at the end")
     run.add_argument("--archive-files", type=int, default=8, help="at most this many files, the manifest counted")

@@ -198,6 +198,7 @@ def build_jobs(
             per_gpu=per_gpu,
             est_s=60.0 * minutes * left * slowdown,
             log_path=log,
+            carry_over=cell.carry_over,
         )
         campaign.by_key[job.key] = cell_run
         jobs.append(job)

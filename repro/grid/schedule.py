@@ -86,7 +86,8 @@ def utc_now() -> str:
 
 @dataclass
 class Job:
-    """One command to run. ``est_s``: expected wall seconds on a shared GPU (None: unknown, always started)."""
+    """One command to run. ``est_s``: expected wall seconds on a shared GPU (None: unknown, always started);
+    ``carry_over``: whether it may start without time to end (None: the scheduler's setting)."""
 
     key: str
     label: str
@@ -94,6 +95,7 @@ class Job:
     per_gpu: int = 1
     est_s: float | None = None
     log_path: Path | None = None  # None: this process's own output
+    carry_over: bool | None = None
 
 
 @dataclass
@@ -181,7 +183,8 @@ class Scheduler:
         if self.deadline is None or job.est_s is None:
             return True
         left = self.deadline - now
-        return job.est_s <= left or (self.carry_over and left >= CARRY_OVER_MIN_S)
+        carry_over = self.carry_over if job.carry_over is None else job.carry_over
+        return job.est_s <= left or (carry_over and left >= CARRY_OVER_MIN_S)
 
     def _drop_unfinishable(self, queue: list[Job], now: float) -> list[Job]:
         """Jobs that would end past the deadline leave the queue for good (time only runs out)."""
