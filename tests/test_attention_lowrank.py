@@ -314,8 +314,6 @@ def test_sinkhorn_compiled_balance_equals_the_eager_one():
 def test_sinkhorn_fold_passes_no_attn_mask(monkeypatch):
     """``sdpa_mask=fold``: one SDPA call per block pair without an ``attn_mask`` (the flash kernel's
     condition), the key mask in one extra feature and the values padded to the same width."""
-    import repro.original.attention.sinkhorn as sinkhorn_module
-
     calls = []
 
     def spy(q, k, v, attn_mask=None, **kwargs):
@@ -323,11 +321,65 @@ def test_sinkhorn_fold_passes_no_attn_mask(monkeypatch):
         return sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
 
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    monkeypatch.setattr(sinkhorn_module.F, "scaled_dot_product_attention", spy)
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
     module = build("sinkhorn", max_len=64, backend="sdpa", sdpa_mask="fold", block_size=4).eval()
     module(rand_x(2, 43), torch.arange(43)[None, :] < torch.tensor([43, 17])[:, None])
     blocks = 11  # 43 tokens in blocks of 4
     assert calls == [((2, H * blocks, 4, 16), (2, H * blocks, 8, 16), (2, H * blocks, 8, 16), None)]
+
+
+@pytest.mark.parametrize("widths", [(3, 5), (4, 4), (8, 8), (12, 4)], ids=lambda w: f"qk{w[0]}-v{w[1]}")
+def test_sdpa_aligned_is_sdpa_on_head_widths_padded_to_8(monkeypatch, widths):
+    """The padded call computes what SDPA computes on the unpadded heads (float64, mask and scale
+    given), and the fused kernels' condition holds: q, k and v reach SDPA one multiple of 8 wide."""
+    from repro.original.attention._common import sdpa_aligned
+
+    qk, vd = widths
+    gen = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(2, 3, 7, qk, dtype=torch.float64, generator=gen) for _ in range(2))
+    v = torch.randn(2, 3, 7, vd, dtype=torch.float64, generator=gen)
+    bias = torch.randn(7, 7, dtype=torch.float64, generator=gen)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    expected = sdpa(q, k, v, attn_mask=bias, scale=0.3)
+    seen = []
+
+    def spy(q, k, v, **kwargs):
+        seen.append((q.shape[-1], k.shape[-1], v.shape[-1]))
+        return sdpa(q, k, v, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    torch.testing.assert_close(sdpa_aligned(q, k, v, attn_mask=bias, scale=0.3), expected, rtol=0, atol=1e-12)
+    width = 8 * -(-max(qk, vd) // 8)
+    assert seen == [(width, width, width)]
+
+
+NARROW_HEAD_CASES = [  # LRA's image and Pathfinder Reformer and Pathfinder's Sinkhorn have 4-wide heads
+    ("reformer", dict(n_buckets=4, chunk_len=5, redraw=False)),
+    ("sinkhorn", dict(block_size=4, sdpa_mask="bias")),
+    ("sinkhorn", dict(block_size=4, sdpa_mask="fold")),
+    ("synthesizer", dict(variant="random")),
+]
+
+
+@pytest.mark.parametrize("name,params", NARROW_HEAD_CASES, ids=lambda c: c if isinstance(c, str) else "")
+def test_narrow_heads_reach_sdpa_eight_wide_and_equal_the_materialized_path(monkeypatch, name, params):
+    """Heads 4 wide: every SDPA call gets q, k and v one multiple of 8 wide (the fused kernels'
+    condition), and outputs and gradients equal the materialised path's (dropout off, padding)."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    widths = set()
+
+    def spy(q, k, v, **kwargs):
+        widths.add((q.shape[-1], k.shape[-1], v.shape[-1]))
+        return sdpa(q, k, v, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    modules = []
+    for backend in ("materialized", "sdpa"):
+        torch.manual_seed(0)
+        module = ATTN.get(name)(d_model=8, n_heads=2, max_len=40, backend=backend, **params)
+        modules.append(module.double().train())
+    assert_backends_agree(*modules, rand_x(3, 37, seed=2)[..., :8], [37, 13, 0])
+    assert widths and all(w % 8 == 0 and len(set(ws)) == 1 for ws in widths for w in ws)
 
 
 def test_sinkhorn_auto_backend_by_length(monkeypatch):

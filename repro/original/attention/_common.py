@@ -218,6 +218,24 @@ def fold_key_mask(q: Tensor, k: Tensor, key_mask: Tensor, scale: float) -> tuple
     return q_folded, k_folded
 
 
+SDPA_WIDTH = 8  # the fused SDPA kernels take head widths that are multiples of 8 (else torch runs its math path)
+
+
+def sdpa_aligned(q: Tensor, k: Tensor, v: Tensor, *, scale: float, **kwargs) -> Tensor:
+    """``F.scaled_dot_product_attention(q, k, v, scale=scale, **kwargs)`` with the head widths
+    zero-padded to one multiple of ``SDPA_WIDTH``, and the output cut back to ``v``'s width.
+
+    The same function: zero q/k columns add nothing to a logit, zero v columns give zero output
+    columns, and dropout acts on the probabilities. Without it a head narrower than 8 (LRA's image
+    and Pathfinder Reformer, 4 wide; Pathfinder's Sinkhorn, 4) sends torch to its math kernel,
+    which writes the logits and the dropout mask out. ``scale`` is required: SDPA's default would
+    read the padded width."""
+    width = -(-max(q.shape[-1], v.shape[-1]) // SDPA_WIDTH) * SDPA_WIDTH
+    q, k, vw = (t if t.shape[-1] == width else F.pad(t, (0, width - t.shape[-1])) for t in (q, k, v))
+    out = F.scaled_dot_product_attention(q, k, vw, scale=scale, **kwargs)
+    return out if vw is v else out[..., : v.shape[-1]]
+
+
 # --------------------------------------------------------------------------- modules
 
 

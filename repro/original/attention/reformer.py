@@ -88,7 +88,7 @@ import torch
 import torch.nn.functional as F
 
 from . import ATTENTION
-from ._common import fold_key_mask
+from ._common import fold_key_mask, sdpa_aligned
 from ._lowrank_common import SELF_MASK_VALUE, HeadedMixer, neg_fill, pad_to_multiple
 from .fast_defaults import check_choice, choose
 
@@ -333,7 +333,7 @@ class ReformerAttention(HeadedMixer):
         dropout = self.attn_dropout.p if self.training else 0.0
         backends = sdpa_backend_list(choose("reformer", "sdpa_backends", self.sdpa_backends))
         with _sdpa_kernels(backends):
-            out = F.scaled_dot_product_attention(
+            out = sdpa_aligned(
                 q.flatten(0, 2), k.flatten(0, 2), wv.flatten(0, 2), attn_mask=flat_bias, dropout_p=dropout, scale=scale
             )
         lse = None

@@ -74,10 +74,9 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 from . import ATTENTION
-from ._common import MASKED_LOGIT, fold_key_mask
+from ._common import MASKED_LOGIT, fold_key_mask, sdpa_aligned
 from ._lowrank_common import HeadedMixer, neg_fill, pad_to_multiple, xavier_linear
 from .fast_defaults import check_at_least, check_choice, choose
 
@@ -235,13 +234,10 @@ class SinkhornAttention(HeadedMixer):
             q = qb
             if not bool(key_ok.all()):  # one host sync; no mask at all runs the plain fused kernel
                 q, k = fold_key_mask(qb, k, key_ok, scale)
-                v = F.pad(v, (0, q.shape[-1] - d))  # one width for q, k and v: the flash kernel takes it
-            out = F.scaled_dot_product_attention(
-                q.flatten(1, 2), k.flatten(1, 2), v.flatten(1, 2), dropout_p=p, scale=scale
-            )
-            return out[..., :d].unflatten(1, (H, nb))
+            out = sdpa_aligned(q.flatten(1, 2), k.flatten(1, 2), v.flatten(1, 2), dropout_p=p, scale=scale)
+            return out.unflatten(1, (H, nb))
         bias = torch.zeros(key_ok.shape, dtype=qb.dtype, device=qb.device).masked_fill(~key_ok, MASKED_LOGIT)
-        out = F.scaled_dot_product_attention(
+        out = sdpa_aligned(
             qb.flatten(1, 2),
             k.flatten(1, 2),
             v.flatten(1, 2),

@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import ATTENTION
-from ._common import MASKED_LOGIT
+from ._common import MASKED_LOGIT, sdpa_aligned
 from ._lowrank_common import HeadedMixer, neg_fill, split_heads, xavier_bound, xavier_linear
 
 VARIANTS = ("dense", "random", "factorized_random")
@@ -153,11 +153,8 @@ class SynthesizerAttention(HeadedMixer):
     def attend_sdpa(self, x, v, mask):
         """The attention through ``scaled_dot_product_attention`` (see the module docstring)."""
         q, k, attn_mask = self.synthetic_qk(x, mask, v.dtype)
-        width = -(-max(q.shape[-1], v.shape[-1]) // 8) * 8  # one head width for q, k and v
-        q, k, vw = (F.pad(t, (0, width - t.shape[-1])) for t in (q, k, v))
         p = self.attn_dropout.p if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, vw, attn_mask=attn_mask, dropout_p=p, scale=1.0)
-        return out[..., : v.shape[-1]]
+        return sdpa_aligned(q, k, v, attn_mask=attn_mask, dropout_p=p, scale=1.0)
 
     @torch.no_grad()
     def set_random_logits(self, logits: torch.Tensor) -> None:
