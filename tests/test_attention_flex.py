@@ -330,20 +330,46 @@ def test_backend_choice():
     assert m.flex_pattern(40, torch.device("cpu")) is first  # built once per length and device
 
 
-def test_auto_runs_flex_on_cuda_only_for_heads_flex_attention_compiles():
+def test_auto_runs_flex_on_cuda_for_every_head_width():
     from types import SimpleNamespace
-
-    from repro.original.attention._common import FLEX_MIN_HEAD_DIM
 
     def queries(device, width):  # what use_flex reads of the query tensor, no CUDA needed
         return SimpleNamespace(device=torch.device(device), shape=(2, H, 64, width))
 
     auto = build("sparse_lra", "auto")
-    assert auto.use_flex(queries("cuda", FLEX_MIN_HEAD_DIM))
-    assert not auto.use_flex(queries("cuda", FLEX_MIN_HEAD_DIM // 2))
-    assert not auto.use_flex(queries("cpu", FLEX_MIN_HEAD_DIM))
-    assert build("sparse_lra", "flex").use_flex(queries("cpu", FLEX_MIN_HEAD_DIM // 2))
-    assert not build("sparse_lra", "blockwise").use_flex(queries("cuda", FLEX_MIN_HEAD_DIM))
+    assert auto.use_flex(queries("cuda", 16)) and auto.use_flex(queries("cuda", 8))
+    assert not auto.use_flex(queries("cpu", 16))
+    assert build("sparse_lra", "flex").use_flex(queries("cpu", 8))
+    assert not build("sparse_lra", "blockwise").use_flex(queries("cuda", 16))
+
+
+@pytest.mark.parametrize("d_model", [16, 4])  # heads 8 and 2 wide (LRA's image and Pathfinder Sparse)
+def test_narrow_heads_reach_flex_sixteen_wide_and_equal_blockwise(monkeypatch, d_model):
+    """Every flex call gets q, k and v at least FLEX_MIN_HEAD_DIM wide (torch's compiled kernel takes
+    no narrower head), and the padded heads compute the blockwise path's outputs and gradients."""
+    from repro.original.attention import _flex
+
+    widths = set()
+    real_flex = _flex._flex
+
+    def spy(q, k, v, *args, **kwargs):
+        widths.add((q.shape[-1], k.shape[-1], v.shape[-1]))
+        return real_flex(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(_flex, "_flex", spy)
+    name, params, max_len = CASES["sparse_lra"]
+    modules = []
+    for backend in ("blockwise", "flex"):
+        torch.manual_seed(0)
+        modules.append(ATTENTION.get(name)(d_model=d_model, n_heads=2, max_len=max_len, backend=backend, **params))
+    plain, fast = (m.double() for m in modules)
+    fast.load_state_dict(plain.state_dict())
+    x = torch.randn(3, 150, d_model, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    mask = lengths_mask(150, [150, 61, 0])
+    (y_fast, grads_fast), (y_plain, grads_plain) = step(fast, x, mask), step(plain, x, mask)
+    for a, b in zip([y_fast, *grads_fast], [y_plain, *grads_plain], strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
+    assert widths == {(_flex.FLEX_MIN_HEAD_DIM,) * 3}
 
 
 def test_flex_options_are_checked_and_auto_reads_the_defaults_table(monkeypatch):

@@ -306,13 +306,10 @@ class AttentionMixer(nn.Module):
 
 # --------------------------------------------------------------------------- flex backend
 
-# "auto": flex on CUDA (its fused kernel) for heads at least FLEX_MIN_HEAD_DIM wide, "blockwise"
-# elsewhere (eager flex_attention on CPU materialises the whole score matrix); "flex" / "blockwise"
-# force one (a GPU problem can be diagnosed by switching: attention_params.backend=blockwise).
+# "auto": flex on CUDA (its fused kernel; heads narrower than FLEX_MIN_HEAD_DIM padded to it),
+# "blockwise" elsewhere (eager flex_attention on CPU materialises the whole score matrix); "flex" /
+# "blockwise" force one (a GPU problem can be diagnosed by switching: attention_params.backend=blockwise).
 BLOCKSPARSE_BACKENDS = ("auto", "blockwise", "flex")
-# torch 2.11's compiled flex_attention refuses narrower heads ("embedding dimension of the query, key,
-# and value must be at least 16"): LRA's image Sparse Transformer has 8-wide heads.
-FLEX_MIN_HEAD_DIM = 16
 
 
 class FlexPatternMixin:
@@ -384,7 +381,7 @@ class FlexPatternMixin:
         """Whether the flex backend runs for queries ``t`` ([B, H, L, head width])."""
         if self.backend != "auto":
             return self.backend == "flex"
-        return t.device.type == "cuda" and t.shape[-1] >= FLEX_MIN_HEAD_DIM
+        return t.device.type == "cuda"
 
     def dense_row_index(self, L: int, device) -> Tensor | None:
         """The global rows computed apart (``flex_global_rows=dense``), or None."""

@@ -223,7 +223,10 @@ def tile_block_mask(mask_mod: Callable, heads: int | None, q_len: int, kv_len: i
 # --------------------------------------------------------------------------- the kernel
 
 LSE_PASSES = ("full", "narrow")
-NARROW_VALUE_DIM = 16  # the smallest value width flex_attention's kernels take
+# torch 2.11's compiled flex_attention takes no head narrower than this ("embedding dimension of the
+# query, key, and value must be at least 16"); flex_pattern_attention pads narrower heads with zeros.
+FLEX_MIN_HEAD_DIM = 16
+NARROW_VALUE_DIM = FLEX_MIN_HEAD_DIM  # the smallest value width flex_attention's kernels take
 
 
 @dataclass(frozen=True)
@@ -360,8 +363,15 @@ def flex_pattern_attention(
 
     A block mask over whole tiles (``tile_block_mask``) is longer than the inputs: q, the keys
     and the values are padded with zeros to its lengths, the padded keys masked and the padded
-    rows dropped; the dropout's keys are drawn for the real lengths, as without padding."""
-    L = q.shape[2]
+    rows dropped; the dropout's keys are drawn for the real lengths, as without padding.
+    Heads narrower than ``FLEX_MIN_HEAD_DIM`` (LRA's image Sparse Transformer: 8 wide) are padded
+    with zero columns to it, the scale kept at the real width's, and the output cut back: zero q/k
+    columns add nothing to a score and zero value columns give zero output columns."""
+    L, value_width = q.shape[2], v.shape[-1]
+    if q.shape[-1] < FLEX_MIN_HEAD_DIM or value_width < FLEX_MIN_HEAD_DIM * value_split:
+        scale = q.shape[-1] ** -0.5 if scale is None else scale
+        q, k = (pad_dim(t, -1, max(t.shape[-1], FLEX_MIN_HEAD_DIM)) for t in (q, k))
+        v = pad_dim(v, -1, max(value_width, FLEX_MIN_HEAD_DIM * value_split))
     if key_index is not None:
         k, v = k.index_select(2, key_index), v.index_select(2, key_index)
     slot_mask = key_mask if key_index is None else key_mask.index_select(1, key_index)
@@ -376,7 +386,7 @@ def flex_pattern_attention(
     if dropout_p <= 0.0:
         mod = padding_mod(bias, bias_mod)
         outs = [_flex(q, k, part, mod, block_mask, False, settings, scale)[0] for part in values]
-        return _real_rows(outs, L)
+        return _real_rows(outs, L, value_width)
     threshold = dropout_threshold(dropout_p)
     B, H = q.shape[:2]
     row_key, col_key = draw_dropout_keys(B, H, L, key_mask.shape[1], q.device)
@@ -388,12 +398,13 @@ def flex_pattern_attention(
     lse_kept = kept[0][1]
     lse_full = full_log_normaliser(q, k, v, padding_mod(bias, bias_mod), block_mask, settings, scale)
     outs = [rescale_kept(out, lse_kept, lse_full, keep_probability(threshold)) for out, _ in kept]
-    return _real_rows(outs, L)
+    return _real_rows(outs, L, value_width)
 
 
-def _real_rows(outs: list[Tensor], length: int) -> Tensor:
-    """The value-split outputs joined along the value width, the rows padded to whole tiles dropped."""
-    return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1))[:, :, :length]
+def _real_rows(outs: list[Tensor], length: int, width: int) -> Tensor:
+    """The value-split outputs joined along the value width, the rows padded to whole tiles and the
+    columns padded to the kernel's smallest head dropped."""
+    return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1))[:, :, :length, :width]
 
 
 def clamped_score_mod(score_mod: Callable, q_len: int, kv_len: int) -> Callable:
