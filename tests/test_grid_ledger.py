@@ -186,6 +186,20 @@ def test_the_campaign_grid_holds_whole_columns_seed_by_seed():
     assert [(c.arm, c.task, c.seed, c.optional) for c in extra] == [(arm, "pathfinder", 0, True) for arm in LRA_ARMS]
 
 
+def test_first_moves_arms_to_the_front_of_each_column_across_its_blocks():
+    """The image columns span three blocks (lra_synthesizer alone in the middle); --first reorders within
+    each (task, seed) column and keeps the columns in order."""
+    from repro.grid.cells import put_first
+
+    grid = put_first(load_grid(ROOT / "experiments" / "grids" / "v0.2-lra.yaml"), ["lra_synthesizer", "lra_bigbird"])
+    columns = [grid.cells[i : i + 11] for i in range(0, 99, 11)]
+    rest = [arm for arm in LRA_ARMS if arm not in ("lra_synthesizer", "lra_bigbird")]
+    assert all([c.arm for c in column] == ["lra_synthesizer", "lra_bigbird", *rest] for column in columns)
+    assert [(c[0].task, c[0].seed) for c in columns] == [
+        (t, s) for s in (0, 1, 2) for t in ("listops", "text", "image")
+    ]
+
+
 @pytest.mark.parametrize(
     "block, message",
     [

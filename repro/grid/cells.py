@@ -160,14 +160,19 @@ def load_grid(path: Path, include_optional: bool = False) -> Grid:
 
 
 def put_first(grid: Grid, arms: list[str]) -> Grid:
-    """The grid with the cells of ``arms`` moved to the front of each block, in that order (``--first``): the
-    blocks keep their order (whole columns first), and so do the other cells of a block."""
+    """The grid with the cells of ``arms`` moved to the front of each column (the cells of one task, seed and
+    optionality, which may span blocks), in that order (``--first``): the columns keep their order, and so
+    do the other cells of a column."""
     known = {c.arm for c in grid.cells}
     unknown = [a for a in arms if a not in known]
     if unknown:
         raise GridError(f"--first {','.join(arms)}: {', '.join(unknown)} not in {grid.path}'s cells")
     rank = {arm: i for i, arm in enumerate(arms)}
-    return replace(grid, cells=sorted(grid.cells, key=lambda c: (c.block, rank.get(c.arm, len(arms)))))
+    columns: dict = {}
+    for cell in grid.cells:
+        columns.setdefault((cell.task, cell.seed, cell.optional), len(columns))
+    key = lambda c: (columns[c.task, c.seed, c.optional], rank.get(c.arm, len(arms)))  # noqa: E731
+    return replace(grid, cells=sorted(grid.cells, key=key))
 
 
 def command(runner: Path, cell: Cell, common: list[str], extra: list[str]) -> list[str]:

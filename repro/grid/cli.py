@@ -21,10 +21,10 @@ background with ``setsid``, poll its output, and copy ``$OUT`` back when it has 
 
 It unpacks the previous slot's archives into ``output_dir`` (``--resume-from``), starts every
 cell left on every GPU, ``--per-gpu`` at once on each (a block's ``per_gpu`` wins for its cells),
-in the grid's order (``--first A,B``: those arms' cells first within each block); starts a cell only
-if its expected time (the plan's GPU-minutes, else a record's of the same arm and task, else the
-grid file's ``minutes_per_run + overhead_minutes``;
-times the fraction its checkpoint has left; times ``--pack-slowdown``, by default the GPU's
+in the grid's order (``--first A,B``: those arms' cells first within each task and seed); starts
+a cell only if its expected time (the plan's GPU-minutes or another seed's, else a record's of the
+same arm and task, here or in ``--records``, else the grid file's ``minutes_per_run +
+overhead_minutes``; times the fraction its checkpoint has left; times ``--pack-slowdown``, by default the GPU's
 packing limit) ends before the deadline (``--deadline-minutes`` from the command's start,
 ``--stop-at`` a UTC time; the earlier); at the deadline, or on SIGTERM/SIGINT/SIGUSR1, sends
 the running cells that signal (SIGTERM at the deadline: each checkpoints and exits 143), waits
@@ -38,7 +38,9 @@ something did not fit the archives (named on stderr), 128 + signum when stopped 
 (after archiving), 2 on bad input. ``--carry-over`` also starts cells that cannot end before
 the deadline while 5 minutes are left (they continue from their checkpoint in the next slot;
 a checkpoint too big for the archives is lost: ListOps at ``profile=paper`` is about 230 MB); a
-block's ``carry_over: false`` or ``true`` wins over it for the block's cells.
+block's ``carry_over: false`` or ``true`` wins over it for the block's cells. A running cell that
+cannot carry over is stopped as soon as its pace (its ``history.csv``, over its last two minutes)
+says it will not end before the deadline, and its GPU takes the next cell that fits.
 Cell output goes to ``<output_dir>/grid_logs/ARM__TASK__seedS.log``, except when the cells run
 one at a time on this process's device (no ``--gpus``), where it is this process's output.
 ``--claim-dir D`` shares the queue with other grid processes on a shared file system.
@@ -94,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--first",
         default=None,
-        help="comma-separated arms whose cells start first within each block, in this order (the slowest, so "
+        help="comma-separated arms whose cells start first within each task and seed, in this order (the slowest, so "
         "that they have a GPU from the slot's start)",
     )
     run.add_argument("--include-optional", action="store_true", help="also the cells of blocks marked optional")

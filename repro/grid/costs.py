@@ -78,6 +78,29 @@ def history_rows(history: Path) -> list[tuple[int, float, bool]]:
         ]
 
 
+PROJECTION_WINDOW_S = 120.0  # the run's own seconds of history a projection reads
+
+
+def seconds_left(
+    rows: list[tuple[int, float, bool]], planned: int, window_s: float = PROJECTION_WINDOW_S
+) -> float | None:
+    """Seconds a running run still needs to reach ``planned`` steps, at the pace of the last ``window_s``
+    seconds of its ``history_rows`` (validations included: they recur); None before its current process has
+    logged that much. A resumed run restarts ``elapsed_s``, so only the rows since its clock last went back count."""
+    start = len(rows) - 1
+    while start > 0 and rows[start - 1][1] <= rows[start][1]:
+        start -= 1
+    current = rows[start:]
+    if not current:
+        return None
+    last_step, last_s, _ = current[-1]
+    earlier = [row for row in current if row[1] <= last_s - window_s]
+    if not earlier or last_step <= earlier[-1][0]:
+        return None
+    step0, s0, _ = earlier[-1]
+    return max(0, planned - last_step) * (last_s - s0) / (last_step - step0)
+
+
 def training_intervals(rows: list[tuple[int, float, bool]]) -> list[tuple[int, float]]:
     """(steps, seconds) between consecutive training rows with no validation between them: an interval
     that holds one counts its pass (the first, compiling the evaluation, above all) as training time."""

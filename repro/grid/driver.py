@@ -12,9 +12,9 @@ from pathlib import Path
 
 from .archive import pack
 from .cells import Grid, GridError, command, output_dir
-from .costs import cell_seconds
+from .costs import cell_seconds, history_rows, seconds_left
 from .gridlog import append_rows, gpu_totals, summary_line
-from .plan import gather_costs, plan_rows, print_plan, read_plan, record_cost, run_probes, write_plan
+from .plan import gather_costs, plan_row, plan_rows, print_plan, read_plan, record_cost, run_probes, write_plan
 from .runs import (
     CellRun,
     checkpoint_state,
@@ -86,12 +86,15 @@ def deadline_of(args, started: float) -> float | None:
     return min(found) if found else None
 
 
-def estimate(cell_run: CellRun, plan: dict, grid: Grid, out: Path) -> tuple[float, int | None, str]:
-    """(GPU-minutes alone, planned steps or None, source) of a cell: its plan row, else a record, else the grid's."""
-    row = plan.get(cell_run.cell.key)
+def estimate(
+    cell_run: CellRun, plan: dict, grid: Grid, out: Path, records: list[Path] = ()
+) -> tuple[float, int | None, str]:
+    """(GPU-minutes alone, planned steps or None, source) of a cell: its plan row (or another seed's), else a
+    record (its own or another seed's, here or in ``records``), else the grid file's."""
+    row = plan_row(plan, cell_run.cell)
     if row is not None:
         return row["minutes"], row["planned_steps"], "plan"
-    cost = record_cost(cell_run, out, [], 60.0 * grid.overhead_minutes)
+    cost = record_cost(cell_run, out, list(records), 60.0 * grid.overhead_minutes)
     if cost is not None:
         steps, _, seconds = cell_seconds(cost, cell_run.train)
         return seconds / 60.0, steps, "records"
@@ -110,6 +113,7 @@ class Campaign:
     before: dict = field(default_factory=dict)  # job key -> examples trained before this start
     rows: list = field(default_factory=list)
     failed: list = field(default_factory=list)
+    planned_steps: dict = field(default_factory=dict)  # job key -> the cell's planned steps (a plan or a record)
     elsewhere: int = 0
     started: int = 0
     interrupted: int = 0
@@ -123,6 +127,18 @@ class Campaign:
         self.before[job.key] = examples_done(cell_run.run_dir)
         self.started += 1
         return True
+
+    def projected_end(self, job: Job, began: float) -> float | None:
+        """When a running cell will end (``time.monotonic``), from its ``history.csv`` so far; None if not known."""
+        steps = self.planned_steps.get(job.key)
+        history = self.by_key[job.key].run_dir / "history.csv"
+        if not steps or not history.exists():
+            return None
+        try:
+            left = seconds_left(history_rows(history), steps)
+        except (OSError, ValueError, KeyError):  # a row being written, or no history header yet
+            return None
+        return None if left is None else time.monotonic() + left
 
     def on_end(self, ended: Ended) -> None:
         cell_run = self.by_key[ended.job.key]
@@ -186,7 +202,14 @@ def build_jobs(
             skipped += 1
             continue
         per_gpu = cell.per_gpu or args.per_gpu
-        minutes, steps, _source = estimate(cell_run, plan, campaign.grid, campaign.out)
+        minutes, steps, source = estimate(cell_run, plan, campaign.grid, campaign.out, args.records or [])
+        if source == "grid file" and cell.carry_over is False:
+            print(
+                f"[grid] warning: {cell} has no plan row and no record to time it; the grid file's "
+                f"{minutes:g} minutes decide whether it starts, and it cannot carry over",
+                file=sys.stderr,
+                flush=True,
+            )
         state = checkpoint_state(cell_run.run_dir) if steps else None
         left = max(0.0, 1.0 - state["step"] / steps) if state and steps else 1.0
         slowdown = args.pack_slowdown if args.pack_slowdown is not None else float(per_gpu)
@@ -201,6 +224,7 @@ def build_jobs(
             carry_over=cell.carry_over,
         )
         campaign.by_key[job.key] = cell_run
+        campaign.planned_steps[job.key] = steps
         jobs.append(job)
     return jobs, skipped
 
@@ -208,6 +232,8 @@ def build_jobs(
 def report(campaign: Campaign, outcome, skipped: int, total: int) -> None:
     for job in outcome.not_started:
         print(f"[grid] not started (deadline): {campaign.by_key[job.key].cell}")
+    for job in outcome.stopped_early:
+        print(f"[grid] stopped early (projected past the deadline, cannot carry over): {campaign.by_key[job.key].cell}")
     why = "deadline reached" if outcome.deadline_hit else f"stopped by signal {outcome.signum}"
     for job in outcome.left_queued:
         print(f"[grid] not started ({why} first): {campaign.by_key[job.key].cell}")
@@ -260,6 +286,7 @@ def run_grid(args, grid: Grid, extra: list[str], runner: Path, started: float) -
         carry_over=args.carry_over,
         on_start=campaign.on_start,
         on_end=campaign.on_end,
+        projected_end=campaign.projected_end,
     )
     scheduler.start = started
     outcome = scheduler.run(jobs)

@@ -20,7 +20,7 @@ from .. import records
 from .cells import GridError, load_grid
 from .costs import cell_seconds
 from .gridlog import GPU_TOTAL, read_rows
-from .plan import read_plan, record_cost
+from .plan import plan_row, read_plan, record_cost
 from .runs import CellRun, complete_metrics, locate, record_matches
 from .schedule import utc_now
 
@@ -47,10 +47,8 @@ def cell_status(cell_run: CellRun, spent: dict, plan: dict, out: Path, overhead_
     status = {"cell": cell_run.cell, "done": done, "spent": minutes, "left": None, "source": ""}
     if done:
         return status
-    planned = plan.get(key) or next(
-        (row for (arm, task, _), row in plan.items() if (arm, task) == (cell_run.cell.arm, cell_run.cell.task)), None
-    )
-    if planned is not None:  # a cell's cost does not depend on its seed: another seed's plan row serves
+    planned = plan_row(plan, cell_run.cell)
+    if planned is not None:
         return {**status, "left": planned["minutes"], "source": "plan"}
     cost = record_cost(cell_run, out, [], overhead_s)
     if cost is not None:

@@ -63,6 +63,15 @@ def probe_overrides(steps: int) -> list[str]:
     ]
 
 
+def plan_row(plan: dict, cell) -> dict | None:
+    """The cell's row of a plan file (``read_plan``), else another seed's of the same arm and task: a cell's
+    cost does not depend on its seed."""
+    own = plan.get(cell.key)
+    if own is not None:
+        return own
+    return next((row for (arm, task, _), row in plan.items() if (arm, task) == (cell.arm, cell.task)), None)
+
+
 def record_cost(cell_run: CellRun, output_dir: Path, record_dirs: list[Path], overhead_s: float) -> Cost | None:
     """The cost shown by the cell's own complete record, else by another seed's of the same settings."""
     relative = cell_run.run_dir.relative_to(output_dir)

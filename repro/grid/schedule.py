@@ -6,7 +6,9 @@ with ``CUDA_VISIBLE_DEVICES`` set to its GPU. Jobs start in the given order when
 can take one (``GpuSlots``: packing limits and GPU-time accounting); a job whose packing limit
 keeps it off every GPU for now waits, and the next job that fits starts meanwhile. A job whose expected seconds
 (``Job.est_s``) would end past the deadline is not started (``carry_over``: started anyway
-while at least ``CARRY_OVER_MIN_S`` are left, to be checkpointed and continued later). At
+while at least ``CARRY_OVER_MIN_S`` are left, to be checkpointed and continued later); a running
+job that may not carry over and whose own progress (``projected_end``) says it will end past the
+deadline is stopped then, not at the deadline, and its GPU goes to the next job that fits. At
 the deadline, or on SIGTERM / SIGINT / SIGUSR1 to this process, the running jobs get that
 signal (SIGTERM at the deadline: the runner checkpoints and exits 143), ``grace_s`` to end,
 then SIGKILL.
@@ -24,6 +26,7 @@ from pathlib import Path
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 CARRY_OVER_MIN_S = 300.0  # a run started to be carried over gets at least this much of the slot
+PROJECTION_CHECK_S = 5.0  # how often a running job that may not carry over is projected against the deadline
 
 
 class GpuSlots:
@@ -115,6 +118,7 @@ class Outcome:
     ended: list[Ended] = field(default_factory=list)
     not_started: list[Job] = field(default_factory=list)  # would have ended past the deadline
     left_queued: list[Job] = field(default_factory=list)  # still queued when a signal or the deadline came
+    stopped_early: list[Job] = field(default_factory=list)  # projected past the deadline, unable to carry over
     signum: int | None = None
     deadline_hit: bool = False
     busy_s: dict = field(default_factory=dict)  # GPU -> seconds with at least one job on it
@@ -143,13 +147,19 @@ class Scheduler:
         on_end: Callable[[Ended], None] | None = None,
         poll_s: float = 0.5,
         clock=time.monotonic,
+        projected_end: Callable[[Job, float], float | None] | None = None,
     ):
+        """``projected_end(job, began)``: the clock time at which a running job started at ``began`` will
+        end, by its progress so far (None: not known yet)."""
         self.slots = GpuSlots(gpus)
         self.deadline, self.grace_s, self.carry_over = deadline, grace_s, carry_over
         self.on_start, self.on_end, self.poll_s, self.clock = on_start, on_end, poll_s, clock
+        self.projected_end = projected_end
         self.start = clock()
         self.running: dict[str, _Running] = {}
         self.outcome = Outcome()
+        self._stopping: set[str] = set()
+        self._checked = self.start
 
     def _handle(self, signum, _frame) -> None:
         if self.outcome.signum is None:
@@ -169,6 +179,7 @@ class Scheduler:
                 if queue and self._launch_next(queue, now):
                     continue
                 self._reap()
+                self._stop_overruns(now)
                 if self.running:
                     time.sleep(self.poll_s)
         finally:
@@ -179,12 +190,35 @@ class Scheduler:
         self.outcome.busy_s = dict(self.slots.busy_s)
         return self.outcome
 
+    def _may_carry_over(self, job: Job) -> bool:
+        return self.carry_over if job.carry_over is None else job.carry_over
+
     def _fits(self, job: Job, now: float) -> bool:
         if self.deadline is None or job.est_s is None:
             return True
         left = self.deadline - now
-        carry_over = self.carry_over if job.carry_over is None else job.carry_over
-        return job.est_s <= left or (carry_over and left >= CARRY_OVER_MIN_S)
+        return job.est_s <= left or (self._may_carry_over(job) and left >= CARRY_OVER_MIN_S)
+
+    def _stop_overruns(self, now: float) -> None:
+        """SIGTERM (it checkpoints) to each running job that may not carry over and is projected to end
+        past the deadline: its work would be lost at the deadline anyway, and its GPU can take a job that fits."""
+        if self.deadline is None or self.projected_end is None or now - self._checked < PROJECTION_CHECK_S:
+            return
+        self._checked = now
+        for key, entry in self.running.items():
+            if key in self._stopping or self._may_carry_over(entry.job):
+                continue
+            end = self.projected_end(entry.job, entry.began)
+            if end is not None and end > self.deadline:
+                late = (end - self.deadline) / 60
+                print(
+                    f"[grid] stopping {entry.job.label}: projected to end {late:.1f} min after the deadline, and it "
+                    "cannot carry over",
+                    flush=True,
+                )
+                entry.process.send_signal(signal.SIGTERM)
+                self._stopping.add(key)
+                self.outcome.stopped_early.append(entry.job)
 
     def _drop_unfinishable(self, queue: list[Job], now: float) -> list[Job]:
         """Jobs that would end past the deadline leave the queue for good (time only runs out)."""
@@ -232,7 +266,7 @@ class Scheduler:
 
     def _reap(self) -> None:
         for key in [k for k, r in self.running.items() if r.process.poll() is not None]:
-            self._end(key, stopped=False)
+            self._end(key, stopped=key in self._stopping)
 
     def _end(self, key: str, stopped: bool) -> None:
         entry = self.running.pop(key)

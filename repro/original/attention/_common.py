@@ -218,7 +218,7 @@ def fold_key_mask(q: Tensor, k: Tensor, key_mask: Tensor, scale: float) -> tuple
     return q_folded, k_folded
 
 
-SDPA_WIDTH = 8  # the fused SDPA kernels take head widths that are multiples of 8 (else torch runs its math path)
+SDPA_WIDTH = 8  # 16-bit heads of other widths keep SDPA off its memory-efficient kernel (flash takes no float mask)
 
 
 def sdpa_aligned(q: Tensor, k: Tensor, v: Tensor, *, scale: float, **kwargs) -> Tensor:
@@ -226,9 +226,10 @@ def sdpa_aligned(q: Tensor, k: Tensor, v: Tensor, *, scale: float, **kwargs) -> 
     zero-padded to one multiple of ``SDPA_WIDTH``, and the output cut back to ``v``'s width.
 
     The same function: zero q/k columns add nothing to a logit, zero v columns give zero output
-    columns, and dropout acts on the probabilities. Without it a head narrower than 8 (LRA's image
-    and Pathfinder Reformer, 4 wide; Pathfinder's Sinkhorn, 4) sends torch to its math kernel,
-    which writes the logits and the dropout mask out. ``scale`` is required: SDPA's default would
+    columns, and dropout acts on the probabilities. Without it a 4-wide head with a float mask (LRA's
+    image and Pathfinder Reformer) sends torch to its math kernel, which writes the logits and the
+    dropout mask out: under bf16 the memory-efficient kernel takes widths that are multiples of 8
+    only, and flash takes no float mask. ``scale`` is required: SDPA's default would
     read the padded width."""
     width = -(-max(q.shape[-1], v.shape[-1]) // SDPA_WIDTH) * SDPA_WIDTH
     q, k, vw = (t if t.shape[-1] == width else F.pad(t, (0, width - t.shape[-1])) for t in (q, k, v))

@@ -368,10 +368,11 @@ def flex_pattern_attention(
     with zero columns to it, the scale kept at the real width's, and the output cut back: zero q/k
     columns add nothing to a score and zero value columns give zero output columns."""
     L, value_width = q.shape[2], v.shape[-1]
-    if q.shape[-1] < FLEX_MIN_HEAD_DIM or value_width < FLEX_MIN_HEAD_DIM * value_split:
+    part_width = max(FLEX_MIN_HEAD_DIM, -(-value_width // value_split))  # every v.chunk piece this wide
+    if q.shape[-1] < FLEX_MIN_HEAD_DIM or part_width * value_split != value_width:
         scale = q.shape[-1] ** -0.5 if scale is None else scale
         q, k = (pad_dim(t, -1, max(t.shape[-1], FLEX_MIN_HEAD_DIM)) for t in (q, k))
-        v = pad_dim(v, -1, max(value_width, FLEX_MIN_HEAD_DIM * value_split))
+        v = pad_dim(v, -1, part_width * value_split)
     if key_index is not None:
         k, v = k.index_select(2, key_index), v.index_select(2, key_index)
     slot_mask = key_mask if key_index is None else key_mask.index_select(1, key_index)
