@@ -78,7 +78,8 @@ def history_rows(history: Path) -> list[tuple[int, float, bool]]:
         ]
 
 
-PROJECTION_WINDOW_S = 120.0  # the run's own seconds of history a projection reads
+PROJECTION_WINDOW_S = 120.0  # the run's own seconds of history a projection reads ...
+PROJECTION_AFTER_S = 300.0  # ... once it has logged this long (start-up and first compilations behind it)
 
 
 def seconds_left(
@@ -86,7 +87,8 @@ def seconds_left(
 ) -> float | None:
     """Seconds a running run still needs to reach ``planned`` steps, at the pace of the last ``window_s``
     seconds of its ``history_rows`` (validations included: they recur); None before its current process has
-    logged that much. A resumed run restarts ``elapsed_s``, so only the rows since its clock last went back count."""
+    logged ``PROJECTION_AFTER_S``. A resumed run restarts ``elapsed_s``, so only the rows since its clock last
+    went back count."""
     start = len(rows) - 1
     while start > 0 and rows[start - 1][1] <= rows[start][1]:
         start -= 1
@@ -94,6 +96,8 @@ def seconds_left(
     if not current:
         return None
     last_step, last_s, _ = current[-1]
+    if last_s - current[0][1] < PROJECTION_AFTER_S:
+        return None
     earlier = [row for row in current if row[1] <= last_s - window_s]
     if not earlier or last_step <= earlier[-1][0]:
         return None

@@ -27,6 +27,7 @@ from pathlib import Path
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 CARRY_OVER_MIN_S = 300.0  # a run started to be carried over gets at least this much of the slot
 PROJECTION_CHECK_S = 5.0  # how often a running job that may not carry over is projected against the deadline
+PROJECTION_MARGIN_S = 60.0  # it is stopped only when projected to end this much after the deadline
 
 
 class GpuSlots:
@@ -209,7 +210,7 @@ class Scheduler:
             if key in self._stopping or self._may_carry_over(entry.job):
                 continue
             end = self.projected_end(entry.job, entry.began)
-            if end is not None and end > self.deadline:
+            if end is not None and end > self.deadline + PROJECTION_MARGIN_S:
                 late = (end - self.deadline) / 60
                 print(
                     f"[grid] stopping {entry.job.label}: projected to end {late:.1f} min after the deadline, and it "
