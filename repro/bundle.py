@@ -7,6 +7,7 @@ Commands (``python -m repro.bundle <command> --help`` lists every option)::
                                   [--bench outputs/bench ...] [--extra FILE_OR_FOLDER ...]
                                   [--notes NOTES.md] [--no-analysis]
     python -m repro.bundle freeze --version v1 --runs LABEL=DIR --runs LABEL2=DIR2 ...
+    python -m repro.bundle freeze --version v1 --from-bundle results/a --from-bundle results/b ...
     python -m repro.bundle verify results/v1
     python -m repro.bundle cite results/v1
     python -m repro.bundle ls
@@ -27,6 +28,11 @@ is never overwritten. Incomplete or inconsistent records are named on stderr and
 manifest's ``left_out`` list, never copied. Several roots given as ``--runs LABEL=DIR`` (records
 of one arm, task, profile and seed under other settings, e.g. the variants of one finding) go
 to ``runs/<LABEL>/<arm>/<task>/<profile>/seed<k>/``; the manifest names each record's label.
+``--from-bundle`` (repeatable) merges earlier bundles into the new one (a campaign frozen slot by
+slot, then as one): each is verified first, their records are pooled (a record in two of them is
+refused), their notes, extra and benchmark files are kept under ``sources/<version>/``, and the
+manifest's ``sources`` names each with its manifest hash, so a citation of a merged bundle still
+resolves. The merged bundles then leave the tree (the records are not kept twice).
 
 Analysis at freeze time (``repro.analysis.listops_roots``): for ListOps records the task's
 test set is rebuilt from the record's config (``--data-dir`` / ``--cache-dir``; generated
@@ -312,6 +318,58 @@ def _choose(roots: dict, arms, tasks, profiles, seeds, log) -> tuple[list, list[
     return chosen, left_out
 
 
+def _from_bundles(bundles: list[Path], arms, tasks, profiles, seeds) -> tuple[list, list[dict]]:
+    """The matching records of earlier bundles (each verified first) and one ``sources`` entry per bundle."""
+    chosen, sources = [], []
+    for folder in bundles:
+        manifest = require_intact(Path(folder))
+        if any(run.get("label") for run in manifest["runs"]):
+            raise BundleError(
+                f"--from-bundle {folder}: its records are kept under labels (runs/LABEL/...); "
+                "merge only bundles of unlabelled records"
+            )
+        found = find_records(Path(folder) / "runs", arms, tasks, profiles, seeds) if manifest["runs"] else []
+        chosen += found
+        sources.append(
+            {
+                "version": manifest["version"],
+                "manifest_sha256": manifest_hash(Path(folder)),
+                "runs": len(found),
+                "path": Path(folder),
+            }  # fmt: skip
+        )
+    return chosen, sources
+
+
+def _no_collision(chosen: list[Candidate]) -> list[Candidate]:
+    """``chosen``, refusing two records that would go to the same place in the bundle."""
+    seen: dict[str, Path] = {}
+    for cand in chosen:
+        if cand.dest in seen:
+            raise BundleError(
+                f"{cand.dest} would come from both {seen[cand.dest]} and {cand.path}: "
+                "leave one of them out (--from-bundle, --runs or the filters)"
+            )
+        seen[cand.dest] = cand.path
+    return chosen
+
+
+def _copy_sources(sources: list[dict], staging: Path) -> dict:
+    """Each merged bundle's notes, extra and benchmark files copied under ``sources/<version>/``; returns the
+    manifest's ``sources`` (version, manifest hash, records taken) and ``source_files`` ({} with no source)."""
+    copied = []
+    for source in sources:
+        folder, target = Path(source["path"]), staging / "sources" / source["version"]
+        for rel in bundle_files(folder):
+            if rel == NOTES or rel.split("/")[0] in ("extra", "bench"):
+                (target / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(folder / rel, target / rel)
+                copied.append(f"sources/{source['version']}/{rel}")
+    if not sources:
+        return {}
+    return {"sources": [{k: v for k, v in src.items() if k != "path"} for src in sources], "source_files": copied}
+
+
 def _publish(staging: Path, final: Path) -> None:
     """Move the staged bundle into place in one rename, never over an existing one."""
     os.chmod(staging, 0o777 & ~_umask())  # mkdtemp made it 0700: a bundle is shared like any folder
@@ -341,13 +399,15 @@ def freeze(
     notes: Path | None = None,
     extra: list[Path] | None = None,
     log=print,
+    from_bundles: list[Path] | None = None,
 ) -> Path:
     """Freeze the chosen complete records into ``results_root/version``; returns the bundle folder.
 
     ``extra``: files or folders that back a finding but are no run record or benchmark (a probe's
     output, a record whose predictions were not kept), copied under ``extra/`` and checksummed.
 
-    ``runs_root``: a folder of records, or a list of ``--runs`` values (:func:`parse_runs_roots`).
+    ``runs_root``: a folder of records, or a list of ``--runs`` values (:func:`parse_runs_roots`), or None
+    with ``from_bundles`` (earlier bundles whose records, notes and files the new one takes over).
     ``notes``: a Markdown file (how the grid was run, its budget, what is missing) copied into the
     bundle as NOTES.md and checksummed with the rest."""
     if not VERSION_PATTERN.match(version):
@@ -356,13 +416,16 @@ def freeze(
     final = results_root / version
     if final.exists():
         raise BundleError(f"{final} already exists: bundles are never overwritten; choose another --version")
-    roots = parse_runs_roots(runs_root if isinstance(runs_root, list) else [runs_root])
+    roots = {} if runs_root is None else parse_runs_roots(runs_root if isinstance(runs_root, list) else [runs_root])
     chosen, left_out = _choose(roots, arms, tasks, profiles, seeds, log)
+    from_earlier, sources = _from_bundles(list(from_bundles or []), arms, tasks, profiles, seeds)
+    chosen = _no_collision(chosen + from_earlier)
     if notes is not None and not Path(notes).is_file():
         raise BundleError(f"--notes {notes}: no such file; give a Markdown file to copy into the bundle as {NOTES}")
+    searched = [*roots.values(), *(from_bundles or [])]
     if not chosen and not bench and not extra:
         raise BundleError(
-            f"nothing to freeze: no complete record under {', '.join(map(str, roots.values()))} "
+            f"nothing to freeze: no complete record under {', '.join(map(str, searched))} "
             "matches the filters" + (f" ({len(left_out)} incomplete left out)" if left_out else "")
         )
     results_root.mkdir(parents=True, exist_ok=True)
@@ -371,6 +434,7 @@ def freeze(
         runs = _stage_runs(chosen, staging)
         bench_files = _copy_files(list(bench or []), staging, "bench")
         extra_files = _copy_files(list(extra or []), staging, "extra")
+        merged_parts = _copy_sources(sources, staging)
         analysed, analysis_missing = [], []
         if analysis:
             analysed, analysis_missing = listops_roots.analyse_records(
@@ -385,7 +449,7 @@ def freeze(
             shutil.copyfile(notes, staging / NOTES)
         manifest = _manifest(version, title, authors, created, commit, runs, staging, bench=bench_files,
                              extra=extra_files, analysis=analysed, analysis_missing=analysis_missing,
-                             left_out=left_out)  # fmt: skip
+                             left_out=left_out, **merged_parts)  # fmt: skip
         records.write_json(staging / MANIFEST, manifest)
         records.write_atomic(staging / MANIFEST_HASH, f"{sha256_file(staging / MANIFEST)}  {MANIFEST}\n")
         _publish(staging, final)
@@ -521,6 +585,13 @@ def _parser() -> argparse.ArgumentParser:
     fr.add_argument(
         "--notes", type=Path, help=f"Markdown file copied into the bundle as {NOTES} (budget, how it was run)"
     )
+    fr.add_argument(
+        "--from-bundle",
+        type=Path,
+        action="append",
+        help="an earlier bundle whose records, notes and files the new one takes over (repeatable; then no "
+        "--runs default)",
+    )
     for name, text in (("verify", "recompute every checksum"), ("cite", "print BibTeX and a one-line citation")):
         p = sub.add_parser(name, help=text)
         p.add_argument("bundle", type=Path)
@@ -539,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
 
             freeze(
                 args.version,
-                args.runs or [Path("outputs/runs")],
+                args.runs or (None if args.from_bundle else [Path("outputs/runs")]),
                 args.results,
                 args.arm,
                 args.task,
@@ -555,6 +626,7 @@ def main(argv: list[str] | None = None) -> int:
                 notes=args.notes,
                 extra=args.extra,
                 log=log,
+                from_bundles=args.from_bundle,
             )
         elif args.command == "verify":
             problems = verify(args.bundle)

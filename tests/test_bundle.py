@@ -332,3 +332,65 @@ def test_extra_files_are_copied_checksummed_and_listed(tmp_path):
     assert bundle.verify(made) == []
     (made / "extra/probes/control.json").write_text('{"val_acc": 1.0}\n')
     assert bundle.verify(made) == ["changed: extra/probes/control.json"]
+
+
+def slot_bundles(tmp_path) -> tuple[Path, Path]:
+    """Two bundles frozen slot by slot: locality_k5 seeds 0-1 (with notes and an extra file), locality_k61 seed 0."""
+    labels, results = fixed_labels("text", 30), tmp_path / "results"
+    made = []
+    for name, arm, seeds in (("slot1", "locality_k5", (0, 1)), ("slot2", "locality_k61", (0,))):
+        root = tmp_path / name / "runs"
+        for seed in seeds:
+            make_record(root, arm, "text", seed, labels=labels, accuracy=0.7 + 0.01 * seed)
+        notes, log = tmp_path / name / "notes.md", tmp_path / name / "grid_log.csv"
+        notes.write_text(f"# {name}\n")
+        log.write_text(f"arm,exit\n{arm},0\n")
+        made.append(bundle.freeze(name, root, results, analysis=False, log=quiet, notes=notes, extra=[log]))
+    return made[0], made[1]
+
+
+def test_earlier_bundles_merge_into_one_that_names_them(tmp_path):
+    """Every record of both, byte for byte; their notes and extra files under sources/<version>/; the manifest
+    names each merged bundle with its manifest hash; the merged bundle verifies."""
+    slot1, slot2 = slot_bundles(tmp_path)
+    merged = bundle.freeze("all", None, tmp_path / "results", analysis=False, log=quiet, from_bundles=[slot1, slot2])
+    manifest = bundle.load_manifest(merged)
+    assert bundle.verify(merged) == []
+    assert [r["path"] for r in manifest["runs"]] == [
+        "runs/locality_k5/text/budget/seed0",
+        "runs/locality_k5/text/budget/seed1",
+        "runs/locality_k61/text/budget/seed0",
+    ]
+    assert manifest["sources"] == [
+        {"version": "slot1", "manifest_sha256": bundle.manifest_hash(slot1), "runs": 2},
+        {"version": "slot2", "manifest_sha256": bundle.manifest_hash(slot2), "runs": 1},
+    ]
+    assert manifest["source_files"] == [
+        f"sources/{v}/{rel}" for v in ("slot1", "slot2") for rel in ("NOTES.md", "extra/grid_log.csv")
+    ]
+    for source in (slot1, slot2):
+        for entry in bundle.load_manifest(source)["files"]:
+            rel = entry["path"]
+            if rel.startswith("runs/"):
+                assert (merged / rel).read_bytes() == (source / rel).read_bytes()
+            elif rel == "NOTES.md" or rel.startswith("extra/"):
+                assert (merged / "sources" / source.name / rel).read_bytes() == (source / rel).read_bytes()
+    argv = ["freeze", "--version", "all-cli", "--results", str(tmp_path / "results"), "--no-analysis"]
+    assert bundle.main([*argv, "--from-bundle", str(slot1), "--from-bundle", str(slot2)]) == 0  # no --runs default
+    assert bundle.load_manifest(tmp_path / "results" / "all-cli")["runs"] == manifest["runs"]
+
+
+def test_a_merge_refuses_a_record_twice_and_a_changed_bundle(tmp_path):
+    slot1, slot2 = slot_bundles(tmp_path)
+    results = tmp_path / "results"
+    with pytest.raises(BundleError) as twice:
+        bundle.freeze("all", None, results, analysis=False, log=quiet, from_bundles=[slot1, slot2, slot1])
+    record = "runs/locality_k5/text/budget/seed0"
+    assert str(twice.value) == (
+        f"{record} would come from both {slot1 / record} and {slot1 / record}: "
+        "leave one of them out (--from-bundle, --runs or the filters)"
+    )
+    (slot2 / "NOTES.md").write_text("edited\n")
+    with pytest.raises(BundleError, match=r"slot2 fails verification:\n  .*NOTES\.md"):
+        bundle.freeze("all", None, results, analysis=False, log=quiet, from_bundles=[slot1, slot2])
+    assert sorted(p.name for p in results.iterdir()) == ["slot1", "slot2"]  # nothing half-written
