@@ -29,10 +29,12 @@ manifest's ``left_out`` list, never copied. Several roots given as ``--runs LABE
 of one arm, task, profile and seed under other settings, e.g. the variants of one finding) go
 to ``runs/<LABEL>/<arm>/<task>/<profile>/seed<k>/``; the manifest names each record's label.
 ``--from-bundle`` (repeatable) merges earlier bundles into the new one (a campaign frozen slot by
-slot, then as one): each is verified first, their records are pooled (a record in two of them is
-refused), their notes, extra and benchmark files are kept under ``sources/<version>/``, and the
-manifest's ``sources`` names each with its manifest hash, so a citation of a merged bundle still
-resolves. The merged bundles then leave the tree (the records are not kept twice).
+slot, then as one): each is verified first, their complete records are pooled (a record in two of
+them is refused), everything else of theirs but the citation -- their manifests, notes, extra and
+benchmark files, their analysis unless the new bundle runs its own -- is kept under
+``sources/<version>/``, and the manifest's ``sources`` names each with its manifest hash, so a
+citation of a merged bundle can still be checked. The merged bundles then leave the tree (the
+records are not kept twice); the tables read the new bundle's own ``bench/`` and ``analysis/``.
 
 Analysis at freeze time (``repro.analysis.listops_roots``): for ListOps records the task's
 test set is rebuilt from the record's config (``--data-dir`` / ``--cache-dir``; generated
@@ -318,27 +320,34 @@ def _choose(roots: dict, arms, tasks, profiles, seeds, log) -> tuple[list, list[
     return chosen, left_out
 
 
-def _from_bundles(bundles: list[Path], arms, tasks, profiles, seeds) -> tuple[list, list[dict]]:
-    """The matching records of earlier bundles (each verified first) and one ``sources`` entry per bundle."""
-    chosen, sources = [], []
-    for folder in bundles:
-        manifest = require_intact(Path(folder))
+def _from_bundles(bundles: list[Path], arms, tasks, profiles, seeds, log) -> tuple[list, list[dict], list[dict]]:
+    """The matching complete records of earlier bundles (each verified first), the ones left out (logged, as
+    ``_choose`` does), and one ``sources`` entry per bundle that gave a record."""
+    chosen, left_out, sources, versions = [], [], [], {}
+    for folder in map(Path, bundles):
+        manifest = require_intact(folder)
+        version = manifest["version"]
+        if version in versions:
+            raise BundleError(f"--from-bundle {folder}: version {version} is also {versions[version]}; give each once")
+        versions[version] = folder
         if any(run.get("label") for run in manifest["runs"]):
             raise BundleError(
                 f"--from-bundle {folder}: its records are kept under labels (runs/LABEL/...); "
                 "merge only bundles of unlabelled records"
             )
-        found = find_records(Path(folder) / "runs", arms, tasks, profiles, seeds) if manifest["runs"] else []
-        chosen += found
+        found = find_records(folder / "runs", arms, tasks, profiles, seeds) if manifest["runs"] else []
+        for cand in (c for c in found if c.problem):
+            left_out.append({"path": f"{version}/{cand.rel}", "reason": cand.problem})
+            log(f"left out {version}/{cand.rel}: {cand.problem}", file=sys.stderr)
+        good = [c for c in found if c.problem is None]
+        if not good and (arms or tasks or profiles or seeds):
+            log(f"{folder}: no record matches the filters; not merged")
+            continue
+        chosen += good
         sources.append(
-            {
-                "version": manifest["version"],
-                "manifest_sha256": manifest_hash(Path(folder)),
-                "runs": len(found),
-                "path": Path(folder),
-            }  # fmt: skip
+            {"version": version, "manifest_sha256": manifest_hash(folder), "runs": len(good), "path": folder}
         )
-    return chosen, sources
+    return chosen, left_out, sources
 
 
 def _no_collision(chosen: list[Candidate]) -> list[Candidate]:
@@ -354,17 +363,21 @@ def _no_collision(chosen: list[Candidate]) -> list[Candidate]:
     return chosen
 
 
-def _copy_sources(sources: list[dict], staging: Path) -> dict:
-    """Each merged bundle's notes, extra and benchmark files copied under ``sources/<version>/``; returns the
+def _copy_sources(sources: list[dict], staging: Path, analysis: bool) -> dict:
+    """Everything of each merged bundle but its records and citation (taken over, written anew) copied under
+    ``sources/<version>/``: its manifest (the hash ``sources`` names can still be checked), notes, extra and
+    benchmark files, its own sources, and its analysis unless this bundle computes its own. Returns the
     manifest's ``sources`` (version, manifest hash, records taken) and ``source_files`` ({} with no source)."""
     copied = []
     for source in sources:
         folder, target = Path(source["path"]), staging / "sources" / source["version"]
-        for rel in bundle_files(folder):
-            if rel == NOTES or rel.split("/")[0] in ("extra", "bench"):
-                (target / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(folder / rel, target / rel)
-                copied.append(f"sources/{source['version']}/{rel}")
+        for rel in [MANIFEST, MANIFEST_HASH, *bundle_files(folder)]:
+            top = rel.split("/")[0]
+            if top in ("runs", CITATION) or (analysis and top == "analysis"):
+                continue
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(folder / rel, target / rel)
+            copied.append(f"sources/{source['version']}/{rel}")
     if not sources:
         return {}
     return {"sources": [{k: v for k, v in src.items() if k != "path"} for src in sources], "source_files": copied}
@@ -418,8 +431,8 @@ def freeze(
         raise BundleError(f"{final} already exists: bundles are never overwritten; choose another --version")
     roots = {} if runs_root is None else parse_runs_roots(runs_root if isinstance(runs_root, list) else [runs_root])
     chosen, left_out = _choose(roots, arms, tasks, profiles, seeds, log)
-    from_earlier, sources = _from_bundles(list(from_bundles or []), arms, tasks, profiles, seeds)
-    chosen = _no_collision(chosen + from_earlier)
+    from_earlier, earlier_left_out, sources = _from_bundles(list(from_bundles or []), arms, tasks, profiles, seeds, log)
+    chosen, left_out = _no_collision(chosen + from_earlier), left_out + earlier_left_out
     if notes is not None and not Path(notes).is_file():
         raise BundleError(f"--notes {notes}: no such file; give a Markdown file to copy into the bundle as {NOTES}")
     searched = [*roots.values(), *(from_bundles or [])]
@@ -434,7 +447,7 @@ def freeze(
         runs = _stage_runs(chosen, staging)
         bench_files = _copy_files(list(bench or []), staging, "bench")
         extra_files = _copy_files(list(extra or []), staging, "extra")
-        merged_parts = _copy_sources(sources, staging)
+        merged_parts = _copy_sources(sources, staging, analysis)
         analysed, analysis_missing = [], []
         if analysis:
             analysed, analysis_missing = listops_roots.analyse_records(

@@ -5,7 +5,9 @@ row per logged step or evaluation), ``predictions.csv`` (per test example: index
 predicted and true label, for paired tests) and, written last, ``metrics.json``.
 A record is complete exactly when ``metrics.json`` exists with status
 ``complete``, and a run that trained no step or whose metrics hold NaN or infinity is never
-written as complete (``record_problems``). Every file goes to a temporary name first and is
+written as complete (``record_problems``). While a run trains, ``progress.json`` holds its step and
+elapsed seconds at the last validation (what a grid projects a running cell from); it is no part of
+the record. Every file goes to a temporary name first and is
 renamed into place, with the permissions the umask gives (as ``open`` would).
 """
 
@@ -25,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 RECORD_FILES = ("config.yaml", "history.csv", "predictions.csv", "metrics.json")
+PROGRESS_FILE = "progress.json"  # {"step", "elapsed_s"} at the last validation of a run in progress
 METRIC_FIELDS = (
     "status",
     "arm",

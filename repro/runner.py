@@ -323,7 +323,7 @@ def _start_record(run: dict, run_dir: Path, task: TaskData, n_params: int, dist,
         f"{n_params:,} parameters, {len(task.train)}/{len(task.val)}/{len(task.test)} examples -> {run_dir}"
     )
     # A record in progress is never complete: an earlier run's metrics (force=true) go first.
-    stale = ["metrics.json"] + ([] if resume else ["history.csv", "predictions.csv"])
+    stale = ["metrics.json", records.PROGRESS_FILE] + ([] if resume else ["history.csv", "predictions.csv"])
     for name in stale:
         (run_dir / name).unlink(missing_ok=True)
     records.write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(run)))

@@ -2,9 +2,9 @@
 
 Takes the runner's ``key=value`` overrides. Sleeps ``FAKE_SECONDS`` (default 1), logging
 ``start``/``end`` lines (cell, CUDA_VISIBLE_DEVICES, time) to ``$FAKE_EVENTS``; exits 1 for
-the cells named in ``FAKE_FAIL`` (comma-separated ``arm__task__seedS``); with ``FAKE_HISTORY``
-(``STEPS,SECONDS``) it appends a ``history.csv`` row every 0.05 s, each ``STEPS`` steps and
-``SECONDS`` of its own clock after the last (a run's pace, for the grid's projection); on SIGTERM writes
+the cells named in ``FAKE_FAIL`` (comma-separated ``arm__task__seedS``); with ``FAKE_PROGRESS``
+(``STEPS,SECONDS``) it rewrites ``progress.json`` every 0.05 s, each time ``STEPS`` steps and
+``SECONDS`` of its own clock further (a run's pace, for the grid's projection); on SIGTERM writes
 ``interrupted`` in its record folder and exits 143, as the runner does after checkpointing;
 otherwise writes a complete record (``metrics.json`` last) whose examples are 100 per second slept.
 """
@@ -47,13 +47,15 @@ def stop(signum, _frame) -> None:
 
 signal.signal(signal.SIGTERM, stop)
 event("start")
-if os.environ.get("FAKE_HISTORY"):
-    steps, clock = (float(x) for x in os.environ["FAKE_HISTORY"].split(","))
+if os.environ.get("FAKE_PROGRESS"):
+    steps, clock = (float(x) for x in os.environ["FAKE_PROGRESS"].split(","))
     run_dir.mkdir(parents=True, exist_ok=True)
-    rows, until = ["step,elapsed_s,train_loss"], time.monotonic() + seconds
+    written, until = 0, time.monotonic() + seconds
     while time.monotonic() < until:
-        rows.append(f"{int(len(rows) * steps)},{len(rows) * clock},0.5")
-        (run_dir / "history.csv").write_text("\n".join(rows) + "\n")
+        written += 1
+        progress = json.dumps({"step": int(written * steps), "elapsed_s": written * clock})
+        (run_dir / ".progress.tmp").write_text(progress)
+        os.replace(run_dir / ".progress.tmp", run_dir / "progress.json")
         time.sleep(0.05)
 else:
     time.sleep(seconds)

@@ -365,9 +365,11 @@ def test_earlier_bundles_merge_into_one_that_names_them(tmp_path):
         {"version": "slot1", "manifest_sha256": bundle.manifest_hash(slot1), "runs": 2},
         {"version": "slot2", "manifest_sha256": bundle.manifest_hash(slot2), "runs": 1},
     ]
-    assert manifest["source_files"] == [
-        f"sources/{v}/{rel}" for v in ("slot1", "slot2") for rel in ("NOTES.md", "extra/grid_log.csv")
-    ]
+    kept = ("MANIFEST.json", "MANIFEST.sha256", "NOTES.md", "extra/grid_log.csv")  # not runs/ nor CITATION.cff
+    assert manifest["source_files"] == [f"sources/{v}/{rel}" for v in ("slot1", "slot2") for rel in kept]
+    for source in manifest["sources"]:  # the hash a citation of a slot names can still be checked here
+        copy = merged / "sources" / source["version"] / "MANIFEST.json"
+        assert hashlib.sha256(copy.read_bytes()).hexdigest() == source["manifest_sha256"]
     for source in (slot1, slot2):
         for entry in bundle.load_manifest(source)["files"]:
             rel = entry["path"]
@@ -383,13 +385,16 @@ def test_earlier_bundles_merge_into_one_that_names_them(tmp_path):
 def test_a_merge_refuses_a_record_twice_and_a_changed_bundle(tmp_path):
     slot1, slot2 = slot_bundles(tmp_path)
     results = tmp_path / "results"
-    with pytest.raises(BundleError) as twice:
-        bundle.freeze("all", None, results, analysis=False, log=quiet, from_bundles=[slot1, slot2, slot1])
+    with pytest.raises(BundleError) as twice:  # a slot's records also given as a records folder
+        bundle.freeze("all", [slot1 / "runs"], results, analysis=False, log=quiet, from_bundles=[slot1, slot2])
     record = "runs/locality_k5/text/budget/seed0"
     assert str(twice.value) == (
         f"{record} would come from both {slot1 / record} and {slot1 / record}: "
         "leave one of them out (--from-bundle, --runs or the filters)"
     )
+    with pytest.raises(BundleError) as again:
+        bundle.freeze("all", None, results, analysis=False, log=quiet, from_bundles=[slot1, slot2, slot2])
+    assert str(again.value) == f"--from-bundle {slot2}: version slot2 is also {slot2}; give each once"
     (slot2 / "NOTES.md").write_text("edited\n")
     with pytest.raises(BundleError, match=r"slot2 fails verification:\n  .*NOTES\.md"):
         bundle.freeze("all", None, results, analysis=False, log=quiet, from_bundles=[slot1, slot2])

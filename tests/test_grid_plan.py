@@ -209,15 +209,13 @@ def test_the_plan_reports_each_cell_s_data_wait_share_and_its_range_per_task(tmp
     assert "  7.1%" in out
 
 
-def test_seconds_left_projects_the_last_window_of_the_current_process():
-    """Pace over the last window (10 steps a minute here, after a fast start), nothing before the process has
-    logged PROJECTION_AFTER_S, and after a resume (its clock restarted) only the new rows."""
-    fast_start = [(100 * i, 6.0 * i, False) for i in range(1, 11)]  # 1,000 steps in the first minute
-    slow = [(1000 + 10 * i, 60.0 + 60.0 * i, i % 3 == 0) for i in range(1, 10)]  # then 10 a minute
-    rows = fast_start + slow
-    assert rows[-1][1] - rows[0][1] >= PROJECTION_AFTER_S and PROJECTION_WINDOW_S == 120.0
-    assert seconds_left(rows, 2090) == 1000 * 6.0  # 1,000 steps at 6 s each
-    assert seconds_left(rows[:14], 2090) is None  # 294 s logged: too early
-    resumed = rows + [(1100 + 10 * i, 60.0 * i, False) for i in range(1, 4)]  # the clock went back
-    assert seconds_left(resumed, 2090) is None  # the new process has logged 120 s
-    assert seconds_left(rows, 500) == 0.0  # past the planned steps: nothing left
+def test_seconds_left_projects_the_pace_of_the_last_window():
+    """Pace over the last window of the run's own clock (10 steps a minute here, after a fast start), nothing
+    before PROJECTION_AFTER_S of it has been seen, nothing left past the planned steps."""
+    fast_start = [(100 * i, 6.0 * i) for i in range(1, 11)]  # 1,000 steps in the first minute
+    slow = [(1000 + 10 * i, 60.0 + 60.0 * i) for i in range(1, 10)]  # then 10 a minute
+    seen = fast_start + slow
+    assert seen[-1][1] - seen[0][1] >= PROJECTION_AFTER_S and PROJECTION_WINDOW_S == 120.0
+    assert seconds_left(seen, 2090) == 1000 * 6.0  # 1,000 steps at 6 s each
+    assert seconds_left(seen[:14], 2090) is None  # 294 s seen: too early
+    assert seconds_left(seen, 500) == 0.0

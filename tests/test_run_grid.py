@@ -234,6 +234,12 @@ def test_a_slot_stopped_mid_run_resumes_from_its_archives_to_the_uninterrupted_r
     record = ("runs", "locality_k5", "listops", "smoke", "seed0")
     resumed, uninterrupted = tmp_path.joinpath("out2", *record), tmp_path.joinpath("ref", *record)
     assert (resumed / "predictions.csv").read_text() == (uninterrupted / "predictions.csv").read_text()
+    last_validation = [row for row in read_rows(resumed / "history.csv") if row.get("val_acc")][-1]
+    progress = read_json(resumed / "progress.json")  # what the grid projects a running cell from
+    assert (progress["step"], progress["elapsed_s"]) == (
+        int(last_validation["step"]),
+        float(last_validation["elapsed_s"]),
+    )
     ours, theirs = read_json(resumed / "metrics.json"), read_json(uninterrupted / "metrics.json")
     for key in ("steps", "best_val_acc", "best_val_step", "test_acc", "test_loss"):
         assert ours[key] == theirs[key], key

@@ -39,9 +39,9 @@ something did not fit the archives (named on stderr), 128 + signum when stopped 
 the deadline while 5 minutes are left (they continue from their checkpoint in the next slot;
 a checkpoint too big for the archives is lost: ListOps at ``profile=paper`` is about 230 MB); a
 block's ``carry_over: false`` or ``true`` wins over it for the block's cells. A running cell that
-cannot carry over is stopped as soon as its pace (its ``history.csv``: the last two minutes, once
-it has logged five) says it will end more than a minute after the deadline, and its GPU takes the
-next cell that fits.
+cannot carry over is stopped as soon as its pace (its ``progress.json`` at each validation: the
+last two minutes of its own clock, once five have been seen) says it will end after the deadline,
+and its GPU takes the next cell that fits.
 Cell output goes to ``<output_dir>/grid_logs/ARM__TASK__seedS.log``, except when the cells run
 one at a time on this process's device (no ``--gpus``), where it is this process's output.
 ``--claim-dir D`` shares the queue with other grid processes on a shared file system.

@@ -78,30 +78,26 @@ def history_rows(history: Path) -> list[tuple[int, float, bool]]:
         ]
 
 
-PROJECTION_WINDOW_S = 120.0  # the run's own seconds of history a projection reads ...
-PROJECTION_AFTER_S = 300.0  # ... once it has logged this long (start-up and first compilations behind it)
+PROJECTION_WINDOW_S = 120.0  # the run's own seconds of progress a projection reads ...
+PROJECTION_AFTER_S = 300.0  # ... once this much of it has been seen (start-up and first compilations behind it)
 
 
 def seconds_left(
-    rows: list[tuple[int, float, bool]], planned: int, window_s: float = PROJECTION_WINDOW_S
+    seen: list[tuple[int, float]],
+    planned: int,
+    window_s: float = PROJECTION_WINDOW_S,
+    after_s: float = PROJECTION_AFTER_S,
 ) -> float | None:
-    """Seconds a running run still needs to reach ``planned`` steps, at the pace of the last ``window_s``
-    seconds of its ``history_rows`` (validations included: they recur); None before its current process has
-    logged ``PROJECTION_AFTER_S``. A resumed run restarts ``elapsed_s``, so only the rows since its clock last
-    went back count."""
-    start = len(rows) - 1
-    while start > 0 and rows[start - 1][1] <= rows[start][1]:
-        start -= 1
-    current = rows[start:]
-    if not current:
+    """Seconds a running run still needs to reach ``planned`` steps after the last of ``seen`` ((step,
+    ``elapsed_s``) at its validations, in order, as its ``progress.json`` showed them), at the pace of the last
+    ``window_s`` of its own seconds (validations included: they recur); None before ``after_s`` of them."""
+    if not seen or seen[-1][1] - seen[0][1] < after_s:
         return None
-    last_step, last_s, _ = current[-1]
-    if last_s - current[0][1] < PROJECTION_AFTER_S:
-        return None
-    earlier = [row for row in current if row[1] <= last_s - window_s]
+    last_step, last_s = seen[-1]
+    earlier = [point for point in seen if point[1] <= last_s - window_s]
     if not earlier or last_step <= earlier[-1][0]:
         return None
-    step0, s0, _ = earlier[-1]
+    step0, s0 = earlier[-1]
     return max(0, planned - last_step) * (last_s - s0) / (last_step - step0)
 
 

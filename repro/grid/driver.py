@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+import json
 import os
 import sys
 import time
@@ -10,9 +11,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from .. import records
 from .archive import pack
 from .cells import Grid, GridError, command, output_dir
-from .costs import cell_seconds, history_rows, seconds_left
+from .costs import cell_seconds, seconds_left
 from .gridlog import append_rows, gpu_totals, summary_line
 from .plan import gather_costs, plan_row, plan_rows, print_plan, read_plan, record_cost, run_probes, write_plan
 from .runs import (
@@ -114,6 +116,7 @@ class Campaign:
     rows: list = field(default_factory=list)
     failed: list = field(default_factory=list)
     planned_steps: dict = field(default_factory=dict)  # job key -> the cell's planned steps (a plan or a record)
+    progress_seen: dict = field(default_factory=dict)  # job key -> [(step, elapsed_s, clock when first seen)]
     elsewhere: int = 0
     started: int = 0
     interrupted: int = 0
@@ -128,17 +131,22 @@ class Campaign:
         self.started += 1
         return True
 
-    def projected_end(self, job: Job, began: float) -> float | None:
-        """When a running cell will end (``time.monotonic``), from its ``history.csv`` so far; None if not known."""
+    def projected_end(self, job: Job, now: float) -> float | None:
+        """When a running cell will take its last step (the scheduler's clock), from what its ``progress.json``
+        showed since this grid started it; None while that is too little (``costs.seconds_left``)."""
         steps = self.planned_steps.get(job.key)
-        history = self.by_key[job.key].run_dir / "history.csv"
-        if not steps or not history.exists():
-            return None
         try:
-            left = seconds_left(history_rows(history), steps)
-        except (OSError, ValueError, KeyError):  # a row being written, or no history header yet
+            progress = json.loads((self.by_key[job.key].run_dir / records.PROGRESS_FILE).read_text())
+            step, elapsed_s = int(progress["step"]), float(progress["elapsed_s"])
+        except (OSError, ValueError, KeyError, TypeError):  # not written yet
             return None
-        return None if left is None else time.monotonic() + left
+        seen = self.progress_seen.setdefault(job.key, [])
+        if seen and step < seen[-1][0]:  # an earlier run's file, replaced by this run's first validation
+            seen.clear()
+        if not seen or step != seen[-1][0]:
+            seen.append((step, elapsed_s, now))
+        left = seconds_left([(point[0], point[1]) for point in seen], steps) if steps else None
+        return None if left is None else seen[-1][2] + left
 
     def on_end(self, ended: Ended) -> None:
         cell_run = self.by_key[ended.job.key]
@@ -162,7 +170,7 @@ class Campaign:
         append_rows(self.log_path, [row])
         self.rows.append(row)
         if ended.returncode not in (0, 3):
-            if ended.stopped:
+            if ended.stopped and (ended.returncode < 0 or ended.returncode > 128):  # ended by the signal it got
                 self.interrupted += 1
             else:
                 self.failed.append((cell_run.cell, ended.returncode))
@@ -206,7 +214,8 @@ def build_jobs(
         if source == "grid file" and cell.carry_over is False:
             print(
                 f"[grid] warning: {cell} has no plan row and no record to time it; the grid file's "
-                f"{minutes:g} minutes decide whether it starts, and it cannot carry over",
+                f"{minutes:g} minutes decide whether it starts, it cannot carry over, and without planned "
+                "steps it is not stopped early",
                 file=sys.stderr,
                 flush=True,
             )
@@ -232,8 +241,11 @@ def build_jobs(
 def report(campaign: Campaign, outcome, skipped: int, total: int) -> None:
     for job in outcome.not_started:
         print(f"[grid] not started (deadline): {campaign.by_key[job.key].cell}")
+    exits = {ended.job.key: ended.returncode for ended in outcome.ended}
     for job in outcome.stopped_early:
-        print(f"[grid] stopped early (projected past the deadline, cannot carry over): {campaign.by_key[job.key].cell}")
+        if exits.get(job.key, 0) not in (0, 3):  # not one that ended on its own as the signal came
+            cell = campaign.by_key[job.key].cell
+            print(f"[grid] stopped early (projected past the deadline, cannot carry over): {cell}")
     why = "deadline reached" if outcome.deadline_hit else f"stopped by signal {outcome.signum}"
     for job in outcome.left_queued:
         print(f"[grid] not started ({why} first): {campaign.by_key[job.key].cell}")

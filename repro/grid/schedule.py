@@ -27,7 +27,7 @@ from pathlib import Path
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 CARRY_OVER_MIN_S = 300.0  # a run started to be carried over gets at least this much of the slot
 PROJECTION_CHECK_S = 5.0  # how often a running job that may not carry over is projected against the deadline
-PROJECTION_MARGIN_S = 60.0  # it is stopped only when projected to end this much after the deadline
+PROJECTION_TAIL_S = 30.0  # what a run does after its last step (test pass, record), added to its projection
 
 
 class GpuSlots:
@@ -150,8 +150,8 @@ class Scheduler:
         clock=time.monotonic,
         projected_end: Callable[[Job, float], float | None] | None = None,
     ):
-        """``projected_end(job, began)``: the clock time at which a running job started at ``began`` will
-        end, by its progress so far (None: not known yet)."""
+        """``projected_end(job, now)``: the clock time at which a running job will take its last step, by its
+        progress so far (None: not known yet); called every ``PROJECTION_CHECK_S`` from the job's start."""
         self.slots = GpuSlots(gpus)
         self.deadline, self.grace_s, self.carry_over = deadline, grace_s, carry_over
         self.on_start, self.on_end, self.poll_s, self.clock = on_start, on_end, poll_s, clock
@@ -209,8 +209,8 @@ class Scheduler:
         for key, entry in self.running.items():
             if key in self._stopping or self._may_carry_over(entry.job):
                 continue
-            end = self.projected_end(entry.job, entry.began)
-            if end is not None and end > self.deadline + PROJECTION_MARGIN_S:
+            end = self.projected_end(entry.job, now)
+            if end is not None and end + PROJECTION_TAIL_S > self.deadline:
                 late = (end - self.deadline) / 60
                 print(
                     f"[grid] stopping {entry.job.label}: projected to end {late:.1f} min after the deadline, and it "
@@ -299,8 +299,8 @@ class Scheduler:
         if not self.running:
             return
         print(f"[grid] signal {signum}: stopping {len(self.running)} running job(s)", flush=True)
-        for entry in self.running.values():
-            if entry.process.poll() is None:
+        for key, entry in self.running.items():
+            if entry.process.poll() is None and key not in self._stopping:  # those are checkpointing already
                 entry.process.send_signal(signum)
         until = time.monotonic() + self.grace_s
         while any(r.process.poll() is None for r in self.running.values()) and time.monotonic() < until:

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .. import records
 from ..batching import trimmed_width
 from ..checkpoints import CHECKPOINT_FORMAT, save_best_checkpoint
 from ..distributed import DistContext, gather_1d, sum_
@@ -119,9 +120,17 @@ class Scorer:
         )
 
 
-def validate(score: Scorer, state: RunState, steps_per_epoch: int, best_path: Path, print_line: bool) -> dict:
+def validate(
+    score: Scorer,
+    state: RunState,
+    steps_per_epoch: int,
+    best_path: Path,
+    print_line: bool,
+    progress_path: Path | None = None,
+) -> dict:
     """Score the validation split, log it in the history, keep the weights in ``best_path`` when they are
-    the best so far (rank 0 writes), and with ``print_line`` print :func:`eval_line`."""
+    the best so far (rank 0 writes), with ``print_line`` print :func:`eval_line`, and (rank 0) write the
+    step and elapsed seconds to ``progress_path`` (``records.PROGRESS_FILE``: a grid's view of the run)."""
     result = score("val")
     state.log(steps_per_epoch, val_loss=result["loss"], val_acc=result["acc"])
     state.last_eval_step = state.step
@@ -132,6 +141,8 @@ def validate(score: Scorer, state: RunState, steps_per_epoch: int, best_path: Pa
             save_best_checkpoint(best_path, best)
     if print_line:
         print(eval_line(state), flush=True)
+    if progress_path is not None and score.ctx.is_main:
+        records.write_json(progress_path, {"step": state.step, "elapsed_s": round(state.elapsed_s, 3)})
     return result
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from .. import records
 from ..checkpoints import load_best_checkpoint, load_on_rank_0
 from ..distributed import DistContext
 from ..schedule import LRController
@@ -94,10 +95,11 @@ def train(
     best_path = run_dir / "checkpoints" / "best.pt"
     batches = TrainBatches(data.splits["train"], seed, s.batch_size, data.steps_per_epoch, device, ctx, augment,
                            task.prepare, data.lengths.get("train"), s.bucket_pool_batches, s.trim_multiple)  # fmt: skip
-    # Without progress bars (batch jobs, GPU drivers) one line per evaluation is the only sign of
-    # life: history.csv is written with the record, at the end.
+    # Without progress bars (batch jobs, GPU drivers) one line per evaluation is the sign of life, and
+    # progress.json the step a grid reads: history.csv is written with the record, at the end.
     on_validate = partial(validate, score, steps_per_epoch=data.steps_per_epoch, best_path=best_path,
-                          print_line=ctx.is_main and not progress)  # fmt: skip
+                          print_line=ctx.is_main and not progress,
+                          progress_path=run_dir / records.PROGRESS_FILE)  # fmt: skip
     loop = StepLoop(settings=s, ctx=ctx, data=data, controller=controller, last=last, batches=batches,
                     step=TrainStep(model, optimizer, controller, s, device, ctx, augment, autocast_dtype),
                     losses=LossLog(ctx, optimizer, data.steps_per_epoch, last.path, first_step=state.step),
