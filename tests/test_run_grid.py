@@ -4,6 +4,7 @@ stand-in runner: test_grid_schedule.py.)"""
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import signal
@@ -234,7 +235,8 @@ def test_a_slot_stopped_mid_run_resumes_from_its_archives_to_the_uninterrupted_r
     record = ("runs", "locality_k5", "listops", "smoke", "seed0")
     resumed, uninterrupted = tmp_path.joinpath("out2", *record), tmp_path.joinpath("ref", *record)
     assert (resumed / "predictions.csv").read_text() == (uninterrupted / "predictions.csv").read_text()
-    last_validation = [row for row in read_rows(resumed / "history.csv") if row.get("val_acc")][-1]
+    with (resumed / "history.csv").open(newline="") as handle:
+        last_validation = [row for row in csv.DictReader(handle) if row.get("val_acc")][-1]
     progress = read_json(resumed / "progress.json")  # what the grid projects a running cell from
     assert (progress["step"], progress["elapsed_s"]) == (
         int(last_validation["step"]),
