@@ -5,9 +5,9 @@ row per logged step or evaluation), ``predictions.csv`` (per test example: index
 predicted and true label, for paired tests) and, written last, ``metrics.json``.
 A record is complete exactly when ``metrics.json`` exists with status
 ``complete``, and a run that trained no step or whose metrics hold NaN or infinity is never
-written as complete (``record_problems``). While a run trains, ``progress.json`` holds its step and
-elapsed seconds at the last validation (what a grid projects a running cell from); it is no part of
-the record. Every file goes to a temporary name first and is
+written as complete (``record_problems``). ``progress.json`` holds the step and elapsed seconds of
+the run's last validation (what a grid projects a running cell from); it is no part of the record,
+and no bundle takes it. Every file goes to a temporary name first and is
 renamed into place, with the permissions the umask gives (as ``open`` would).
 """
 
