@@ -103,8 +103,9 @@ PATHS_DOC = """Check the fast attention paths on this GPU before the benchmark: 
 Fast paths: BigBird, Longformer and Sparse through ``flex_attention`` (against their blockwise
 backends), Synthesizer and Sinkhorn through fused SDPA (against their materialised backends),
 and the rotary Transformer's fused rotation (against rotary-embedding-torch's). Each one is a
-single mixer layer in its arm's LRA text configuration (``task=text profile=paper``), the
-same weights on both paths.
+single mixer layer in its arm's LRA text configuration (``task=text profile=paper``; ``--task
+image``: the image one, where the Sparse Transformer's heads are 8 wide), the same weights on both
+paths.
 
 1. ``bf16``: the fast path under bf16 autocast against the plain path in float32 (TF32 off),
    training mode with attention dropout 0, fresh random inputs with padding (one sample fully
@@ -162,8 +163,15 @@ PATHS = {
 # --------------------------------------------------------------------------- building
 
 
+TASKS = ("text", "listops", "image", "pathfinder")  # --task: whose LRA configuration the checks build
+TASK = {"name": "text"}  # the command line's --task (paths)
+
+
 def arm_model(arm: str) -> dict:
-    return resolve_arm(arm, "text", "paper")["model"]
+    resolved = resolve_arm(arm, TASK["name"], "paper")
+    if resolved is None:
+        raise SystemExit(f"check_fast.py: {arm} has no {TASK['name']} configuration; choose another --task")
+    return resolved["model"]
 
 
 def build_mixer(name: str, length: int, kind: str | None, dropout: float | None, device) -> tuple[torch.nn.Module, int]:
@@ -431,6 +439,9 @@ def paths_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-timing", action="store_true")
     parser.add_argument("--no-checks", action="store_true", help="timing only")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument(
+        "--task", default="text", choices=TASKS, help="the arms' LRA configuration (image: 8-wide Sparse heads)"
+    )
     return parser.parse_args(argv)
 
 
@@ -450,6 +461,7 @@ def attempt(fn, name: str, check: str) -> dict:
 
 def paths_main(argv: list[str] | None = None) -> int:
     args = paths_args(argv)
+    TASK["name"] = args.task
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("check_fast.py paths: no CUDA device (use --device cpu for a run of the logic on CPU)", file=sys.stderr)
@@ -497,8 +509,9 @@ def paths_main(argv: list[str] | None = None) -> int:
 
 SEQUENCE_DOC = """GPU check of the fast paths of lra_reformer, s5 and mega: ``check_fast.py sequence``.
 
-Each arm is built in its LRA text configuration, resolved as the runner and the benchmark do
-(``repro.bench.models``: arm < arm.tasks.text < profile=paper), for each length (default 1024
+Each arm (``--arms``) is built in its LRA text configuration (``--task image``: the image one, where
+the Reformer's heads are 4 wide), resolved as the runner and the benchmark do
+(``repro.bench.models``: arm < arm.tasks.<task> < profile=paper), for each length (default 1024
 and 4096 bytes; Reformer's CLS token adds one state) at batch 32. The fast path and the plain
 one are the same module with its switch flipped (same parameters):
 
@@ -549,7 +562,15 @@ def switched_mixer(model: torch.nn.Module, arm: str) -> torch.nn.Module:
 
 
 def mixer_width(mixer: torch.nn.Module) -> int:
-    return mixer.ssm.D.shape[0] if isinstance(mixer, S5Mixer) else mixer.d_model
+    """The width of what the mixer reads: the residual stream's (``d_model``), which its input projections
+    map to ``qkv_dim`` where the configuration has one (LRA's image and Pathfinder)."""
+    if isinstance(mixer, S5Mixer):
+        return mixer.ssm.D.shape[0]
+    for name in ("q_proj", "v_proj"):
+        layer = getattr(mixer, name, None)
+        if isinstance(layer, torch.nn.Linear):
+            return layer.in_features
+    return mixer.d_model
 
 
 def poison_cache(device: torch.device, fraction: float = 0.5) -> None:
@@ -699,12 +720,18 @@ def sequence_main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--task", default="text", choices=TASKS, help="the arms' LRA configuration")
+    parser.add_argument("--arms", nargs="+", default=list(SWITCHES), choices=list(SWITCHES))
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("check_fast.py sequence: no CUDA device (a CPU dry run: --device cpu --lengths 64 --batch 2)")
         return 2
-    specs = {s.name: s for s in plan([*SWITCHES, REFERENCE], variants={}, task="text")[0]}
+    specs = {s.name: s for s in plan([*args.arms, REFERENCE], variants={}, task=args.task)[0]}
+    missing = [arm for arm in args.arms if arm not in specs]
+    if missing:
+        print(f"check_fast.py sequence: no {args.task} configuration for {', '.join(missing)}", file=sys.stderr)
+        return 2
     checks, timings = [], []
     for length in args.lengths:
         ids, labels = batch_of_ids(args.batch, length, device)
@@ -712,7 +739,7 @@ def sequence_main(argv=None) -> int:
         ref_ms, ref_gb, ref_status = timed(reference, ids, labels, args, device)
         del reference
         timings.append({"arm": REFERENCE, "length": length, "fast": (ref_ms, ref_gb, ref_status)})
-        for arm in SWITCHES:
+        for arm in args.arms:
             model = build(specs[arm], length, device)
             checks.append(check_correctness(arm, model, sequence_length(specs[arm], length), args.batch, device))
             set_path(model, arm, fast=False)
