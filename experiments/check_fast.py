@@ -164,21 +164,22 @@ PATHS = {
 
 
 TASKS = ("text", "listops", "image", "pathfinder")  # --task: whose LRA configuration the checks build
-TASK = {"name": "text"}  # the command line's --task (paths)
 
 
-def arm_model(arm: str) -> dict:
-    resolved = resolve_arm(arm, TASK["name"], "paper")
+def arm_model(arm: str, task: str) -> dict:
+    resolved = resolve_arm(arm, task, "paper")
     if resolved is None:
-        raise SystemExit(f"check_fast.py: {arm} has no {TASK['name']} configuration; choose another --task")
+        raise SystemExit(f"check_fast.py: {arm} has no {task} configuration; choose another --task")
     return resolved["model"]
 
 
-def build_mixer(name: str, length: int, kind: str | None, dropout: float | None, device) -> tuple[torch.nn.Module, int]:
+def build_mixer(
+    name: str, length: int, kind: str | None, dropout: float | None, device, task: str
+) -> tuple[torch.nn.Module, int]:
     """The path's mixer for ``length`` tokens (``kind``: "plain", "fast" or None = the arm's own
     settings) and the number of states it sees (CLS included). Weights from seed 0."""
     path = PATHS[name]
-    model = arm_model(path.arm)
+    model = arm_model(path.arm, task)
     chosen = {"plain": path.plain, "fast": path.fast, None: {}}[kind]
     torch.manual_seed(0)
     if path.arm == "rotary_transformer":
@@ -205,8 +206,8 @@ def width_of(mixer) -> int:
     return int(mixer.d_model)
 
 
-def arm_dropout(name: str) -> float:
-    return float(arm_model(PATHS[name].arm).get("attention_dropout", 0.0))
+def arm_dropout(name: str, task: str) -> float:
+    return float(arm_model(PATHS[name].arm, task).get("attention_dropout", 0.0))
 
 
 # --------------------------------------------------------------------------- one step
@@ -264,8 +265,8 @@ def verdict(errors: list[float], base: list[float] | None, args) -> bool:
 
 
 def check_bf16(name: str, args, device) -> dict:
-    plain, seq = build_mixer(name, args.check_length, "plain", 0.0, device)
-    fast, _ = build_mixer(name, args.check_length, "fast", 0.0, device)
+    plain, seq = build_mixer(name, args.check_length, "plain", 0.0, device, args.task)
+    fast, _ = build_mixer(name, args.check_length, "fast", 0.0, device, args.task)
     fast.load_state_dict(plain.state_dict())
     plain.train(), fast.train()
     x, mask, weight = inputs(args.check_batch, seq, width_of(plain), device, padded=True)
@@ -296,8 +297,8 @@ def dense_dropout_output(mixer, x, mask, keys, p: float) -> torch.Tensor:
 
 
 def check_dropout(name: str, args, device) -> dict:
-    p = arm_dropout(name)
-    fast, seq = build_mixer(name, args.check_length, "fast", p, device)
+    p = arm_dropout(name, args.task)
+    fast, seq = build_mixer(name, args.check_length, "fast", p, device, args.task)
     fast.train()
     x, mask, weight = inputs(args.check_batch, seq, width_of(fast), device, padded=True)
     seed = int(torch.randint(0, 2**31 - 1, ()).item())  # fresh keys
@@ -326,7 +327,7 @@ def check_dropout(name: str, args, device) -> dict:
 
 def check_auto(name: str, args, device) -> dict:
     """The arm's own settings (the benchmark's) choose the fast path on this device."""
-    mixer, _ = build_mixer(name, args.check_length, None, None, device)
+    mixer, _ = build_mixer(name, args.check_length, None, None, device, args.task)
     probe = torch.zeros(1, device=device)
     if hasattr(mixer, "use_flex"):
         fast = mixer.use_flex(probe)
@@ -350,10 +351,10 @@ def check_auto(name: str, args, device) -> dict:
 
 def time_path(name: str, length: int, kind: str, args, device) -> tuple[float | None, float | None, str]:
     """(median ms, peak GB, status) of forward + backward of one training step of the layer."""
-    dropout = arm_dropout(name) if args.attention_dropout == "lra" else float(args.attention_dropout)
+    dropout = arm_dropout(name, args.task) if args.attention_dropout == "lra" else float(args.attention_dropout)
     free_memory(device)  # what the previous timing left
     try:
-        mixer, seq = build_mixer(name, length, kind, dropout, device)
+        mixer, seq = build_mixer(name, length, kind, dropout, device, args.task)
         mixer.train()
         x = torch.randn(args.batch, seq, width_of(mixer), device=device, requires_grad=True)
         grad = torch.randn(args.batch, seq, width_of(mixer), device=device)
@@ -461,7 +462,6 @@ def attempt(fn, name: str, check: str) -> dict:
 
 def paths_main(argv: list[str] | None = None) -> int:
     args = paths_args(argv)
-    TASK["name"] = args.task
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("check_fast.py paths: no CUDA device (use --device cpu for a run of the logic on CPU)", file=sys.stderr)

@@ -238,7 +238,6 @@ def test_linformer_sdpa_dropout_is_unbiased_dropout_of_the_probabilities():
     ],
 )
 def test_linformer_auto_backend_by_k(monkeypatch, k, sdpa_min_k, expected):
-    from repro.original.attention import linformer as linformer_module
     from repro.original.attention.fast_defaults import FAST_DEFAULTS
 
     monkeypatch.setitem(FAST_DEFAULTS["linformer"], "sdpa_min_k", 256)
@@ -249,7 +248,7 @@ def test_linformer_auto_backend_by_k(monkeypatch, k, sdpa_min_k, expected):
         calls.append(args[1].shape[-2])
         return sdpa(*args, **kwargs)
 
-    monkeypatch.setattr(linformer_module.F, "scaled_dot_product_attention", spy)
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
     x, mask = rand_x(2, 12), torch.arange(12)[None, :] < torch.tensor([12, 7])[:, None]
     auto = build("linformer", max_len=max(k, 12), k=k, sdpa_min_k=sdpa_min_k)
     assert auto.resolved_backend() == expected

@@ -132,7 +132,7 @@ def test_plan_from_a_probe_then_from_the_records(tmp_path, shared_cache):
 
 
 def test_a_probe_s_step_time_leaves_its_first_steps_one_off_costs_out(tmp_path):
-    from repro.grid.costs import cost_from_run, steady_step_s
+    from repro.grid.costs import cost_from_run, history_rows, steady_step_s
 
     history = tmp_path / "history.csv"
     history.write_text(
@@ -140,7 +140,7 @@ def test_a_probe_s_step_time_leaves_its_first_steps_one_off_costs_out(tmp_path):
         "50,0.1,0.001,2.0,,,10.0\n100,0.2,0.001,1.9,,,11.0\n150,0.3,0.001,1.8,,,12.0\n"
         "150,0.3,,,1.7,0.4,12.5\n"
     )
-    step_s, warm_up_s = steady_step_s(history)
+    step_s, warm_up_s = steady_step_s(history_rows(history))
     assert step_s == pytest.approx(0.02) and warm_up_s == pytest.approx(9.0)  # 50 steps took 10 s, not 1 s
     metrics = {"steps": 150, "train_time_s": 12.0, "elapsed_s": 12.5, "epochs": 0.3, "steps_per_epoch": 500}
     probe = cost_from_run(metrics, history, 3.0, "probe", steady=True)

@@ -115,23 +115,18 @@ def training_intervals(rows: list[tuple[int, float, bool]]) -> list[tuple[int, f
     return intervals
 
 
-def step_rate(rows: list[tuple[int, float, bool]]) -> tuple[float, float] | None:
-    """``steady_step_s`` of parsed ``history_rows``."""
+def steady_step_s(rows: list[tuple[int, float, bool]]) -> tuple[float, float] | None:
+    """(seconds per step after the first logged row, the seconds the steps before it took beyond that
+    rate) from a probe's ``history_rows``, over the intervals between training rows that hold no
+    validation; None when there is no such interval. The first steps carry the one-off costs (kernel
+    compilation, cuDNN autotuning, caches warming), which a short probe must not spread over a whole
+    run's steps."""
     intervals = training_intervals(rows)
     if not intervals:
         return None
     step_s = sum(seconds for _, seconds in intervals) / sum(steps for steps, _ in intervals)
     first_step, first_s = next((step, elapsed_s) for step, elapsed_s, is_val in rows if not is_val)
     return step_s, max(0.0, first_s - first_step * step_s)
-
-
-def steady_step_s(history: Path) -> tuple[float, float] | None:
-    """(seconds per step after the first logged row, the seconds the steps before it took beyond that
-    rate) from the training-loss rows of a probe, over the intervals between them that hold no
-    validation; None when there is no such interval. The first steps carry the one-off costs (kernel
-    compilation, cuDNN autotuning, caches warming), which a short probe must not spread over a whole
-    run's steps."""
-    return step_rate(history_rows(history))
 
 
 def probe_passes(
@@ -173,7 +168,7 @@ def cost_from_run(metrics: dict, history: Path, beyond_elapsed_s: float, source:
     val_pass_s, first_passes_s = max(0.0, elapsed_s - train_s) / max(passes, 1), 0.0
     if steady:
         rows = history_rows(history)
-        step_s, warm_up_s = step_rate(rows) or (step_s, warm_up_s)
+        step_s, warm_up_s = steady_step_s(rows) or (step_s, warm_up_s)
         val_pass_s, first_passes_s = probe_passes(rows, steps, step_s, elapsed_s) or (val_pass_s, 0.0)
     return Cost(
         step_s=step_s,

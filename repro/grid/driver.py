@@ -89,14 +89,14 @@ def deadline_of(args, started: float) -> float | None:
 
 
 def estimate(
-    cell_run: CellRun, plan: dict, grid: Grid, out: Path, records: list[Path] = ()
+    cell_run: CellRun, plan: dict, grid: Grid, out: Path, record_dirs: list[Path] = ()
 ) -> tuple[float, int | None, str]:
     """(GPU-minutes alone, planned steps or None, source) of a cell: its plan row (or another seed's), else a
-    record (its own or another seed's, here or in ``records``), else the grid file's."""
+    record (its own or another seed's, here or in ``record_dirs``), else the grid file's."""
     row = plan_row(plan, cell_run.cell)
     if row is not None:
         return row["minutes"], row["planned_steps"], "plan"
-    cost = record_cost(cell_run, out, list(records), 60.0 * grid.overhead_minutes)
+    cost = record_cost(cell_run, out, list(record_dirs), 60.0 * grid.overhead_minutes)
     if cost is not None:
         steps, _, seconds = cell_seconds(cost, cell_run.train)
         return seconds / 60.0, steps, "records"

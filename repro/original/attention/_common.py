@@ -32,6 +32,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from ._flex import FlexSettings, flex_pattern_attention, tile_block_mask
+from ._pad import pad_dim
 from .fast_defaults import FAST_DEFAULTS, check_choice, choose
 
 # One segment of keys: (k, v, masks). ``k``/``v`` are [B|1, H|1, NQ|1, K, Dh] (a size-1
@@ -232,7 +233,7 @@ def sdpa_aligned(q: Tensor, k: Tensor, v: Tensor, *, scale: float, **kwargs) -> 
     only, and flash takes no float mask. ``scale`` is required: SDPA's default would
     read the padded width."""
     width = -(-max(q.shape[-1], v.shape[-1]) // SDPA_WIDTH) * SDPA_WIDTH
-    q, k, vw = (t if t.shape[-1] == width else F.pad(t, (0, width - t.shape[-1])) for t in (q, k, v))
+    q, k, vw = (pad_dim(t, -1, width) for t in (q, k, v))
     out = F.scaled_dot_product_attention(q, k, vw, scale=scale, **kwargs)
     return out if vw is v else out[..., : v.shape[-1]]
 

@@ -51,10 +51,10 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from . import ATTENTION
+from ._common import sdpa_aligned
 from ._lowrank_common import HeadedMixer, xavier_bound
 from .fast_defaults import check_at_least, check_choice, choose
 
@@ -105,7 +105,7 @@ class LinformerAttention(HeadedMixer):
         v_low = torch.einsum("kl,bhld->bhkd", f[:, :length].to(v.dtype), v)
         if self.resolved_backend() == "sdpa":
             p = self.attn_dropout.p if self.training else 0.0
-            return F.scaled_dot_product_attention(q, k_low, v_low, dropout_p=p, scale=1.0 / math.sqrt(self.head_dim))
+            return sdpa_aligned(q, k_low, v_low, dropout_p=p, scale=1.0 / math.sqrt(self.head_dim))
         logits = torch.matmul(q, k_low.transpose(-1, -2)) / math.sqrt(self.head_dim)
         probs = self.attn_dropout(torch.softmax(logits, dim=-1))
         return torch.matmul(probs, v_low)
