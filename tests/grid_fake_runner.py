@@ -4,7 +4,8 @@ Takes the runner's ``key=value`` overrides. Sleeps ``FAKE_SECONDS`` (default 1),
 ``start``/``end`` lines (cell, CUDA_VISIBLE_DEVICES, time) to ``$FAKE_EVENTS``; exits 1 for
 the cells named in ``FAKE_FAIL`` (comma-separated ``arm__task__seedS``); with ``FAKE_PROGRESS``
 (``STEPS,SECONDS``) it rewrites ``progress.json`` every 0.05 s, each time ``STEPS`` steps and
-``SECONDS`` of its own clock further (a run's pace, for the grid's projection); on SIGTERM writes
+``SECONDS`` of its own clock further (a run's pace, for the grid's projection); with ``FAKE_SNAPSHOT``
+(a file's path) it copies that file, as it is at its start, to ``<path>.at-<cell>``; on SIGTERM writes
 ``interrupted`` in its record folder and exits 143, as the runner does after checkpointing;
 otherwise writes a complete record (``metrics.json`` last) whose examples are 100 per second slept.
 """
@@ -47,6 +48,9 @@ def stop(signum, _frame) -> None:
 
 signal.signal(signal.SIGTERM, stop)
 event("start")
+snapshot = Path(os.environ.get("FAKE_SNAPSHOT", "/nonexistent"))
+if snapshot.is_file():
+    Path(f"{snapshot}.at-{name}").write_bytes(snapshot.read_bytes())
 if os.environ.get("FAKE_PROGRESS"):
     steps, clock = (float(x) for x in os.environ["FAKE_PROGRESS"].split(","))
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -71,6 +75,7 @@ metrics = {
     "task": args["task"],
     "seed": int(args["seed"]),
     "steps": 10,
+    "epochs": 1,
     "train_time_s": seconds,
     "train_examples_per_s": 100.0,
     "elapsed_s": seconds,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import signal
 import subprocess
@@ -202,6 +203,24 @@ def test_a_cell_that_cannot_carry_over_is_stopped_once_its_pace_overruns_the_dea
     message = "stopped early (projected past the deadline, cannot carry over): locality_k5 listops seed 0"
     assert (message in done.stdout) is stopped
     assert (time.monotonic() - began < 20.0) is stopped
+
+
+def test_the_plan_file_holds_each_probe_as_soon_as_it_ends(tmp_path):
+    """--plan rewrites its plan file as each probe ends: a second probe, at its start, finds the first's row
+    costed and its own marked as not probed yet, so a slot that ends mid-plan keeps what was probed."""
+    grid = _grid(tmp_path, "  - {arms: [locality_k5, lra_local], tasks: [listops], seeds: [0]}\n")
+    plan = tmp_path / "plan.csv"
+    args = ["--plan", "--probe-all", "--probe-steps", "4", "--plan-out", str(plan)]
+    env = {**_env(tmp_path, 0.2), "FAKE_SNAPSHOT": str(plan)}
+    done = subprocess.run(_command(tmp_path, grid, *args), env=env, capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert not (tmp_path / "plan.csv.at-locality_k5__listops__seed0").exists()  # no plan file before a probe ended
+    with open(tmp_path / "plan.csv.at-lra_local__listops__seed0") as handle:
+        seen = {row["arm"]: row for row in csv.DictReader(handle)}
+    assert float(seen["locality_k5"]["minutes"]) > 0 and seen["locality_k5"]["source"] == "probe of 10 steps"
+    assert seen["lra_local"]["minutes"] == "" and seen["lra_local"]["source"].startswith("not probed yet")
+    with plan.open() as handle:
+        assert [row["source"] for row in csv.DictReader(handle)] == ["probe of 10 steps"] * 2
 
 
 @pytest.mark.parametrize("slowdown, started", [(None, False), ("1", True)])

@@ -120,7 +120,12 @@ def _parser() -> argparse.ArgumentParser:
         "first validation's one-off compilation is told apart from a validation pass)",
     )
     plan.add_argument("--probe-all", action="store_true", help="probe every (arm, task), even with records")
-    plan.add_argument("--plan-out", type=Path, default=None, help="plan file (default <output_dir>/grid_plan.csv)")
+    plan.add_argument(
+        "--plan-out",
+        type=Path,
+        default=None,
+        help="plan file (default <output_dir>/grid_plan.csv), rewritten as each probe ends",
+    )
     return parser
 
 

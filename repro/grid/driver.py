@@ -324,13 +324,18 @@ def plan_grid(args, grid: Grid, extra: list[str], runner: Path, started: float) 
     cell_runs = resolve_cells(grid.cells, grid.common, extra, str(grid.path))
     gpus, deadline = gpu_list(args.gpus), deadline_of(args, started)
 
-    def probe(todo):
-        return run_probes(todo, gpus, deadline, runner, grid.common, extra, args.probe_steps)
+    path = args.plan_out or out / "grid_plan.csv"
 
-    costs = gather_costs(cell_runs, out, args.records or [], 60.0 * grid.overhead_minutes, args.probe_all, probe)
+    def probe(todo, on_found):
+        return run_probes(todo, gpus, deadline, runner, grid.common, extra, args.probe_steps, on_found)
+
+    def write_so_far(costs):  # a plan cut short (a slot's end) keeps the probes that ended
+        write_plan(path, plan_rows(cell_runs, costs, args.slot_minutes))
+
+    overhead_s = 60.0 * grid.overhead_minutes
+    costs = gather_costs(cell_runs, out, args.records or [], overhead_s, args.probe_all, probe, write_so_far)
     rows = plan_rows(cell_runs, costs, args.slot_minutes)
     print_plan(rows, args.slot_minutes)
-    path = args.plan_out or out / "grid_plan.csv"
     write_plan(path, rows)
     print(f"[plan] written to {path}")
     return 0 if all(row.get("minutes") not in (None, "") for row in rows) else 1

@@ -17,6 +17,7 @@ import io
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import records, runner
@@ -131,22 +132,38 @@ def probe_cost(folder: Path, wall_s: float, steps: int) -> Cost:
 
 
 def run_probes(
-    todo: list[CellRun], gpus: list, deadline, runner_path: Path, common: list[str], extra: list[str], steps: int
+    todo: list[CellRun],
+    gpus: list,
+    deadline,
+    runner_path: Path,
+    common: list[str],
+    extra: list[str],
+    steps: int,
+    on_found: Callable[[dict], None] | None = None,
 ) -> dict[tuple[str, str], Cost | str]:
-    """Probe each (arm, task) pair of ``todo``; a pair's value is its Cost or why it has none."""
+    """Probe each (arm, task) pair of ``todo``; a pair's value is its Cost or why it has none. ``on_found``
+    gets the values so far each time a probe ends."""
     scratch = Path(tempfile.mkdtemp(prefix="lra-grid-probe-"))
     try:
         jobs = probe_jobs(todo, runner_path, common, extra, steps, scratch)
-        outcome = Scheduler(gpus, deadline=deadline).run([job for job, _ in jobs.values()])
         found: dict = {}
-        for ended in outcome.ended:
+
+        def ended_probe(ended) -> None:
             cell = jobs[ended.job.key][1].cell
             if ended.returncode != 0:
                 tail = ended.job.log_path.read_text()[-1500:] if ended.job.log_path.exists() else ""
                 print(f"[plan] probe of {cell.arm} {cell.task} failed (exit {ended.returncode}):\n{tail}", flush=True)
                 found[cell.arm, cell.task] = f"probe failed (exit {ended.returncode})"
-                continue
-            found[cell.arm, cell.task] = probe_cost(scratch / ended.job.key, ended.wall_s, steps)
+            else:
+                try:
+                    found[cell.arm, cell.task] = probe_cost(scratch / ended.job.key, ended.wall_s, steps)
+                except (GridError, ValueError) as err:  # the other probes go on; the row says why this one has no cost
+                    print(f"[plan] {err}", flush=True)
+                    found[cell.arm, cell.task] = f"probe unreadable ({err})"
+            if on_found is not None:
+                on_found(dict(found))
+
+        outcome = Scheduler(gpus, deadline=deadline, on_end=ended_probe).run([job for job, _ in jobs.values()])
         for job in outcome.not_started + outcome.left_queued:
             cell = jobs[job.key][1].cell
             found[cell.arm, cell.task] = "not probed (deadline or stop)"
@@ -156,9 +173,16 @@ def run_probes(
 
 
 def gather_costs(
-    cell_runs: list[CellRun], output_dir: Path, record_dirs: list[Path], overhead_s: float, probe_all: bool, probe
+    cell_runs: list[CellRun],
+    output_dir: Path,
+    record_dirs: list[Path],
+    overhead_s: float,
+    probe_all: bool,
+    probe,
+    on_costs: Callable[[dict], None] | None = None,
 ) -> dict:
-    """Per cell key: a record's cost (unless ``probe_all``), else its (arm, task) pair's probe (``probe(todo)``)."""
+    """Per cell key: a record's cost (unless ``probe_all``), else its (arm, task) pair's probe
+    (``probe(todo, on_found)``); ``on_costs`` gets every cell's cost so far as each probe ends."""
     costs: dict = {}
     if not probe_all:
         for cell_run in cell_runs:
@@ -166,10 +190,16 @@ def gather_costs(
             if cost is not None:
                 costs[cell_run.cell.key] = cost
     todo = [cell_run for cell_run in cell_runs if cell_run.cell.key not in costs]
-    probed = probe(todo) if todo else {}
-    for cell_run in todo:
-        costs[cell_run.cell.key] = probed.get((cell_run.cell.arm, cell_run.cell.task), "no record and no probe")
-    return costs
+
+    def merged(probed: dict, missing: str) -> dict:
+        pairs = {cell_run.cell.key: probed.get((cell_run.cell.arm, cell_run.cell.task), missing) for cell_run in todo}
+        return {**costs, **pairs}
+
+    def found_so_far(probed: dict) -> None:
+        if on_costs is not None:
+            on_costs(merged(probed, "not probed yet (the plan was still probing)"))
+
+    return merged(probe(todo, found_so_far) if todo else {}, "no record and no probe")
 
 
 def plan_rows(cell_runs: list[CellRun], costs: dict, slot_minutes: float) -> list[dict]:
