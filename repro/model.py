@@ -157,6 +157,26 @@ class ResidualSublayer(nn.Module):
         return self.norm(x + self.drop(self.mixer(x, mask)))
 
 
+def release_mask_use(mixer: nn.Module) -> bool:
+    """Under ``model.mask_black_pixels``: does ``mixer`` get the black-pixel mask? As in the LRA release,
+    whose encoders all pass ``(inputs > 0)`` to their attention: a mixer whose release code used it
+    (``RELEASE_ZERO_MASK = "uniform_rows"``) is switched to the release's semantics, one whose release
+    code ignored it (``"ignored"``: Linformer, Reformer, linear attention, Performer, the feed-forward
+    layer) gets no mask; any other mixer is refused, naming what is implemented."""
+    mode = getattr(mixer, "RELEASE_ZERO_MASK", None)
+    if mode == "uniform_rows":
+        mixer.release_masking = True
+        return True
+    if mode == "ignored":
+        return False
+    raise ValueError(
+        f"model.mask_black_pixels=true: {type(mixer).__name__} does not implement what the LRA release's "
+        "attention did with black pixels; it is implemented for vanilla attention (lra_transformer) and the "
+        "mechanisms whose release code ignores the mask (lra_linformer, lra_reformer, lra_linear, "
+        "lra_performer): remove the setting or use one of those arms"
+    )
+
+
 class Encoder(nn.Module):
     """Embedding -> residual sublayers -> final norm (pre-norm) -> token states [B, L, D]."""
 
@@ -183,6 +203,8 @@ class Encoder(nn.Module):
                 "remove it from the model config and set task.max_len"
             )
         mixers = get_backbone(cfg["backbone"])(cfg, max_len=seq_len)
+        self.mask_black_pixels = bool(cfg.get("mask_black_pixels", False))
+        self.takes_mask = [release_mask_use(m) if self.mask_black_pixels else True for m in mixers]
         self.sublayers = nn.ModuleList(
             ResidualSublayer(m, d_model, prenorm, cfg.get("dropout", 0.0), norm) for m in mixers
         )
@@ -198,8 +220,8 @@ class Encoder(nn.Module):
         """Token states [B, L, D] ([B, L + 1, D] with ``cls_token``, the CLS state first)."""
         x = self.embed_drop(self.embed(ids, self.cls))
         mask = self.state_mask(mask)
-        for sublayer in self.sublayers:
-            x = sublayer(x, mask)
+        for sublayer, takes_mask in zip(self.sublayers, self.takes_mask, strict=True):
+            x = sublayer(x, mask if takes_mask else None)
         return self.final_norm(x)
 
 
@@ -227,6 +249,11 @@ class SequenceClassifier(nn.Module):
                 f"model.norm=batch takes its statistics over every position, but this task pads with id {pad_id}: "
                 "padding would enter them; use model.norm=layer"
             )
+        if cfg.get("mask_black_pixels", False) and pad_id is not None:
+            raise ValueError(
+                f"model.mask_black_pixels=true: this task pads with id {pad_id}, which the encoder masks already; "
+                "the setting is for the pixel tasks (image, pathfinder, pathx): remove it"
+            )
         self.encoder = Encoder(cfg, vocab_size, max_len)
         self.pad_id = pad_id
         self.two_tower = two_tower
@@ -253,7 +280,8 @@ class SequenceClassifier(nn.Module):
         """
         if not self.two_tower:
             mask = self.padding_mask(ids)
-            states = self.encoder(ids, mask)
+            # the release's attention mask (ids > 0) does not reach pooling: LRA's classifier_head pools every state
+            states = self.encoder(ids, (ids != 0) if self.encoder.mask_black_pixels else mask)
             return self.head(states, self.encoder.state_mask(mask)), states
         # Each document is encoded on its own: no token of one reaches the other's vector.
         docs = ids.flatten(0, 1)  # [B*2, L], rows alternate document 1, document 2

@@ -69,6 +69,7 @@ POSITIVE_OR_NULL = ("a number > 0, or null", lambda v: v is None or (_is_number(
 NON_NEGATIVE = ("a number >= 0", lambda v: _is_number(v) and v >= 0)
 FRACTION = ("a number in [0, 1)", lambda v: _is_number(v) and 0 <= v < 1)
 MINUTES = ("a number > 0, or null for no wall-clock cap", POSITIVE_OR_NULL[1])
+BOOLEAN = ("true or false", lambda v: isinstance(v, bool))
 
 # Setting -> (what it must be, test), checked on the resolved run (keys a run lacks are skipped).
 RULES = {
@@ -101,6 +102,7 @@ RULES = {
     **{f"task.generate.{key}": INT_GE1 for key in ("n_train", "n_val", "n_test", "n_per_difficulty")},
     **{f"model.{key}": INT_GE1 for key in ("d_model", "d_hidden", "d_ff", "depth", "n_heads", "kernel_size", "groups")},
     **{f"model.{key}": FRACTION for key in ("dropout", "attention_dropout")},
+    "model.mask_black_pixels": BOOLEAN,
 }
 
 

@@ -183,6 +183,33 @@ def test_flex_backend_matches_blockwise(case):
 # ------------------------------------------------------------------ padding
 
 
+@pytest.mark.parametrize("backend", ["sdpa", "materialized"])
+def test_vanilla_release_masking_is_the_lra_release_s_flax_attention(backend):
+    """``release_masking`` (model.mask_black_pixels): a real query attends to the real keys only; a black
+    query uniformly to every key, black ones included (the release's -1e10 row absorbs q.k in float32),
+    and its output is kept. Forward and gradients against that reference in float64; the second sample
+    is all black."""
+    torch.manual_seed(0)
+    B, L, D, H = 2, 11, 16, 2
+    mixer = ATTENTION.get("vanilla")(D, H, L, backend=backend).double()
+    mixer.release_masking = True
+    mask = torch.rand(B, L) > 0.4
+    mask[0, :2], mask[1] = True, False
+    x = torch.randn(B, L, D, dtype=torch.float64, requires_grad=True)
+    out = mixer(x, mask)
+    q, k, v = mixer.project(x)
+    logits = (q @ k.transpose(-1, -2) / math.sqrt(D // H)).masked_fill(~mask[:, None, None, :], -1e30)
+    probs = torch.where(mask[:, None, :, None], torch.softmax(logits, dim=-1), torch.full_like(logits, 1.0 / L))
+    expected = mixer.proj.output(probs @ v)
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+    assert out[1].abs().min() > 0  # black queries keep their output
+    weights = torch.randn_like(out)
+    got = torch.autograd.grad((out * weights).sum(), [x, *mixer.parameters()])
+    want = torch.autograd.grad((expected * weights).sum(), [x, *mixer.parameters()])
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_appending_padding_changes_nothing(case):
     m = build(case, torch.float32)

@@ -15,8 +15,9 @@ from repro.heads import TwoTowerHead
 from repro.model import ResidualSublayer, SequenceClassifier
 from repro.original.attention import load_all
 from repro.original.encoder import FeedForward, build_lra_layers
-from repro.runner import arm_tasks, execute, resolve, typed_task_paths
+from repro.runner import IMPLICIT_SETTINGS, arm_tasks, execute, resolve, typed_task_paths
 from repro.schedule import LRController
+from repro.validate import out_of_range
 
 ARMS = (
     "transformer",
@@ -140,6 +141,58 @@ def test_vanilla_encoder_output_unchanged_by_appended_padding(backend, cls_token
     real = model.encoder.state_mask(ids != 0)
     torch.testing.assert_close(long[:, :n][real], short[real], rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(model(padded), model(ids), rtol=1e-10, atol=1e-10)
+
+
+def _pixels(seed: int = 0) -> torch.Tensor:
+    """Pixel ids with black (0) pixels, the first pixel of each sample lit (so CLS is real)."""
+    ids = torch.randint(1, 20, (3, 30), generator=torch.Generator().manual_seed(seed))
+    ids[torch.rand(3, 30, generator=torch.Generator().manual_seed(seed + 1)) < 0.4] = 0
+    ids[:, 0] = 7
+    return ids
+
+
+def test_black_pixel_mask_leaves_the_real_pixels_states_as_padding_would():
+    """model.mask_black_pixels on a pixel task (no pad id): a real pixel sees only real pixels in every
+    layer, so its states equal those of the same weights with black pixels as padding; a black pixel's
+    state differs (it attends uniformly to every pixel, where padding gives it no attention output)."""
+    torch.manual_seed(0)
+    cfg = small_cfg("vanilla", attention_params={"backend": "materialized"}, pooling="mean")
+    release = SequenceClassifier({**cfg, "mask_black_pixels": True}, 20, 64, 3, pad_id=None, two_tower=False)
+    padding = SequenceClassifier(cfg, 20, 64, 3, pad_id=0, two_tower=False)
+    padding.load_state_dict(release.state_dict())
+    release, padding = release.double().eval(), padding.double().eval()
+    ids = _pixels()
+    real = release.encoder.state_mask(ids != 0)
+    states, padded = release.forward_with_states(ids)[1], padding.forward_with_states(ids)[1]
+    torch.testing.assert_close(states[real], padded[real], rtol=1e-10, atol=1e-10)
+    assert (states[~real] - padded[~real]).abs().amax(dim=-1).min() > 1e-3
+    plain = SequenceClassifier(cfg, 20, 64, 3, pad_id=None, two_tower=False).double().eval()
+    plain.load_state_dict(release.state_dict())
+    assert not torch.allclose(plain(ids), release(ids))  # the mask changes the model's function
+
+
+@pytest.mark.parametrize("name", ["linformer", "reformer", "linear", "performer"])
+def test_black_pixel_mask_changes_nothing_where_the_release_ignored_it(name):
+    torch.manual_seed(0)
+    cfg = small_cfg(name, attention_params=SMALL_PARAMS[name], pooling="mean")
+    release = SequenceClassifier({**cfg, "mask_black_pixels": True}, 20, 64, 3, pad_id=None, two_tower=False)
+    plain = SequenceClassifier(cfg, 20, 64, 3, pad_id=None, two_tower=False)
+    plain.load_state_dict(release.state_dict())
+    ids = _pixels()
+    torch.manual_seed(1)  # Performer's features are redrawn per call in training; eval draws none
+    torch.testing.assert_close(release.double().eval()(ids), plain.double().eval()(ids), rtol=0, atol=0)
+
+
+def test_black_pixel_mask_is_refused_where_it_is_not_implemented_or_not_a_pixel_task():
+    cfg = {**small_cfg("local", attention_params=SMALL_PARAMS["local"]), "mask_black_pixels": True}
+    with pytest.raises(ValueError, match=re.escape("model.mask_black_pixels=true: LocalAttention does not implement")):
+        SequenceClassifier(cfg, 20, 64, 3, pad_id=None, two_tower=False)
+    cfg = {**small_cfg("vanilla"), "mask_black_pixels": True}
+    with pytest.raises(ValueError, match=re.escape("model.mask_black_pixels=true: this task pads with id 0")):
+        SequenceClassifier(cfg, 20, 64, 3, pad_id=0, two_tower=False)
+    assert out_of_range({"model": {"mask_black_pixels": "maybe"}}) == [
+        "model.mask_black_pixels='maybe': must be true or false"
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(SMALL_PARAMS))
@@ -371,6 +424,10 @@ def test_the_campaign_records_trained_at_the_release_settings_of_their_cell():
         overrides = ["task.source=generated"] if config["task"]["source"] == "generated" else []
         cfg = composed(f"arm={arm}", f"task={task}", "profile=paper", *overrides)
         expected = resolve(cfg, typed_task_paths(overrides))
+        for key, value in IMPLICIT_SETTINGS.items():  # keys added after the record, at the value it ran with
+            block, name = key.split(".", 1)
+            if name in expected[block]:
+                config[block].setdefault(name, value)
         for block in ("model", "train", "task"):
             assert config[block] == expected[block], (record, block)
         assert metrics["train_settings"]["batch_size"] == expected["train"]["batch_size"], record

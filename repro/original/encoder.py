@@ -65,6 +65,8 @@ class FeedForward(nn.Module):
     each position alone, so padding never reaches a real token through it.
     """
 
+    RELEASE_ZERO_MASK = "ignored"  # position-wise: no mask to apply (repro.model.release_mask_use)
+
     def __init__(self, d_model: int, d_ff: int, activation: str = "gelu_tanh", dropout: float = 0.0):
         super().__init__()
         if activation not in ACTIVATIONS:

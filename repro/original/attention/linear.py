@@ -33,6 +33,10 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
 
 @ATTENTION.register("linear")
 class LinearAttention(HeadedMixer):
+    # the LRA release drops the (inputs > 0) mask here:
+    # linear_transformer/linear_attention.py: padding_mask unused
+    RELEASE_ZERO_MASK = "ignored"
+
     def __init__(
         self,
         d_model: int,

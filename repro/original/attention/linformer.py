@@ -61,6 +61,9 @@ from .fast_defaults import check_at_least, check_choice, choose
 
 @ATTENTION.register("linformer")
 class LinformerAttention(HeadedMixer):
+    # the LRA release drops the (inputs > 0) mask here:
+    # linformer/linformer_attention.py: bias=None, padding_mask unused
+    RELEASE_ZERO_MASK = "ignored"
     PLAIN_PATH = ("backend", "materialized")  # what FLOP counting runs (repro/bench/flops.py)
 
     def __init__(

@@ -92,6 +92,10 @@ def orthogonal_gaussian_features(
 
 @ATTENTION.register("performer")
 class PerformerAttention(HeadedMixer):
+    # the LRA release drops the (inputs > 0) mask here:
+    # performer/performer_attention.py: FAVOR attention called with bias=None
+    RELEASE_ZERO_MASK = "ignored"
+
     def __init__(
         self,
         d_model: int,

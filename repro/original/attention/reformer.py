@@ -150,6 +150,10 @@ def sdpa_backend_list(names) -> list | None:
 
 @ATTENTION.register("reformer")
 class ReformerAttention(HeadedMixer):
+    # the LRA release drops the (inputs > 0) mask here:
+    # reformer/reformer_attention.py: padding_mask accepted, never read
+    RELEASE_ZERO_MASK = "ignored"
+
     def __init__(
         self,
         d_model: int,

@@ -11,16 +11,24 @@ Two backends that compute the same function:
 Fully padded samples: SDPA would give NaN for a query row with no allowed key, so for a
 sample with no real token the key mask is opened (its outputs are then zeroed with the
 rest of the padded positions).
+
+``model.mask_black_pixels`` (``repro.model``): the LRA release's encoders mask input id 0
+(``src_padding_mask = (inputs > 0)``), which on the pixel tasks makes every black pixel padding.
+Its flax ``SelfAttention`` masks queries and keys with a 0 / -1e10 bias: a real query ignores
+the black keys; a black query's logits are all -1e10 (float32 absorbs ``q.k``), so it attends
+uniformly to every key, black ones included, and its output is kept (``release_masking``).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from . import ATTENTION
-from ._common import AttentionMixer, dense_attention, open_fully_masked, sdpa_key_mask
+from ._common import AttentionMixer, dense_attention, fold_key_mask, open_fully_masked, sdpa_aligned, sdpa_key_mask
 
 BACKENDS = ("sdpa", "materialized")
 
@@ -32,6 +40,8 @@ def dense_mask(L: int, device=None) -> Tensor:
 
 @ATTENTION.register("vanilla")
 class VanillaAttention(AttentionMixer):
+    RELEASE_ZERO_MASK = "uniform_rows"  # what the release's attention does with (inputs > 0): module docstring
+
     def __init__(
         self,
         d_model: int,
@@ -44,6 +54,26 @@ class VanillaAttention(AttentionMixer):
         if backend not in BACKENDS:
             raise ValueError(f"unknown vanilla backend {backend!r}; choose from {BACKENDS}")
         self.backend = backend
+        self.release_masking = False  # set by the encoder under model.mask_black_pixels
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        if not self.release_masking or mask is None:
+            return super().forward(x, mask)
+        q, k, v = self.project(x)
+        return self.proj.output(self.attend_release(q, k, v, mask))
+
+    def attend_release(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        """The release's masking (module docstring): black keys folded out of the real queries' rows;
+        a black query zeroed, so its logits are all 0 and it attends uniformly to every key."""
+        p = self.dropout if self.training else 0.0
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        q, k = fold_key_mask(q, k, mask[:, None, :], scale)
+        q = q * mask[:, None, :, None].to(q.dtype)
+        if self.backend == "sdpa":
+            return sdpa_aligned(q, k, v, scale=scale, dropout_p=p)
+        s = torch.matmul(q, k.transpose(-1, -2)) * scale
+        probs = F.dropout(torch.softmax(s, dim=-1), p=p, training=self.training)
+        return torch.matmul(probs, v)
 
     def dense_mask(self, L: int, device=None) -> Tensor:
         return dense_mask(L, device)
