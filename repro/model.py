@@ -161,17 +161,20 @@ def release_mask_use(mixer: nn.Module) -> bool:
     """Under ``model.mask_black_pixels``: does ``mixer`` get the black-pixel mask? As in the LRA release,
     whose encoders all pass ``(inputs > 0)`` to their attention: a mixer whose release code used it
     (``RELEASE_ZERO_MASK = "uniform_rows"``) is switched to the release's semantics, one whose release
-    code ignored it (``"ignored"``: Linformer, Reformer, linear attention, Performer, the feed-forward
-    layer) gets no mask; any other mixer is refused, naming what is implemented."""
+    masking is this package's padding convention (``"padding"``: BigBird) gets the mask as padding, one
+    whose release code ignored it (``"ignored"``: Linformer, Reformer, linear attention, Performer, the
+    feed-forward layer) gets no mask; any other mixer is refused, naming what is implemented."""
     mode = getattr(mixer, "RELEASE_ZERO_MASK", None)
     if mode == "uniform_rows":
         mixer.release_masking = True
+        return True
+    if mode == "padding":  # the release's masking is this package's padding convention (BigBird)
         return True
     if mode == "ignored":
         return False
     raise ValueError(
         f"model.mask_black_pixels=true: {type(mixer).__name__} does not implement what the LRA release's "
-        "attention did with black pixels; it is implemented for vanilla attention (lra_transformer) and the "
+        "attention did with black pixels; it is implemented for lra_transformer, lra_bigbird and the "
         "mechanisms whose release code ignores the mask (lra_linformer, lra_reformer, lra_linear, "
         "lra_performer): remove the setting or use one of those arms"
     )

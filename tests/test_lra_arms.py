@@ -171,6 +171,19 @@ def test_black_pixel_mask_leaves_the_real_pixels_states_as_padding_would():
     assert not torch.allclose(plain(ids), release(ids))  # the mask changes the model's function
 
 
+def test_black_pixel_mask_is_bigbird_s_padding_convention():
+    """The release's BigBird masks black keys and zeroes black positions' attention output, as padding
+    does here: every state equals that of the same weights with black pixels as padding."""
+    torch.manual_seed(0)
+    cfg = small_cfg("bigbird", attention_params={**SMALL_PARAMS["bigbird"], "backend": "blockwise"}, pooling="mean")
+    release = SequenceClassifier({**cfg, "mask_black_pixels": True}, 20, 64, 3, pad_id=None, two_tower=False)
+    padding = SequenceClassifier(cfg, 20, 64, 3, pad_id=0, two_tower=False)
+    padding.load_state_dict(release.state_dict())
+    ids = _pixels()
+    states = release.double().eval().forward_with_states(ids)[1]
+    torch.testing.assert_close(states, padding.double().eval().forward_with_states(ids)[1], rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("name", ["linformer", "reformer", "linear", "performer"])
 def test_black_pixel_mask_changes_nothing_where_the_release_ignored_it(name):
     torch.manual_seed(0)

@@ -144,6 +144,9 @@ def dense_mask(
 @ATTENTION.register("bigbird")
 class BigBirdAttention(FlexPatternMixin, AttentionMixer):
     FLEX_MECHANISM = "bigbird"
+    # the LRA release (bigbird/bigbird_attention.py) masks keys with -10000 and multiplies the output by
+    # the query mask: a masked position's attention output is 0, this package's padding convention
+    RELEASE_ZERO_MASK = "padding"
 
     def __init__(
         self,
