@@ -185,29 +185,31 @@ def test_flex_backend_matches_blockwise(case):
 
 @pytest.mark.parametrize("backend", ["sdpa", "materialized"])
 def test_vanilla_release_masking_is_the_lra_release_s_flax_attention(backend):
-    """``release_masking`` (model.mask_black_pixels): a real query attends to the real keys only; a black
-    query uniformly to every key, black ones included (the release's -1e10 row absorbs q.k in float32),
-    and its output is kept. Forward and gradients against that reference in float64; the second sample
-    is all black."""
+    """``release_masking`` (model.mask_black_pixels) against the release's computation done literally in
+    float32: logits + a 0 / -1e10 bias on the outer product of the query and key masks, softmax. A real
+    query ignores black keys; a black query's row absorbs q.k (uniform attention over every key, its
+    output kept) yet passes q.k's gradient. Forward and gradients; the second sample is all black."""
     torch.manual_seed(0)
     B, L, D, H = 2, 11, 16, 2
-    mixer = ATTENTION.get("vanilla")(D, H, L, backend=backend).double()
+    mixer = ATTENTION.get("vanilla")(D, H, L, backend=backend)
     mixer.release_masking = True
     mask = torch.rand(B, L) > 0.4
     mask[0, :2], mask[1] = True, False
-    x = torch.randn(B, L, D, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(B, L, D, requires_grad=True)
     out = mixer(x, mask)
     q, k, v = mixer.project(x)
-    logits = (q @ k.transpose(-1, -2) / math.sqrt(D // H)).masked_fill(~mask[:, None, None, :], -1e30)
-    probs = torch.where(mask[:, None, :, None], torch.softmax(logits, dim=-1), torch.full_like(logits, 1.0 / L))
-    expected = mixer.proj.output(probs @ v)
-    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+    both = mask[:, None, :, None] & mask[:, None, None, :]
+    bias = torch.where(both, 0.0, -1e10)
+    expected = mixer.proj.output(torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(D // H) + bias, dim=-1) @ v)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
     assert out[1].abs().min() > 0  # black queries keep their output
     weights = torch.randn_like(out)
     got = torch.autograd.grad((out * weights).sum(), [x, *mixer.parameters()])
     want = torch.autograd.grad((expected * weights).sum(), [x, *mixer.parameters()])
     for a, b in zip(got, want, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    mixer.dropout = 0.5  # attention dropout applies to the release path too
+    assert not torch.allclose(mixer.train()(x, mask), out)
 
 
 @pytest.mark.parametrize("case", list(CASES))

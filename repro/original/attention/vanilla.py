@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import ATTENTION
-from ._common import AttentionMixer, dense_attention, fold_key_mask, open_fully_masked, sdpa_aligned, sdpa_key_mask
+from ._common import PAD_LOGIT, AttentionMixer, dense_attention, open_fully_masked, sdpa_aligned, sdpa_key_mask
 
 BACKENDS = ("sdpa", "materialized")
 
@@ -63,15 +63,22 @@ class VanillaAttention(AttentionMixer):
         return self.proj.output(self.attend_release(q, k, v, mask))
 
     def attend_release(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
-        """The release's masking (module docstring): black keys folded out of the real queries' rows;
-        a black query zeroed, so its logits are all 0 and it attends uniformly to every key."""
+        """The release's masking (module docstring). Its black row ``q.k - 1e10`` has the value of a
+        constant row (float32 absorbs ``q.k``) and the gradient of ``q.k``; here that row's logits are
+        ``(q - q') . k + q' . (k - k')`` (primes: detached), 0 in value with that gradient, and a real
+        row's are ``q . k`` with ``-PAD_LOGIT`` on black keys (``_common``'s folded key mask). Both as one
+        product of features ``2 * head_dim + 1`` wide."""
         p = self.dropout if self.training else 0.0
         scale = 1.0 / math.sqrt(q.shape[-1])
-        q, k = fold_key_mask(q, k, mask[:, None, :], scale)
-        q = q * mask[:, None, :, None].to(q.dtype)
+        real = mask[:, None, :, None].to(q.dtype)  # [B, 1, L, 1]: real queries
+        key_pad = torch.where(mask, 0.0, -PAD_LOGIT / scale).to(k.dtype)[:, None, :, None].expand_as(k[..., :1])
+        q_fixed, k_fixed = q.detach(), k.detach()
+        black = 1 - real
+        q_wide = torch.cat([q * real + (q - q_fixed) * black, q_fixed * black, real.expand_as(q[..., :1])], dim=-1)
+        k_wide = torch.cat([k, k - k_fixed, key_pad], dim=-1)
         if self.backend == "sdpa":
-            return sdpa_aligned(q, k, v, scale=scale, dropout_p=p)
-        s = torch.matmul(q, k.transpose(-1, -2)) * scale
+            return sdpa_aligned(q_wide, k_wide, v, scale=scale, dropout_p=p)
+        s = torch.matmul(q_wide, k_wide.transpose(-1, -2)) * scale
         probs = F.dropout(torch.softmax(s, dim=-1), p=p, training=self.training)
         return torch.matmul(probs, v)
 
