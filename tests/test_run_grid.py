@@ -100,7 +100,9 @@ def test_first_puts_arms_at_the_front_of_each_block_and_refuses_an_unknown_arm(t
     def order(*args):
         done = subprocess.run([*GRID, str(grid), "--dry-run", *args], capture_output=True, text=True, cwd=ROOT)
         assert done.returncode == 0, done.stderr
-        return [" ".join(line.split()[1:3]) for line in done.stdout.splitlines()]
+        lines = done.stdout.splitlines()
+        assert all(line.startswith(f"python {ROOT / 'experiments' / 'run.py'} arm=") for line in lines)
+        return [" ".join(line.split()[2:4]) for line in lines]
 
     plain = ["arm=a task=listops", "arm=b task=listops", "arm=c task=listops"]
     assert order() == plain + [x.replace("listops", "text") for x in plain]

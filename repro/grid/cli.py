@@ -50,6 +50,7 @@ one at a time on this process's device (no ``--gpus``), where it is this process
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -207,7 +208,7 @@ def _main(argv: list[str], started: float) -> int:
         grid = put_first(grid, [a.strip() for a in args.first.split(",") if a.strip()])
     if args.dry_run:
         for cell in grid.cells:
-            print(" ".join(command(args.runner, cell, grid.common, extra)[1:]))
+            print(shlex.join(["python", *command(args.runner, cell, grid.common, extra)[1:]]))
         return 0
     from .driver import plan_grid, run_grid
 
