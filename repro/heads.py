@@ -11,14 +11,18 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-POOLINGS = ("mean", "cls", "first", "max")
+POOLINGS = ("mean", "cls", "first", "max", "mean_all")
 COMBINES = ("concat", "concat_prod_diff")
 
 
 def pool(states: torch.Tensor, mask: torch.Tensor | None, how: str) -> torch.Tensor:
-    """[B, L, D] token states -> [B, D]; padding (mask False) is excluded."""
+    """[B, L, D] token states -> [B, D]; padding (mask False) is excluded, but by ``mean_all``: the mean
+    over every position, padding included, as the LRA release's ``jnp.mean(encoded, axis=1)`` pools
+    (``common_layers.classifier_head`` and the Sinkhorn encoder's own head)."""
     if how in ("cls", "first"):
         return states[:, 0]
+    if how == "mean_all":
+        return states.mean(1)
     if mask is None:
         return states.mean(1) if how == "mean" else states.amax(1)
     keep = mask.unsqueeze(-1)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import SHORT_LISTOPS_OVERRIDES, composed, read_json, run_cli
 
-from repro.heads import TwoTowerHead
+from repro.heads import TwoTowerHead, pool
 from repro.model import ResidualSublayer, SequenceClassifier
 from repro.original.attention import load_all
 from repro.original.encoder import FeedForward, build_lra_layers
@@ -141,6 +141,13 @@ def test_vanilla_encoder_output_unchanged_by_appended_padding(backend, cls_token
     real = model.encoder.state_mask(ids != 0)
     torch.testing.assert_close(long[:, :n][real], short[real], rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(model(padded), model(ids), rtol=1e-10, atol=1e-10)
+
+
+def test_mean_all_pools_every_position_padding_included_as_the_release_s_jnp_mean():
+    states = torch.randn(2, 5, 3, dtype=torch.float64)
+    mask = torch.tensor([[True] * 5, [True, True, False, False, False]])
+    torch.testing.assert_close(pool(states, mask, "mean_all"), states.sum(1) / 5, rtol=0, atol=1e-15)
+    torch.testing.assert_close(pool(states, mask, "mean")[1], states[1, :2].mean(0), rtol=0, atol=1e-15)
 
 
 def _pixels(seed: int = 0) -> torch.Tensor:
