@@ -320,10 +320,14 @@ def _choose(roots: dict, arms, tasks, profiles, seeds, log) -> tuple[list, list[
     return chosen, left_out
 
 
-def _from_bundles(bundles: list[Path], arms, tasks, profiles, seeds, log) -> tuple[list, list[dict], list[dict]]:
+def _from_bundles(
+    bundles: list[Path], arms, tasks, profiles, seeds, log, leave_out: list[Path] | None = None
+) -> tuple[list, list[dict], list[dict]]:
     """The matching complete records of earlier bundles (each verified first), the ones left out (logged, as
-    ``_choose`` does), and one ``sources`` entry per bundle that gave a record."""
+    ``_choose`` does; ``leave_out``: record folders of those bundles not to take, each of which must be one),
+    and one ``sources`` entry per bundle that gave a record."""
     chosen, left_out, sources, versions = [], [], [], {}
+    unmatched = {Path(p).resolve(): Path(p) for p in leave_out or []}
     for folder in map(Path, bundles):
         manifest = require_intact(folder)
         version = manifest["version"]
@@ -336,6 +340,8 @@ def _from_bundles(bundles: list[Path], arms, tasks, profiles, seeds, log) -> tup
                 "merge only bundles of unlabelled records"
             )
         found = find_records(folder / "runs", arms, tasks, profiles, seeds) if manifest["runs"] else []
+        marked = [unmatched.pop(Path(c.path).resolve(), None) is not None and c.problem is None for c in found]
+        found = [replace(c, problem="left out by --leave-out") if m else c for c, m in zip(found, marked, strict=True)]
         for cand in (c for c in found if c.problem):
             left_out.append({"path": f"{version}/{cand.rel}", "reason": cand.problem})
             log(f"left out {version}/{cand.rel}: {cand.problem}", file=sys.stderr)
@@ -347,6 +353,8 @@ def _from_bundles(bundles: list[Path], arms, tasks, profiles, seeds, log) -> tup
         sources.append(
             {"version": version, "manifest_sha256": manifest_hash(folder), "runs": len(good), "path": folder}
         )
+    if unmatched:
+        raise BundleError(f"--leave-out {next(iter(unmatched.values()))}: not a record of the --from-bundle bundles")
     return chosen, left_out, sources
 
 
@@ -413,16 +421,16 @@ def freeze(
     extra: list[Path] | None = None,
     log=print,
     from_bundles: list[Path] | None = None,
+    leave_out: list[Path] | None = None,
 ) -> Path:
     """Freeze the chosen complete records into ``results_root/version``; returns the bundle folder.
 
     ``extra``: files or folders that back a finding but are no run record or benchmark (a probe's
     output, a record whose predictions were not kept), copied under ``extra/`` and checksummed.
-
     ``runs_root``: a folder of records, or a list of ``--runs`` values (:func:`parse_runs_roots`), or None
-    with ``from_bundles`` (earlier bundles whose records, notes and files the new one takes over).
-    ``notes``: a Markdown file (how the grid was run, its budget, what is missing) copied into the
-    bundle as NOTES.md and checksummed with the rest."""
+    with ``from_bundles`` (earlier bundles whose records, notes and files the new one takes over, but
+    the records in ``leave_out``, which the manifest's ``left_out`` names).
+    ``notes``: a Markdown file (how the grid was run, its budget, what is missing), copied as NOTES.md."""
     if not VERSION_PATTERN.match(version):
         raise BundleError(f"version {version!r}: use letters, digits, '.', '_' or '-' (e.g. v1 or 2026-11-26.1)")
     results_root = Path(results_root)
@@ -431,8 +439,8 @@ def freeze(
         raise BundleError(f"{final} already exists: bundles are never overwritten; choose another --version")
     roots = {} if runs_root is None else parse_runs_roots(runs_root if isinstance(runs_root, list) else [runs_root])
     chosen, left_out = _choose(roots, arms, tasks, profiles, seeds, log)
-    from_earlier, earlier_left_out, sources = _from_bundles(list(from_bundles or []), arms, tasks, profiles, seeds, log)
-    chosen, left_out = _no_collision(chosen + from_earlier), left_out + earlier_left_out
+    earlier = _from_bundles(list(from_bundles or []), arms, tasks, profiles, seeds, log, leave_out)
+    chosen, left_out, sources = _no_collision(chosen + earlier[0]), left_out + earlier[1], earlier[2]
     if notes is not None and not Path(notes).is_file():
         raise BundleError(f"--notes {notes}: no such file; give a Markdown file to copy into the bundle as {NOTES}")
     searched = [*roots.values(), *(from_bundles or [])]
@@ -605,6 +613,12 @@ def _parser() -> argparse.ArgumentParser:
         help="an earlier bundle whose records, notes and files the new one takes over (repeatable; then no "
         "--runs default)",
     )
+    fr.add_argument(
+        "--leave-out",
+        type=Path,
+        action="append",
+        help="a record folder of a --from-bundle bundle not to take (repeatable; the manifest names it)",
+    )
     for name, text in (("verify", "recompute every checksum"), ("cite", "print BibTeX and a one-line citation")):
         p = sub.add_parser(name, help=text)
         p.add_argument("bundle", type=Path)
@@ -640,6 +654,7 @@ def main(argv: list[str] | None = None) -> int:
                 extra=args.extra,
                 log=log,
                 from_bundles=args.from_bundle,
+                leave_out=args.leave_out,
             )
         elif args.command == "verify":
             problems = verify(args.bundle)

@@ -382,6 +382,27 @@ def test_earlier_bundles_merge_into_one_that_names_them(tmp_path):
     assert bundle.load_manifest(tmp_path / "results" / "all-cli")["runs"] == manifest["runs"]
 
 
+def test_a_merge_leaves_out_the_records_it_is_told_to_and_names_them(tmp_path):
+    """--leave-out (a record run before its arm's settings were corrected): not taken, named in the manifest's
+    left_out with the reason; a folder that is no record of the merged bundles is refused."""
+    slot1, slot2 = slot_bundles(tmp_path)
+    results, gone = tmp_path / "results", slot1 / "runs/locality_k5/text/budget/seed1"
+    merged = bundle.freeze(
+        "all", None, results, analysis=False, log=quiet, from_bundles=[slot1, slot2], leave_out=[gone]
+    )
+    manifest = bundle.load_manifest(merged)
+    assert [r["path"] for r in manifest["runs"]] == [
+        "runs/locality_k5/text/budget/seed0",
+        "runs/locality_k61/text/budget/seed0",
+    ]
+    reason = "left out by --leave-out"
+    assert manifest["left_out"] == [{"path": "slot1/locality_k5/text/budget/seed1", "reason": reason}]
+    assert bundle.verify(merged) == []
+    with pytest.raises(BundleError) as unknown:
+        bundle.freeze("x", None, results, analysis=False, log=quiet, from_bundles=[slot2], leave_out=[gone])
+    assert str(unknown.value) == f"--leave-out {gone}: not a record of the --from-bundle bundles"
+
+
 def test_a_merge_refuses_a_record_twice_and_a_changed_bundle(tmp_path):
     slot1, slot2 = slot_bundles(tmp_path)
     results = tmp_path / "results"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SHORT_LISTOPS_OVERRIDES, composed, read_json, run_cli
+from conftest import ROOT, SHORT_LISTOPS_OVERRIDES, composed, read_json, run_cli
 
 from repro.heads import TwoTowerHead, pool
 from repro.model import ResidualSublayer, SequenceClassifier
@@ -425,15 +425,25 @@ def _campaign_records():
             yield bundle_dir / run["path"]
 
 
+# Settings of an (arm, task) corrected after some of its campaign records ran: those records differ from
+# the cell's settings in these keys only, the ledger no longer counts them (the cell is run again), and
+# the README's Table 1 command leaves them out (lra_sinkhorn: the release's own Sinkhorn head, found
+# after its ListOps seed-0 cell ran; experiments/conf/arm/lra_sinkhorn.yaml).
+CORRECTED = {("lra_sinkhorn", "listops"): {"cls_token", "pooling", "head_hidden"}}
+
+
 @pytest.mark.skipif(not CAMPAIGN_BUNDLES, reason="no v0.2-lra bundle in this checkout")
 def test_the_campaign_records_trained_at_the_release_settings_of_their_cell():
     """Every record frozen for the LRA campaign (results/v0.2-lra*): profile paper on an H100 or H200, its
     data source and commit named, and its model, training and task settings those this package resolves
-    for its (arm, task) at profile=paper -- the release's (the tests above check those against the release)."""
+    for its (arm, task) at profile=paper -- the release's (the tests above check those against the release)
+    -- or, for a cell whose settings were corrected since (``CORRECTED``), differing in those keys only
+    and left out of the README's Table 1 command."""
     from repro.records import read_config
 
     records = list(_campaign_records())
     assert records
+    readme = (ROOT / "README.md").read_text()
     for record in records:
         metrics = json.loads((record / "metrics.json").read_text())
         config = read_config(record / "config.yaml")
@@ -448,6 +458,15 @@ def test_the_campaign_records_trained_at_the_release_settings_of_their_cell():
             block, name = key.split(".", 1)
             if name in expected[block]:
                 config[block].setdefault(name, value)
+        corrected = CORRECTED.get((arm, task), set())
+        changed = {
+            k
+            for k in set(config["model"]) | set(expected["model"])
+            if config["model"].get(k, "?") != expected["model"].get(k, "?")
+        }
+        if changed and changed <= corrected:
+            assert f"--leave-out {record.relative_to(ROOT).as_posix()}" in " ".join(readme.split()), record
+            config["model"] = expected["model"]
         for block in ("model", "train", "task"):
             assert config[block] == expected[block], (record, block)
         assert metrics["train_settings"]["batch_size"] == expected["train"]["batch_size"], record

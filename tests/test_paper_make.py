@@ -23,6 +23,7 @@ from statsmodels.stats.proportion import proportion_confint
 
 from repro import bundle, stats
 from repro.bundle import BundleError
+from repro.paper.cli import make_lra_table1
 from repro.paper.lra_campaign import rank_correlation
 from repro.paper.view import BundleView
 from repro.reference import published
@@ -637,6 +638,21 @@ def test_seeds_that_agree_give_a_degenerate_interval_and_one_seed_none(tmp_path)
             assert result["interval"] == pytest.approx((result["rho"], result["rho"]))
         else:
             assert result["interval"] is None and math.isfinite(result["rho"])
+
+
+def test_a_left_out_record_is_not_shown_and_the_table_names_it(slots, tmp_path):
+    """--leave-out (a record run before its arm's settings were corrected): its seed leaves the cell, the
+    table's note names it and its regenerating command carries it; an unknown folder is refused."""
+    a, b, _ = slots
+    record = (a / "runs" / "lra_transformer" / "listops" / "paper" / "seed2").as_posix()
+    view = BundleView([a, b], "paper", leave_out=[Path(record)])
+    assert len(view.accuracies("lra_transformer", "listops")) == 2
+    assert f"Left out (--leave-out): {record}." in view.profile_note()
+    written = make_lra_table1([a, b], tmp_path, leave_out=[Path(record)])
+    md = written[0].read_text()
+    assert f"--leave-out {record}`" in md.splitlines()[0] and "(n=2)" in _cells(md, "Transformer")[2]
+    with pytest.raises(BundleError, match=r"^--leave-out .*seed9: not a record of the bundles given"):
+        BundleView([a, b], "paper", leave_out=[Path(record.replace("seed2", "seed9"))])
 
 
 def test_a_record_in_two_bundles_is_refused(slots, tmp_path):

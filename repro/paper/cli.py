@@ -4,7 +4,8 @@ Usage::
 
     lra-paper --bundle results/v1 [--bundle results/v1b ...] [--out paper] [--profile budget]
               [--listops-arm locality_k61] [--claims paper/claims.yaml] [--no-verify]
-    lra-paper lra-table1 --bundle results/v0.2-lra [--bundle ...] [--out paper] [--profile paper] [--no-verify]
+    lra-paper lra-table1 --bundle results/v0.2-lra [--bundle ...] [--leave-out RECORD ...] [--out paper]
+                         [--profile paper] [--no-verify]
     lra-paper pathfinder-samples [--seed 0] [--difficulty hard] [--render release] [--out paper]
     python -m repro.paper ...   (the same, from a checkout without installing)
 
@@ -80,8 +81,8 @@ def _bundles_line(view: BundleView) -> str:
 
 
 def _bundle_flags(view: BundleView) -> str:
-    """The ``--bundle`` options that regenerate the view."""
-    return " ".join(f"--bundle {p.as_posix()}" for p in view.paths)
+    """The ``--bundle`` (and ``--leave-out``) options that regenerate the view."""
+    return " ".join([*(f"--bundle {p.as_posix()}" for p in view.paths), *(f"--leave-out {r}" for r in view.left_out)])
 
 
 def index_page(view: BundleView, tables: list[Table], figures: list[Path]) -> str:
@@ -116,25 +117,31 @@ def _figures(view: BundleView, bench, counts, operator_rows, note: str, figures_
     ]
 
 
-def _views(bundles, profile: str | None, verify: bool) -> BundleView:
+def _views(bundles, profile: str | None, verify: bool, leave_out: list[Path] | None = None) -> BundleView:
     """The view of one bundle folder or a list of them, each verified first (unless ``verify`` is off)."""
     bundles = [Path(b) for b in (bundles if isinstance(bundles, (list, tuple)) else [bundles])]
     if verify:
         for bundle in bundles:
             require_intact(bundle)
-    return BundleView(bundles, profile)
+    return BundleView(bundles, profile, leave_out=leave_out)
 
 
 LRA_PAPER = "Tay et al. 2021"  # the claims of paper/claims.yaml that lra-table1 tests
 
 
 def make_lra_table1(
-    bundles, out: Path, profile: str | None = None, claims: Path = DEFAULT_CLAIMS, verify: bool = True
+    bundles,
+    out: Path,
+    profile: str | None = None,
+    claims: Path = DEFAULT_CLAIMS,
+    verify: bool = True,
+    leave_out: list[Path] | None = None,
 ) -> list[Path]:
     """``<out>/tables/lra_table1.md`` and ``.tex``: LRA Table 1 at the protocol, the ranking table, and the
-    LRA paper's claims of the claims file under their primary tests and verdict rules."""
+    LRA paper's claims of the claims file under their primary tests and verdict rules (``leave_out``:
+    records not shown, e.g. one whose arm's settings were corrected after it ran)."""
     spec = claims_file.load(Path(claims))
-    view = _views(bundles, profile, verify)
+    view = _views(bundles, profile, verify, leave_out)
     results = [r for r in evaluate(view, spec) if r.claim.paper == LRA_PAPER]
     claims_rows = claims_table(results, view, spec.alpha, spec.power)
     claims_rows.name, claims_rows.title = "lra_table1_claims", f"The claims of {LRA_PAPER}, tested on these records"
@@ -213,6 +220,14 @@ def table1_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="paper", help="profile to show (default: paper)")
     p.add_argument("--claims", type=Path, default=DEFAULT_CLAIMS, help=f"the claims file (default: {DEFAULT_CLAIMS})")
     p.add_argument("--no-verify", action="store_true", help="skip checking the bundles' checksums first")
+    p.add_argument(
+        "--leave-out",
+        type=Path,
+        action="append",
+        default=[],
+        help="a record folder of the bundles not to show, e.g. one run before its arm's settings were corrected "
+        "(repeatable; the table names it)",
+    )
     return p
 
 
@@ -251,7 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["lra-table1"]:
         args = table1_parser().parse_args(argv[1:])
         try:
-            written = make_lra_table1(args.bundle, args.out, args.profile, args.claims, verify=not args.no_verify)
+            written = make_lra_table1(
+                args.bundle, args.out, args.profile, args.claims, verify=not args.no_verify, leave_out=args.leave_out
+            )
         except (BundleError, claims_file.ClaimsError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 1

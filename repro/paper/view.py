@@ -100,7 +100,14 @@ class BundleView:
     (its benchmark records are the ones read); ``paths``, ``manifests``, ``hashes``: every bundle's.
     A row's ``path`` is its record folder (bundle folder included)."""
 
-    def __init__(self, paths: list[Path], profile: str | None, conf_dir: Path = protocol.CONF_DIR):
+    def __init__(
+        self,
+        paths: list[Path],
+        profile: str | None,
+        conf_dir: Path = protocol.CONF_DIR,
+        leave_out: list[Path] | None = None,
+    ):
+        """``leave_out``: record folders of these bundles not to show (each must be one of their records)."""
         self.paths = [Path(p) for p in paths]
         if not self.paths:
             raise BundleError("no bundle given")
@@ -115,6 +122,11 @@ class BundleView:
             for bundle, manifest in zip(self.paths, self.manifests, strict=True)
             for run in manifest["runs"]
         ]
+        self.left_out = sorted(Path(p).as_posix() for p in leave_out or [])
+        unknown = [p for p in self.left_out if p not in records]
+        if unknown:
+            raise BundleError(f"--leave-out {unknown[0]}: not a record of the bundles given (give bundle/runs/...)")
+        records = [r for r in records if r not in self.left_out]
         rows = [_row(record, self.metrics(record), conf_dir) for record in records]
         frame = pd.DataFrame(rows, columns=COLUMNS)
         _refuse_repeated_records(frame)
@@ -180,6 +192,8 @@ class BundleView:
         if self.other_profiles:
             shown = ", ".join(f"{n} record(s) of profile {p}" for p, n in self.other_profiles.items())
             note += f" Not shown: {shown}."
+        if self.left_out:
+            note += f" Left out (--leave-out): {', '.join(self.left_out)}."
         return note
 
     @cached_property
