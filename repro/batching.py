@@ -70,10 +70,13 @@ def batch_widths(order: torch.Tensor, lengths: torch.Tensor, batch_size: int, mu
 
 
 def model_is_length_flexible(model: torch.nn.Module) -> bool:
-    """True when every token mixer of ``model`` declares ``length_flexible`` (see the module doc)."""
+    """True when every token mixer of ``model`` declares ``length_flexible`` (see the module doc) and its
+    pooling leaves padding out (``mean_all`` averages the padded positions too, so a trimmed batch differs)."""
     encoder = getattr(model, "encoder", None)
     sublayers = getattr(encoder, "sublayers", None)
     if sublayers is None or len(sublayers) == 0:
+        return False
+    if getattr(getattr(model, "head", None), "pooling", None) == "mean_all":
         return False
     return all(getattr(sub.mixer, "length_flexible", False) for sub in sublayers)
 
@@ -95,7 +98,8 @@ def resolve_bucketing(mode: str, model: torch.nn.Module, pad_id: int | None, has
         reasons.append("the task has no padding (every sequence is full length)")
     if not model_is_length_flexible(model):
         reasons.append(
-            "the model's mixers do not declare length_flexible (their output may depend on the padded length)"
+            "the model's mixers do not declare length_flexible or its pooling averages padding (mean_all) "
+            "(its output may depend on the padded length)"
         )
     if has_augment:
         reasons.append("training techniques transform the padded batch")

@@ -125,9 +125,14 @@ def test_auto_skips_and_on_refuses_what_cannot_be_trimmed():
     with pytest.raises(ValueError) as err:
         resolve_bucketing("on", lra, 0, True)
     assert str(err.value) == (
-        "train.length_bucketing=on, but the model's mixers do not declare length_flexible (their output may depend "
-        "on the padded length); training techniques transform the padded batch; use train.length_bucketing=auto or off"
+        "train.length_bucketing=on, but the model's mixers do not declare length_flexible or its pooling averages "
+        "padding (mean_all) (its output may depend on the padded length); training techniques transform the padded "
+        "batch; use train.length_bucketing=auto or off"
     )
+    averaging = SequenceClassifier(
+        {**CONV_CFG, "pooling": "mean_all"}, vocab_size=8, max_len=32, num_classes=2, pad_id=0, two_tower=False
+    )
+    assert not resolve_bucketing("auto", averaging, 0, False)[0]  # padding reaches its pooled vector
     with pytest.raises(ValueError, match="train.length_bucketing='sometimes': use off, auto or on"):
         resolve_bucketing("sometimes", conv, 0, False)
 

@@ -425,6 +425,17 @@ def _campaign_records():
             yield bundle_dir / run["path"]
 
 
+def test_sinkhorn_has_the_release_encoder_s_own_head_where_the_release_ran_it():
+    """lra_benchmarks/models/sinkhorn_transformer/sinkhorn_transformer.py: no CLS token, jnp.mean over every
+    position, one Dense (ListOps, Pathfinder; Path-X as Pathfinder); text and image keep the shared head
+    (their released configs pool CLS, which that encoder refuses)."""
+    for task, head in [("listops", (False, "mean_all", None)), ("pathfinder", (False, "mean_all", None)),
+                       ("pathx", (False, "mean_all", None)), ("text", (True, "cls", "lra")),
+                       ("image", (True, "cls", "lra"))]:  # fmt: skip
+        m = resolve(composed("arm=lra_sinkhorn", f"task={task}", "profile=paper"))["model"]
+        assert (m["cls_token"], m["pooling"], m["head_hidden"]) == head, task
+
+
 # Settings of an (arm, task) corrected after some of its campaign records ran: those records differ from
 # the cell's settings in these keys only, the ledger no longer counts them (the cell is run again), and
 # the README's Table 1 command leaves them out (lra_sinkhorn: the release's own Sinkhorn head, found

@@ -647,6 +647,8 @@ def test_a_left_out_record_is_not_shown_and_the_table_names_it(slots, tmp_path):
     record = (a / "runs" / "lra_transformer" / "listops" / "paper" / "seed2").as_posix()
     view = BundleView([a, b], "paper", leave_out=[Path(record)])
     assert len(view.accuracies("lra_transformer", "listops")) == 2
+    relative = BundleView([a, b], "paper", leave_out=[Path(os.path.relpath(record))])  # however the path is written
+    assert len(relative.accuracies("lra_transformer", "listops")) == 2
     assert f"Left out (--leave-out): {record}." in view.profile_note()
     written = make_lra_table1([a, b], tmp_path, leave_out=[Path(record)])
     md = written[0].read_text()

@@ -123,10 +123,11 @@ class BundleView:
             for run in manifest["runs"]
         ]
         self.left_out = sorted(Path(p).as_posix() for p in leave_out or [])
-        unknown = [p for p in self.left_out if p not in records]
+        leaving = {Path(p).resolve() for p in self.left_out}
+        unknown = [p for p in self.left_out if Path(p).resolve() not in {Path(r).resolve() for r in records}]
         if unknown:
             raise BundleError(f"--leave-out {unknown[0]}: not a record of the bundles given (give bundle/runs/...)")
-        records = [r for r in records if r not in self.left_out]
+        records = [r for r in records if Path(r).resolve() not in leaving]
         rows = [_row(record, self.metrics(record), conf_dir) for record in records]
         frame = pd.DataFrame(rows, columns=COLUMNS)
         _refuse_repeated_records(frame)
