@@ -354,7 +354,8 @@ def _from_bundles(
             {"version": version, "manifest_sha256": manifest_hash(folder), "runs": len(good), "path": folder}
         )
     if unmatched:
-        raise BundleError(f"--leave-out {next(iter(unmatched.values()))}: not a record of the --from-bundle bundles")
+        first = next(iter(unmatched.values()))
+        raise BundleError(f"--leave-out {first}: not a record of the --from-bundle bundles that the filters keep")
     return chosen, left_out, sources
 
 

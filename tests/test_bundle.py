@@ -400,7 +400,7 @@ def test_a_merge_leaves_out_the_records_it_is_told_to_and_names_them(tmp_path):
     assert bundle.verify(merged) == []
     with pytest.raises(BundleError) as unknown:
         bundle.freeze("x", None, results, analysis=False, log=quiet, from_bundles=[slot2], leave_out=[gone])
-    assert str(unknown.value) == f"--leave-out {gone}: not a record of the --from-bundle bundles"
+    assert str(unknown.value) == f"--leave-out {gone}: not a record of the --from-bundle bundles that the filters keep"
 
 
 def test_a_merge_refuses_a_record_twice_and_a_changed_bundle(tmp_path):
