@@ -156,18 +156,31 @@ def test_reformer_equals_softmax_over_union_of_windows(n_hashes):
     torch.testing.assert_close(module(x), finish(module, ref), rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("fixed", [False, True])
-def test_synthesizer_random_with_given_matrix(fixed):
+@pytest.mark.parametrize("fixed, dot_product", [(False, False), (True, False), (False, True)])
+def test_synthesizer_random_with_given_matrix(fixed, dot_product):
+    """softmax(R) V, or with dot_product (the release's SynthesizerBlock) softmax(q.k / sqrt(dh) + R) V."""
     length = 10
-    module = build("synthesizer", max_len=16, variant="random", fixed=fixed)
+    module = build("synthesizer", max_len=16, variant="random", fixed=fixed, dot_product=dot_product)
     assert isinstance(module.random_logits, torch.nn.Parameter) != fixed
     g = torch.Generator().manual_seed(3)
     logits = torch.randn(H, length, length, generator=g, dtype=torch.float64) * 2
     module.set_random_logits(logits)
     x = rand_x(2, length)
-    _, _, v = module.project_qkv(x)
+    q, k, v = module.project_qkv(x)
+    if dot_product:
+        logits = logits + q @ k.transpose(-1, -2) / math.sqrt(D // H)
     ref = torch.softmax(logits, dim=-1) @ v
     torch.testing.assert_close(module(x), finish(module, ref), rtol=0, atol=1e-12)
+
+
+def test_synthesizer_random_logits_start_as_flax_s_xavier_uniform_of_their_shape():
+    """flax's xavier_uniform on [H, n, m]: fans H*n and H*m (the heads are its receptive field)."""
+    n, k = 64, 8
+    random = build("synthesizer", max_len=n, variant="random").random_logits
+    left = build("synthesizer", max_len=n, variant="factorized_random", k=k).random_left
+    for weights, bound in ((random, math.sqrt(6 / (2 * H * n))), (left, math.sqrt(6 / (H * (n + k))))):
+        assert weights.abs().max() <= bound and weights.abs().max() > 0.95 * bound
+        assert abs(weights.std().item() - bound / math.sqrt(3)) < 0.05 * bound
 
 
 def assert_backends_agree(plain, fused, x: torch.Tensor, real: list[int]) -> None:
@@ -203,6 +216,8 @@ SDPA_BACKEND_CASES = [  # (mechanism, max_len, its settings, the padded sample's
     ("synthesizer", 80, dict(variant="random"), 33),
     ("synthesizer", 80, dict(variant="factorized_random", k=8), 33),
     ("synthesizer", 80, dict(variant="dense"), 33),
+    ("synthesizer", 80, dict(variant="random", dot_product=True), 33),
+    ("synthesizer", 80, dict(variant="factorized_random", k=8, dot_product=True), 33),
     ("linformer", 32, dict(), 13),
     ("linformer", 32, dict(share_kv=False, k=8), 13),
 ]
@@ -263,6 +278,8 @@ def test_linformer_auto_backend_by_k(monkeypatch, k, sdpa_min_k, expected):
 def test_synthesizer_backend_is_checked():
     with pytest.raises(ValueError, match="unknown synthesizer backend 'fast'; choose from"):
         build("synthesizer", backend="fast")
+    with pytest.raises(ValueError, match="^dot_product=True is implemented for the random variants, not for variant"):
+        build("synthesizer", variant="dense", dot_product=True)
     assert build("synthesizer").backend == "auto"
 
 

@@ -439,8 +439,12 @@ def test_sinkhorn_has_the_release_encoder_s_own_head_where_the_release_ran_it():
 # Settings of an (arm, task) corrected after some of its campaign records ran: those records differ from
 # the cell's settings in these keys only, the ledger no longer counts them (the cell is run again), and
 # the README's Table 1 command leaves them out (lra_sinkhorn: the release's own Sinkhorn head, found
-# after its ListOps seed-0 cell ran; experiments/conf/arm/lra_sinkhorn.yaml).
-CORRECTED = {("lra_sinkhorn", "listops"): {"cls_token", "pooling", "head_hidden"}}
+# after its ListOps seed-0 cell ran; lra_synthesizer: the release's q.k term; the arms' YAML files).
+CORRECTED = {
+    ("lra_sinkhorn", "listops"): {"cls_token", "pooling", "head_hidden"},
+    ("lra_synthesizer", "listops"): {"attention_params"},  # the release's q.k term (dot_product), found later
+    ("lra_synthesizer", "text"): {"attention_params"},
+}
 
 
 @pytest.mark.skipif(not CAMPAIGN_BUNDLES, reason="no v0.2-lra bundle in this checkout")

@@ -11,14 +11,16 @@ Variants (``variant=``):
 * ``"factorized_random"``: ``R = R1 R2`` with ``R1 [H, max_len, k]``,
   ``R2 [H, k, max_len]``.
 
-``softmax(logits) V`` with ``V`` projected as usual. As in LRA
-(``ignore_dot_product=True``) no q.k term is added. The "query" slot of
-``project_qkv`` carries the raw input ``x`` (used only by ``dense``).
+``softmax(logits) V`` with ``V`` projected as usual. ``dot_product=True`` adds
+``q.k / sqrt(dh)`` (q and k projected as in vanilla attention) to the synthetic logits, as
+the LRA release's ``SynthesizerBlock`` does (``ignore_dot_product=False``, its default,
+before its random logits in ``synthetic_attention``); the random variants only. Without it
+the "query" slot of ``project_qkv`` carries the raw input ``x`` (used only by ``dense``).
+Random logits are initialised as flax's ``xavier_uniform`` initialises an ``[H, n, m]``
+parameter, the heads counted in both fans: ``U(+-sqrt(6 / (H (n + m))))``.
 
-Defaults and sources: LRA release ``text_classification/configs/
-synthesizer_base.py`` sets ``synthesizer_mode="factorized_random"``, ``k=32``,
-``ignore_dot_product=True``; those are the defaults here. (The other LRA task
-folders carry the same model_type; only the text config was checked.)
+Defaults: ``factorized_random``, ``k=32``, no q.k (the Synthesizer paper's factorized random
+Synthesizer); the ``lra_synthesizer`` arm sets what the release runs.
 
 Padding: padded keys get ``finfo.min`` logits before the softmax. Since the
 logits are tied to absolute positions (row i / column j of R, or column j of
@@ -47,6 +49,8 @@ attention dropout is SDPA's (dropout on the probabilities, unrenormalised, as
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -74,24 +78,29 @@ class SynthesizerAttention(HeadedMixer):
         fixed: bool = False,
         bias: bool = False,
         backend: str = "auto",
+        dot_product: bool = False,
     ):
-        super().__init__(d_model, n_heads, max_len, dropout, ("v",), bias)
+        super().__init__(d_model, n_heads, max_len, dropout, ("q", "k", "v") if dot_product else ("v",), bias)
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, not {variant!r}")
+        if dot_product and variant == "dense":
+            raise ValueError("dot_product=True is implemented for the random variants, not for variant='dense'")
+        self.dot_product = dot_product
         if backend not in BACKENDS:
             raise ValueError(f"unknown synthesizer backend {backend!r}; choose from {BACKENDS}")
         self.variant = variant
         self.backend = backend
         h, n = n_heads, max_len
+        # flax's xavier_uniform on [H, n, m] counts H in both fans (its receptive field): bound sqrt(6 / (H (n + m)))
         if variant == "random":
-            bound = xavier_bound(n, n)
+            bound = xavier_bound(h * n, h * n)
             logits = torch.empty(h, n, n).uniform_(-bound, bound)
             if fixed:
                 self.register_buffer("random_logits", logits)
             else:
                 self.random_logits = nn.Parameter(logits)
         elif variant == "factorized_random":
-            bound = xavier_bound(n, k)
+            bound = xavier_bound(h * n, h * k)
             self.random_left = nn.Parameter(torch.empty(h, n, k).uniform_(-bound, bound))
             self.random_right = nn.Parameter(torch.empty(h, k, n).uniform_(-bound, bound))
             if fixed:
@@ -104,6 +113,8 @@ class SynthesizerAttention(HeadedMixer):
             self.dense_out_bias = nn.Parameter(torch.zeros(h, n))
 
     def project_qkv(self, x):
+        if self.dot_product:
+            return super().project_qkv(x)
         v = split_heads(self.v_proj(x), self.n_heads)
         return (x if self.variant == "dense" else None), None, v
 
@@ -120,10 +131,12 @@ class SynthesizerAttention(HeadedMixer):
 
     def attend(self, q, k, v, mask):
         if self.backend == "sdpa" or (self.backend == "auto" and v.device.type == "cuda"):
-            return self.attend_sdpa(q, v, mask)
+            return self.attend_sdpa(q, k, v, mask)
         length = v.shape[-2]
         logits = self.logits(q, length).to(v.dtype)
         logits = logits.expand(v.shape[0], -1, -1, -1)
+        if self.dot_product:
+            logits = logits + torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
         logits = logits.masked_fill(~mask[:, None, None, :], neg_fill(logits.dtype))
         probs = self.attn_dropout(torch.softmax(logits, dim=-1))
         return torch.matmul(probs, v)
@@ -150,11 +163,15 @@ class SynthesizerAttention(HeadedMixer):
         bias = expand(self.dense_out_bias[:, :length, None])
         return torch.cat([hidden, one, one], dim=-1), torch.cat([k, bias, pad], dim=-1), None
 
-    def attend_sdpa(self, x, v, mask):
-        """The attention through ``scaled_dot_product_attention`` (see the module docstring)."""
-        q, k, attn_mask = self.synthetic_qk(x, mask, v.dtype)
+    def attend_sdpa(self, q, k, v, mask):
+        """The attention through ``scaled_dot_product_attention`` (see the module docstring); with
+        ``dot_product`` the scaled q and the keys are prepended to the synthetic features."""
+        qs, ks, attn_mask = self.synthetic_qk(q, mask, v.dtype)
+        if self.dot_product:
+            qs = torch.cat([(q / math.sqrt(self.head_dim)).to(v.dtype), qs], dim=-1)
+            ks = torch.cat([k.to(v.dtype), ks], dim=-1)
         p = self.attn_dropout.p if self.training else 0.0
-        return sdpa_aligned(q, k, v, attn_mask=attn_mask, dropout_p=p, scale=1.0)
+        return sdpa_aligned(qs, ks, v, attn_mask=attn_mask, dropout_p=p, scale=1.0)
 
     @torch.no_grad()
     def set_random_logits(self, logits: torch.Tensor) -> None:
