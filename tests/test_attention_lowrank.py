@@ -177,8 +177,12 @@ def test_synthesizer_random_logits_start_as_flax_s_xavier_uniform_of_their_shape
     """flax's xavier_uniform on [H, n, m]: fans H*n and H*m (the heads are its receptive field)."""
     n, k = 64, 8
     random = build("synthesizer", max_len=n, variant="random").random_logits
-    left = build("synthesizer", max_len=n, variant="factorized_random", k=k).random_left
-    for weights, bound in ((random, math.sqrt(6 / (2 * H * n))), (left, math.sqrt(6 / (H * (n + k))))):
+    factorized = build("synthesizer", max_len=n, variant="factorized_random", k=k)
+    left, right = factorized.random_left, factorized.random_right
+    for weights, bound in (
+        (random, math.sqrt(6 / (2 * H * n))),
+        *((w, math.sqrt(6 / (H * (n + k)))) for w in (left, right)),
+    ):
         assert weights.abs().max() <= bound and weights.abs().max() > 0.95 * bound
         assert abs(weights.std().item() - bound / math.sqrt(3)) < 0.05 * bound
 

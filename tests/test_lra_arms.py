@@ -425,7 +425,7 @@ def _campaign_records():
             yield bundle_dir / run["path"]
 
 
-def test_sinkhorn_has_the_release_encoder_s_own_head_where_the_release_ran_it():
+def test_sinkhorn_s_head_and_synthesizer_s_q_k_term_are_the_release_s():
     """lra_benchmarks/models/sinkhorn_transformer/sinkhorn_transformer.py: no CLS token, jnp.mean over every
     position, one Dense (ListOps, Pathfinder; Path-X as Pathfinder); text and image keep the shared head
     (their released configs pool CLS, which that encoder refuses)."""
@@ -434,6 +434,9 @@ def test_sinkhorn_has_the_release_encoder_s_own_head_where_the_release_ran_it():
                        ("image", (True, "cls", "lra"))]:  # fmt: skip
         m = resolve(composed("arm=lra_sinkhorn", f"task={task}", "profile=paper"))["model"]
         assert (m["cls_token"], m["pooling"], m["head_hidden"]) == head, task
+        # synthesizer.py's SynthesizerBlock: ignore_dot_product=False, which no config reaching the model changes
+        synthesizer = resolve(composed("arm=lra_synthesizer", f"task={task}", "profile=paper"))["model"]
+        assert synthesizer["attention_params"]["dot_product"] is True, task
 
 
 # Settings of an (arm, task) corrected after some of its campaign records ran: those records differ from

@@ -1,4 +1,4 @@
-"""Synthesizer attention (Tay et al., 2020a): attention weights without q.k.
+"""Synthesizer attention (Tay et al., 2020a): learned (synthetic) attention logits, with or without q.k.
 
 Variants (``variant=``):
 
@@ -44,7 +44,8 @@ backward pass); ``"sdpa"`` hands the logits to ``scaled_dot_product_attention`` 
 (random: ``R``, one ``[1, H, L, L]`` tensor broadcast over the batch). Padded keys get
 ``MASKED_LOGIT`` through one more q/k channel, so no per-sample mask is ever built; the
 attention dropout is SDPA's (dropout on the probabilities, unrenormalised, as
-``nn.Dropout``). ``"auto"`` (default): sdpa on CUDA, materialized elsewhere.
+``nn.Dropout``); with ``dot_product`` the scaled queries and the keys are prepended to those
+features. ``"auto"`` (default): sdpa on CUDA, materialized elsewhere.
 """
 
 from __future__ import annotations
