@@ -72,10 +72,12 @@ the overlaps), the padding folded once per sorted position rather than once per 
 torch pick the SDPA kernel (on an H200 it took cuDNN's for the [c, 2c] float mask); a list of
 ``torch.nn.attention.SDPBackend`` names restricts it (``[EFFICIENT_ATTENTION]``, ...).
 
-Attention dropout (LRA's 0.1): both backends drop entries of the normalised probabilities
-and scale the kept ones by 1/(1-p), without renormalising (the materialised path through
-``nn.Dropout`` after the softmax, SDPA through ``dropout_p``); same distribution, different
-random draws.
+Attention dropout (the arm's ``attention_dropout``): both backends drop entries of the
+normalised probabilities and scale the kept ones by 1/(1-p), without renormalising (the
+materialised path through ``nn.Dropout`` after the softmax, SDPA through ``dropout_p``); same
+distribution, different random draws. The release's ``ReformerAttention`` applies none, and
+differs in more (no output projection, width ``emb_dim`` rather than ``qkv_dim``, padding
+hashed and attended): ``paper/findings.md`` lists what is known.
 """
 
 from __future__ import annotations
