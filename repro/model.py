@@ -158,8 +158,9 @@ class ResidualSublayer(nn.Module):
 
 
 def release_mask_use(mixer: nn.Module) -> bool:
-    """Under ``model.mask_black_pixels``: does ``mixer`` get the black-pixel mask? As in the LRA release,
-    whose encoders all pass ``(inputs > 0)`` to their attention: a mixer whose release code used it
+    """Under ``model.release_masking``: does ``mixer`` get the ``(ids > 0)`` mask? As in the LRA release,
+    whose encoders all pass ``(inputs > 0)`` to their attention (padding on text and ListOps, black pixels
+    on the pixel tasks): a mixer whose release code used it
     (``RELEASE_ZERO_MASK = "uniform_rows"``) is switched to the release's semantics, one whose release
     masking is this package's padding convention (``"padding"``: BigBird) gets the mask as padding, one
     whose release code ignored it (``"ignored"``: Linformer, Reformer, linear attention, Performer, the
@@ -173,8 +174,8 @@ def release_mask_use(mixer: nn.Module) -> bool:
     if mode == "ignored":
         return False
     raise ValueError(
-        f"model.mask_black_pixels=true: {type(mixer).__name__} does not implement what the LRA release's "
-        "attention did with black pixels; it is implemented for lra_transformer, lra_bigbird and the "
+        f"model.release_masking=true: {type(mixer).__name__} does not implement what the LRA release's "
+        "attention did with its (inputs > 0) mask; it is implemented for lra_transformer, lra_bigbird and the "
         "mechanisms whose release code ignores the mask (lra_linformer, lra_reformer, lra_linear, "
         "lra_performer): remove the setting or use one of those arms"
     )
@@ -206,8 +207,8 @@ class Encoder(nn.Module):
                 "remove it from the model config and set task.max_len"
             )
         mixers = get_backbone(cfg["backbone"])(cfg, max_len=seq_len)
-        self.mask_black_pixels = bool(cfg.get("mask_black_pixels", False))
-        self.takes_mask = [release_mask_use(m) if self.mask_black_pixels else True for m in mixers]
+        self.release_masking = bool(cfg.get("release_masking", False))
+        self.takes_mask = [release_mask_use(m) if self.release_masking else True for m in mixers]
         self.sublayers = nn.ModuleList(
             ResidualSublayer(m, d_model, prenorm, cfg.get("dropout", 0.0), norm) for m in mixers
         )
@@ -252,11 +253,6 @@ class SequenceClassifier(nn.Module):
                 f"model.norm=batch takes its statistics over every position, but this task pads with id {pad_id}: "
                 "padding would enter them; use model.norm=layer"
             )
-        if cfg.get("mask_black_pixels", False) and pad_id is not None:
-            raise ValueError(
-                f"model.mask_black_pixels=true: this task pads with id {pad_id}, which the encoder masks already; "
-                "the setting is for the pixel tasks (image, pathfinder, pathx): remove it"
-            )
         self.encoder = Encoder(cfg, vocab_size, max_len)
         self.pad_id = pad_id
         self.two_tower = two_tower
@@ -283,8 +279,8 @@ class SequenceClassifier(nn.Module):
         """
         if not self.two_tower:
             mask = self.padding_mask(ids)
-            # the release's attention mask (ids > 0) does not reach pooling: LRA's classifier_head pools every state
-            states = self.encoder(ids, (ids != 0) if self.encoder.mask_black_pixels else mask)
+            # the release's attention mask (ids > 0; black pixels on the pixel tasks) does not reach pooling
+            states = self.encoder(ids, (ids != 0) if self.encoder.release_masking else mask)
             return self.head(states, self.encoder.state_mask(mask)), states
         # Each document is encoded on its own: no token of one reaches the other's vector.
         docs = ids.flatten(0, 1)  # [B*2, L], rows alternate document 1, document 2

@@ -212,7 +212,7 @@ IMPLICIT_SETTINGS = {
     "model.cls_token": False,
     "model.positional_base": 10000,
     "model.two_tower_combine": "concat_prod_diff",
-    "model.mask_black_pixels": False,
+    "model.release_masking": False,
 }
 _ABSENT = "(absent)"
 

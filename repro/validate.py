@@ -102,7 +102,7 @@ RULES = {
     **{f"task.generate.{key}": INT_GE1 for key in ("n_train", "n_val", "n_test", "n_per_difficulty")},
     **{f"model.{key}": INT_GE1 for key in ("d_model", "d_hidden", "d_ff", "depth", "n_heads", "kernel_size", "groups")},
     **{f"model.{key}": FRACTION for key in ("dropout", "attention_dropout")},
-    "model.mask_black_pixels": BOOLEAN,
+    "model.release_masking": BOOLEAN,
 }
 
 

@@ -185,7 +185,7 @@ def test_flex_backend_matches_blockwise(case):
 
 @pytest.mark.parametrize("backend", ["sdpa", "materialized"])
 def test_vanilla_release_masking_is_the_lra_release_s_flax_attention(backend):
-    """``release_masking`` (model.mask_black_pixels) against the release's computation done literally in
+    """``release_masking`` (model.release_masking) against the release's computation done literally in
     float32: logits + a 0 / -1e10 bias on the outer product of the query and key masks, softmax. A real
     query ignores black keys; a black query's row absorbs q.k (uniform attention over every key, its
     output kept) yet passes q.k's gradient. Forward and gradients; the second sample is all black."""

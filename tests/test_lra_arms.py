@@ -159,12 +159,12 @@ def _pixels(seed: int = 0) -> torch.Tensor:
 
 
 def test_black_pixel_mask_leaves_the_real_pixels_states_as_padding_would():
-    """model.mask_black_pixels on a pixel task (no pad id): a real pixel sees only real pixels in every
+    """model.release_masking on a pixel task (no pad id): a real pixel sees only real pixels in every
     layer, so its states equal those of the same weights with black pixels as padding; a black pixel's
     state differs (it attends uniformly to every pixel, where padding gives it no attention output)."""
     torch.manual_seed(0)
     cfg = small_cfg("vanilla", attention_params={"backend": "materialized"}, pooling="mean")
-    release = SequenceClassifier({**cfg, "mask_black_pixels": True}, 20, 64, 3, pad_id=None, two_tower=False)
+    release = SequenceClassifier({**cfg, "release_masking": True}, 20, 64, 3, pad_id=None, two_tower=False)
     padding = SequenceClassifier(cfg, 20, 64, 3, pad_id=0, two_tower=False)
     padding.load_state_dict(release.state_dict())
     release, padding = release.double().eval(), padding.double().eval()
@@ -183,7 +183,7 @@ def test_black_pixel_mask_is_bigbird_s_padding_convention():
     does here: every state equals that of the same weights with black pixels as padding."""
     torch.manual_seed(0)
     cfg = small_cfg("bigbird", attention_params={**SMALL_PARAMS["bigbird"], "backend": "blockwise"}, pooling="mean")
-    release = SequenceClassifier({**cfg, "mask_black_pixels": True}, 20, 64, 3, pad_id=None, two_tower=False)
+    release = SequenceClassifier({**cfg, "release_masking": True}, 20, 64, 3, pad_id=None, two_tower=False)
     padding = SequenceClassifier(cfg, 20, 64, 3, pad_id=0, two_tower=False)
     padding.load_state_dict(release.state_dict())
     ids = _pixels()
@@ -195,7 +195,7 @@ def test_black_pixel_mask_is_bigbird_s_padding_convention():
 def test_black_pixel_mask_changes_nothing_where_the_release_ignored_it(name):
     torch.manual_seed(0)
     cfg = small_cfg(name, attention_params=SMALL_PARAMS[name], pooling="mean")
-    release = SequenceClassifier({**cfg, "mask_black_pixels": True}, 20, 64, 3, pad_id=None, two_tower=False)
+    release = SequenceClassifier({**cfg, "release_masking": True}, 20, 64, 3, pad_id=None, two_tower=False)
     plain = SequenceClassifier(cfg, 20, 64, 3, pad_id=None, two_tower=False)
     plain.load_state_dict(release.state_dict())
     ids = _pixels()
@@ -203,15 +203,30 @@ def test_black_pixel_mask_changes_nothing_where_the_release_ignored_it(name):
     torch.testing.assert_close(release.double().eval()(ids), plain.double().eval()(ids), rtol=0, atol=0)
 
 
-def test_black_pixel_mask_is_refused_where_it_is_not_implemented_or_not_a_pixel_task():
-    cfg = {**small_cfg("local", attention_params=SMALL_PARAMS["local"]), "mask_black_pixels": True}
-    with pytest.raises(ValueError, match=re.escape("model.mask_black_pixels=true: LocalAttention does not implement")):
+@pytest.mark.parametrize("name, attended", [("vanilla", False), ("linear", True), ("performer", True)])
+def test_release_masking_on_text_lets_padding_reach_the_mechanisms_whose_release_code_ignored_it(name, attended):
+    """On a padded task (CLS pooling): the release's Linformer, linear attention and Performer attend to the
+    padding (their logits equal a model that sees no padding mask); vanilla attention still leaves it out."""
+    torch.manual_seed(0)
+    cfg = small_cfg(name, attention_params=SMALL_PARAMS[name])
+    release = SequenceClassifier({**cfg, "release_masking": True}, 20, 64, 3, pad_id=0, two_tower=False)
+    padded = SequenceClassifier(cfg, 20, 64, 3, pad_id=0, two_tower=False)
+    unmasked = SequenceClassifier(cfg, 20, 64, 3, pad_id=None, two_tower=False)
+    for model in (padded, unmasked):
+        model.load_state_dict(release.state_dict())
+    ids = torch.randint(1, 20, (3, 30), generator=torch.Generator().manual_seed(2))
+    ids[1, 18:], ids[2, 9:] = 0, 0
+    out = release.double().eval()(ids)
+    torch.testing.assert_close(out, (unmasked if attended else padded).double().eval()(ids), rtol=1e-10, atol=1e-10)
+    assert not torch.allclose(out, (padded if attended else unmasked).double().eval()(ids))
+
+
+def test_release_masking_is_refused_where_it_is_not_implemented_and_must_be_a_boolean():
+    cfg = {**small_cfg("local", attention_params=SMALL_PARAMS["local"]), "release_masking": True}
+    with pytest.raises(ValueError, match=re.escape("model.release_masking=true: LocalAttention does not implement")):
         SequenceClassifier(cfg, 20, 64, 3, pad_id=None, two_tower=False)
-    cfg = {**small_cfg("vanilla"), "mask_black_pixels": True}
-    with pytest.raises(ValueError, match=re.escape("model.mask_black_pixels=true: this task pads with id 0")):
-        SequenceClassifier(cfg, 20, 64, 3, pad_id=0, two_tower=False)
-    assert out_of_range({"model": {"mask_black_pixels": "maybe"}}) == [
-        "model.mask_black_pixels='maybe': must be true or false"
+    assert out_of_range({"model": {"release_masking": "maybe"}}) == [
+        "model.release_masking='maybe': must be true or false"
     ]
 
 

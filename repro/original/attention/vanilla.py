@@ -12,7 +12,7 @@ Fully padded samples: SDPA would give NaN for a query row with no allowed key, s
 sample with no real token the key mask is opened (its outputs are then zeroed with the
 rest of the padded positions).
 
-``model.mask_black_pixels`` (``repro.model``): the LRA release's encoders mask input id 0
+``model.release_masking`` (``repro.model``): the LRA release's encoders mask input id 0
 (``src_padding_mask = (inputs > 0)``), which on the pixel tasks makes every black pixel padding.
 Its flax ``SelfAttention`` masks queries and keys with a 0 / -1e10 bias: a real query ignores
 the black keys; a black query's logits are all -1e10 (float32 absorbs ``q.k``), so it attends
@@ -54,7 +54,7 @@ class VanillaAttention(AttentionMixer):
         if backend not in BACKENDS:
             raise ValueError(f"unknown vanilla backend {backend!r}; choose from {BACKENDS}")
         self.backend = backend
-        self.release_masking = False  # set by the encoder under model.mask_black_pixels
+        self.release_masking = False  # set by the encoder under model.release_masking
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         if not self.release_masking or mask is None:
