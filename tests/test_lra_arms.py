@@ -452,6 +452,8 @@ def test_sinkhorn_s_head_and_synthesizer_s_q_k_term_are_the_release_s():
         # synthesizer.py's SynthesizerBlock: ignore_dot_product=False, which no config reaching the model changes
         synthesizer = resolve(composed("arm=lra_synthesizer", f"task={task}", "profile=paper"))["model"]
         assert synthesizer["attention_params"]["dot_product"] is True, task
+        # bigbird_attention.py: sparse_dot_product_attention takes no dropout
+        assert resolve(composed("arm=lra_bigbird", f"task={task}", "profile=paper"))["model"]["attention_dropout"] == 0
 
 
 # Settings of an (arm, task) corrected after some of its campaign records ran: those records differ from
@@ -462,6 +464,8 @@ CORRECTED = {
     ("lra_sinkhorn", "listops"): {"cls_token", "pooling", "head_hidden"},
     ("lra_synthesizer", "listops"): {"attention_params"},  # the release's q.k term (dot_product), found later
     ("lra_synthesizer", "text"): {"attention_params"},
+    ("lra_bigbird", "listops"): {"attention_dropout"},  # the release's BigBird applies no attention dropout
+    ("lra_bigbird", "text"): {"attention_dropout"},
 }
 
 
