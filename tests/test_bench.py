@@ -471,11 +471,11 @@ def test_attention_dropout_option_sets_every_arm_and_names_the_folder(tmp_path):
     assert attention_dropout_setting("lra") is None and attention_dropout_setting(0) == 0.0
     with pytest.raises(ValueError, match=r"attention_dropout='none' \(experiments/conf/bench.yaml\): give lra"):
         attention_dropout_setting("none")
-    specs, _ = plan(["lra_transformer", "lra_bigbird", "learned_pe"], {}, attention_dropout=0.0)
+    specs, _ = plan(["lra_transformer", "lra_sparse", "learned_pe"], {}, attention_dropout=0.0)
     by_name = {s.name: s.model for s in specs}
-    assert by_name["lra_transformer"]["attention_dropout"] == by_name["lra_bigbird"]["attention_dropout"] == 0.0
+    assert by_name["lra_transformer"]["attention_dropout"] == by_name["lra_sparse"]["attention_dropout"] == 0.0
     assert "attention_dropout" not in by_name["learned_pe"]  # no attention dropout to set: no key added
-    own, _ = plan(["lra_bigbird"], {})
+    own, _ = plan(["lra_sparse"], {})
     assert own[0].model["attention_dropout"] == 0.1
     meta = {
         "date": "2026-01-01",
