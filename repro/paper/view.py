@@ -123,8 +123,8 @@ class BundleView:
             for run in manifest["runs"]
         ]
         self.left_out = sorted(Path(p).as_posix() for p in leave_out or [])
-        leaving = {Path(p).resolve() for p in self.left_out}
-        unknown = [p for p in self.left_out if Path(p).resolve() not in {Path(r).resolve() for r in records}]
+        leaving, known = {Path(p).resolve() for p in self.left_out}, {Path(r).resolve() for r in records}
+        unknown = [p for p in self.left_out if Path(p).resolve() not in known]
         if unknown:
             raise BundleError(f"--leave-out {unknown[0]}: not a record of the bundles given (give bundle/runs/...)")
         records = [r for r in records if Path(r).resolve() not in leaving]

@@ -207,12 +207,18 @@ def sdpa_key_mask(mask: Tensor) -> Tensor | None:
 PAD_LOGIT = 1.0e6  # far below any score and below Reformer's self-mask value (-5e4), finite in bf16
 
 
-def fold_key_mask(q: Tensor, k: Tensor, key_mask: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+def fold_key_mask(
+    q: Tensor, k: Tensor, key_mask: Tensor, scale: float, query_feature: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """``q`` [..., Lq, d], ``k`` [..., Lk, d], ``key_mask`` [..., Lk] (True = real key) -> (q', k') of width
-    d' (the next multiple of 8 above d), to be used with ``scale`` (the caller's, not 1/sqrt(d'))."""
+    d' (the next multiple of 8 above d), to be used with ``scale`` (the caller's, not 1/sqrt(d')).
+    ``query_feature`` (broadcastable to [..., Lq, 1]): each query's folded channel instead of 1; a query
+    with 0 there sees the padded keys unpenalised."""
     width = q.shape[-1] + 1
     extra = -width % 8
     ones = q.new_ones(*q.shape[:-1], 1)
+    if query_feature is not None:
+        ones = ones * query_feature.to(q.dtype)
     key_feature = torch.where(key_mask, 0.0, -PAD_LOGIT / scale).to(k.dtype).unsqueeze(-1)
     q_folded = F.pad(torch.cat([q, ones], dim=-1), (0, extra))
     k_folded = F.pad(torch.cat([k, key_feature.expand(*k.shape[:-1], 1)], dim=-1), (0, extra))

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import ATTENTION
-from ._common import PAD_LOGIT, AttentionMixer, dense_attention, open_fully_masked, sdpa_aligned, sdpa_key_mask
+from ._common import AttentionMixer, dense_attention, fold_key_mask, open_fully_masked, sdpa_aligned, sdpa_key_mask
 
 BACKENDS = ("sdpa", "materialized")
 
@@ -66,16 +66,20 @@ class VanillaAttention(AttentionMixer):
         """The release's masking (module docstring). Its black row ``q.k - 1e10`` has the value of a
         constant row (float32 absorbs ``q.k``) and the gradient of ``q.k``; here that row's logits are
         ``(q - q') . k + q' . (k - k')`` (primes: detached), 0 in value with that gradient, and a real
-        row's are ``q . k`` with ``-PAD_LOGIT`` on black keys (``_common``'s folded key mask). Both as one
-        product of features ``2 * head_dim + 1`` wide."""
+        row's are ``q . k`` with ``-PAD_LOGIT`` on black keys (``_common.fold_key_mask``). Both as one
+        product of features ``2 * head_dim + 1`` wide (zero-padded to a multiple of 8)."""
         p = self.dropout if self.training else 0.0
         scale = 1.0 / math.sqrt(q.shape[-1])
         real = mask[:, None, :, None].to(q.dtype)  # [B, 1, L, 1]: real queries
-        key_pad = torch.where(mask, 0.0, -PAD_LOGIT / scale).to(k.dtype)[:, None, :, None].expand_as(k[..., :1])
         q_fixed, k_fixed = q.detach(), k.detach()
         black = 1 - real
-        q_wide = torch.cat([q * real + (q - q_fixed) * black, q_fixed * black, real.expand_as(q[..., :1])], dim=-1)
-        k_wide = torch.cat([k, k - k_fixed, key_pad], dim=-1)
+        q_wide, k_wide = fold_key_mask(
+            torch.cat([q * real + (q - q_fixed) * black, q_fixed * black], dim=-1),
+            torch.cat([k, k - k_fixed], dim=-1),
+            mask[:, None, :],
+            scale,
+            query_feature=real,  # black queries: no penalty on black keys (their row stays constant)
+        )
         if self.backend == "sdpa":
             return sdpa_aligned(q_wide, k_wide, v, scale=scale, dropout_p=p)
         s = torch.matmul(q_wide, k_wide.transpose(-1, -2)) * scale
