@@ -839,6 +839,8 @@ class Variant:
 
 
 def _attn(**params) -> dict:
+    """Attention-parameter changes (``lra_reformer``'s layout rows set ``release=False``: the layouts are
+    those of the paper's mechanism; the arm's own ``auto`` row times the release's attention)."""
     return {"attention_params": params}
 
 
@@ -856,15 +858,23 @@ VARIANTS = [
     Variant("lra_longformer", "flex128 lse-full", _flex(128, "flex", "full"), 1),
     Variant("lra_longformer", "flex128 lse-narrow", _flex(128, "flex", "narrow")),
     Variant("lra_longformer", "flex64 lse-narrow", _flex(64, "flex", "narrow")),
-    Variant("lra_reformer", "concat per_tensor", _attn(windows="concat", gather="per_tensor", sdpa_backends=None), 1),
-    Variant("lra_reformer", "unfold fused", _attn(windows="unfold", gather="fused", sdpa_backends=None)),
+    Variant("lra_reformer", "release", {}),  # the arm as it is: the release's attention
     Variant(
-        "lra_reformer", "unfold fused cudnn", _attn(windows="unfold", gather="fused", sdpa_backends=["CUDNN_ATTENTION"])
+        "lra_reformer",
+        "concat per_tensor",
+        _attn(release=False, windows="concat", gather="per_tensor", sdpa_backends=None),
+        1,
+    ),
+    Variant("lra_reformer", "unfold fused", _attn(release=False, windows="unfold", gather="fused", sdpa_backends=None)),
+    Variant(
+        "lra_reformer",
+        "unfold fused cudnn",
+        _attn(release=False, windows="unfold", gather="fused", sdpa_backends=["CUDNN_ATTENTION"]),
     ),
     Variant(
         "lra_reformer",
         "unfold fused efficient",
-        _attn(windows="unfold", gather="fused", sdpa_backends=["EFFICIENT_ATTENTION"]),
+        _attn(release=False, windows="unfold", gather="fused", sdpa_backends=["EFFICIENT_ATTENTION"]),
     ),
     Variant("lra_sinkhorn", "sdpa bias eager", _attn(sdpa_min_len=0, sdpa_mask="bias", balance="eager"), 1),
     Variant("lra_sinkhorn", "sdpa fold compiled", _attn(sdpa_min_len=0, sdpa_mask="fold", balance="compiled")),

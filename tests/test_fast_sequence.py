@@ -251,6 +251,74 @@ def test_reformer_backend_choice():
         reformer("flash")
 
 
+def release_lsh_reference(x, wq, wv, rotations, n_heads, n_buckets, n_hashes, chunk_len):
+    """The LRA release's ReformerAttention (reformer_attention.py), one example and one head at a time."""
+    length = x.shape[1]
+    x = torch.nn.functional.pad(x, (0, 0, 0, chunk_len - length % chunk_len))
+    lp, dh = x.shape[1], x.shape[2] // n_heads
+    heads = []
+    for b in range(x.shape[0]):
+        row = []
+        for h in range(n_heads):
+            query = (x[b] @ wq.T)[:, h * dh : (h + 1) * dh]
+            value = (x[b] @ wv.T)[:, h * dh : (h + 1) * dh]
+            rotated = torch.einsum("tf,fhi->hti", query, rotations.to(x.dtype))
+            buckets = torch.cat([rotated, -rotated], -1).argmax(-1) + (torch.arange(n_hashes) * n_buckets)[:, None]
+            ticker = torch.arange(n_hashes * lp)
+            sticker = torch.sort(lp * buckets.reshape(-1) + ticker % lp).indices
+            undo_sort = torch.sort(sticker).indices
+            st = sticker % lp
+            bq = query[st].reshape(n_hashes * n_buckets, -1, dh)
+            bv = value[st].reshape(n_hashes * n_buckets, -1, dh)
+            bk = torch.cat([bq, torch.cat([bq[-1:], bq[:-1]])], dim=1)  # look_one_back
+            bv = torch.cat([bv, torch.cat([bv[-1:], bv[:-1]])], dim=1)
+            dots = torch.einsum("hie,hje->hij", bq, bk) * dh**0.5
+            lse = torch.logsumexp(dots, -1, keepdim=True)
+            o = (torch.exp(dots - lse) @ bv).reshape(-1, dh)[undo_sort].reshape(n_hashes, lp, dh)
+            probs = torch.softmax(lse.reshape(-1)[undo_sort].reshape(n_hashes, lp, 1), dim=0)
+            row.append((o * probs).sum(0))
+        heads.append(torch.cat(row, dim=-1))
+    return torch.stack(heads)[:, :length]
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "materialized"])
+@pytest.mark.parametrize("n_hashes, n_buckets, chunk_len", [(1, 10, 10), (2, 4, 4), (1, 4, 8)])
+def test_reformer_release_mode_is_the_release_attention_forward_and_gradients(backend, n_hashes, n_buckets, chunk_len):
+    """release=True against the release's code written out per example and head (float64, training
+    mode): padding is hashed and attended, so the mask changes nothing; no output projection."""
+    torch.manual_seed(0)
+    build = ATTN.get("reformer")
+    settings = dict(d_model=16, n_heads=2, max_len=40, n_hashes=n_hashes, n_buckets=n_buckets, release=True)
+    module = build(**settings, chunk_len=chunk_len, backend=backend).double().train()
+    assert module.out_proj is None and module.k_proj is None
+    assert module.rotations.shape == (8, n_hashes, n_buckets // 2)
+    x, mask = padded_batch(3, 37, 16, [37, 20, 5])
+    weights = [module.q_proj.weight, module.v_proj.weight]
+    x_ref = x.clone().requires_grad_(True)
+    ref = release_lsh_reference(x_ref, *weights, module.rotations, 2, n_buckets, n_hashes, chunk_len)
+    x = x.requires_grad_(True)
+    out = module(x, mask)
+    torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(module(x.detach(), None), out.detach(), rtol=0, atol=0)
+    grad_out = torch.randn_like(out)
+    mine = torch.autograd.grad(out, [x, *weights], grad_out)
+    theirs = torch.autograd.grad(ref, [x_ref, *weights], grad_out)
+    for a, b in zip(mine, theirs, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+    assert torch.equal(build(**settings).rotations, module.rotations.float())  # one rotation for every layer
+
+
+def test_reformer_release_mode_refuses_what_it_would_ignore():
+    build = ATTN.get("reformer")
+    with pytest.raises(ValueError, match=r"applies no attention dropout; set model.attention_dropout=0.0 \(not 0.1\)"):
+        build(d_model=16, n_heads=2, max_len=40, dropout=0.1, release=True)
+    with pytest.raises(ValueError, match=r"attention_params.windows has no meaning with release=true; remove it"):
+        build(d_model=16, n_heads=2, max_len=40, windows="unfold", release=True)
+    module = build(d_model=16, n_heads=2, max_len=40, n_buckets=4, chunk_len=3, release=True)
+    with pytest.raises(ValueError, match=r"padded length 39 is not a multiple of n_buckets=4"):
+        module(torch.randn(1, 38, 16))
+
+
 @pytest.mark.parametrize("backend", ["materialized", "sdpa"])
 def test_reformer_attention_dropout_is_lra_dropout_in_distribution(backend):
     """Both backends drop entries of the normalised probabilities P and scale by 1/(1-p), no

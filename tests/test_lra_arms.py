@@ -348,6 +348,16 @@ def test_other_tasks_resolve_to_the_release_settings():
     assert sink["train"]["weight_decay"] == 0.7 and sink["model"]["attention_params"] == {"block_size": 64}
 
 
+def test_lra_reformer_is_the_release_attention_at_the_residual_width():
+    """The release's ReformerAttention sets its width from its input: image's qkv_dim 32 never reaches
+    it, so its 8 heads are 8 wide at width 64; no output projection, no attention dropout."""
+    run = resolve(composed("arm=lra_reformer", "task=image", "profile=paper"))
+    assert run["model"]["qkv_dim"] == 32 and run["model"]["attention_params"]["release"] is True
+    mixer = build_lra_layers(run["model"], max_len=1025)[0]
+    assert mixer.release and mixer.head_dim == 8 and mixer.q_proj.weight.shape == (64, 64)
+    assert mixer.out_proj is None and mixer.k_proj is None and mixer.attn_dropout.p == 0.0
+
+
 def test_vanilla_backend_can_be_overridden_from_the_command_line():
     run = resolve(composed("arm=lra_transformer", "task=listops", "+model.attention_params.backend=materialized"))
     assert run["model"]["attention_params"] == {"backend": "materialized"}
@@ -466,6 +476,8 @@ CORRECTED = {
     ("lra_synthesizer", "text"): {"attention_params"},
     ("lra_bigbird", "listops"): {"attention_dropout"},  # the release's BigBird applies no attention dropout
     ("lra_bigbird", "text"): {"attention_dropout"},
+    ("lra_reformer", "listops"): {"attention_params", "attention_dropout"},  # the release's computation
+    ("lra_reformer", "text"): {"attention_params", "attention_dropout"},
 }
 
 

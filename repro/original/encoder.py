@@ -127,18 +127,20 @@ def build_lra_layers(cfg: dict, max_len: int) -> list[nn.Module]:
     takes_seed = "seed" in inspect.signature(cls).parameters
     seed_offset = int(params.pop("seed", 0)) if takes_seed else 0
     layers: list[nn.Module] = []
+    # The release's Reformer takes its width from its input, whatever qkv_dim says (reformer_attention.py)
+    width = d_model if params.get("release") and getattr(cls, "RELEASE_WIDTH_IS_INPUT", False) else qkv_dim
     for index in range(int(cfg["depth"])):
         extra = {"seed": seed_offset + index} if takes_seed else {}
         mixer = cls(
-            d_model=qkv_dim,
+            d_model=width,
             n_heads=n_heads,
             max_len=max_len,
             dropout=float(cfg.get("attention_dropout", 0.0)),
             **params,
             **extra,
         )
-        if qkv_dim != d_model:
-            widen_projections(mixer, d_model, qkv_dim)
+        if width != d_model:
+            widen_projections(mixer, d_model, width)
         layers.append(mixer)
         layers.append(
             FeedForward(d_model, int(cfg["d_ff"]), cfg.get("activation", "gelu_tanh"), float(cfg.get("dropout", 0.0)))

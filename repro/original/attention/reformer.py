@@ -77,7 +77,22 @@ normalised probabilities and scale the kept ones by 1/(1-p), without renormalisi
 materialised path through ``nn.Dropout`` after the softmax, SDPA through ``dropout_p``); same
 distribution, different random draws. The release's ``ReformerAttention`` applies none, and
 differs in more (no output projection, width ``emb_dim`` rather than ``qkv_dim``, padding
-hashed and attended): ``paper/findings.md`` lists what is known.
+hashed and attended): ``release=True`` computes that attention instead.
+
+``release=True``: the LRA release's ``ReformerAttention`` (``lra_benchmarks/models/reformer/
+reformer_attention.py``), step by step. The layer's input is zero-padded by ``chunk_len -
+(L mod chunk_len)`` positions (``chunk_len`` there is this argument, default 10: a padding multiple,
+not a chunk size); queries and values are bias-free projections (no key projection, no output
+projection: the block adds the heads' concatenation to the residual, so the arm's ``qkv_dim`` must
+equal ``d_model``). One Gaussian rotation ``[dh, n_hashes, n_buckets / 2]`` hashes every head of
+every layer at every step (the release draws it from ``PRNGKey(0)`` in each call; here it is drawn
+once from a generator seeded 0, so its values differ from JAX's); bucket ``argmax([qR; -qR])`` plus
+``n_buckets`` times the round. The ``n_hashes x Lp`` positions are sorted by (bucket, position) and
+cut into ``n_hashes x n_buckets`` chunks; each chunk's queries attend to the unnormalised shared keys
+of their own chunk and the one before, the first chunk to the last (wrap-around), with logits
+``q . k * sqrt(dh)`` (multiplied, as the release does), no self-mask, no padding mask (padding and
+the added zero positions are hashed and attended) and no attention dropout; rounds combine by their
+log-normalisers. The mask is not read, and outputs at padded positions are not zeroed.
 """
 
 from __future__ import annotations
@@ -91,7 +106,7 @@ import torch.nn.functional as F
 
 from . import ATTENTION
 from ._common import fold_key_mask, sdpa_aligned
-from ._lowrank_common import SELF_MASK_VALUE, HeadedMixer, neg_fill, pad_to_multiple
+from ._lowrank_common import SELF_MASK_VALUE, HeadedMixer, merge_heads, neg_fill, pad_to_multiple
 from .fast_defaults import check_choice, choose
 
 BACKENDS = ("auto", "materialized", "sdpa")
@@ -155,6 +170,8 @@ class ReformerAttention(HeadedMixer):
     # the LRA release drops the (inputs > 0) mask here:
     # reformer/reformer_attention.py: padding_mask accepted, never read
     RELEASE_ZERO_MASK = "ignored"
+    # release=True: built at the residual width d_model, ignoring qkv_dim, as the release (encoder.py)
+    RELEASE_WIDTH_IS_INPUT = True
 
     def __init__(
         self,
@@ -173,8 +190,12 @@ class ReformerAttention(HeadedMixer):
         windows: str = "auto",
         gather: str = "auto",
         sdpa_backends="auto",
+        release: bool = False,
     ):
         super().__init__(d_model, n_heads, max_len, dropout, ("q", "v"), bias)
+        self.release = bool(release)
+        if self.release:
+            _check_release_settings(dropout, n_buckets, windows, gather, sdpa_backends)
         if n_buckets < 1 or (n_buckets > 1 and n_buckets % 2):
             raise ValueError(f"n_buckets must be 1 or even, not {n_buckets}")
         if backend not in BACKENDS:
@@ -193,11 +214,16 @@ class ReformerAttention(HeadedMixer):
         self.sdpa_backends = sdpa_backends
         self.n_hashes = n_hashes
         self.n_buckets = n_buckets
-        self.chunk_len = chunk_len or max(1, math.ceil(max_len / n_buckets))
+        self.chunk_len = chunk_len or (10 if self.release else max(1, math.ceil(max_len / n_buckets)))
         self.normalize_keys = normalize_keys
         self.dedup_rounds = dedup_rounds
-        self.redraw = redraw
-        self.register_buffer("rotations", self.draw_rotations())
+        self.redraw = redraw and not self.release
+        if self.release:
+            self.out_proj = None
+            shape = (self.head_dim, n_hashes, n_buckets // 2)
+            self.register_buffer("rotations", torch.randn(shape, generator=torch.Generator().manual_seed(0)))
+        else:
+            self.register_buffer("rotations", self.draw_rotations())
 
     def draw_rotations(
         self, generator: torch.Generator | None = None, dtype=torch.float32, device=None
@@ -233,6 +259,46 @@ class ReformerAttention(HeadedMixer):
         return perm, inv
 
     # -- attention --------------------------------------------------------------------------
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if not self.release:
+            return super().forward(x, mask)
+        length = x.shape[1]
+        x = F.pad(x, (0, 0, 0, self.chunk_len - length % self.chunk_len))  # the release pads its input
+        q, _, v = self.project_qkv(x)
+        return merge_heads(self.release_attention(q, v))[:, :length]
+
+    def release_attention(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """The release's LSH attention of ``q, v [B, H, Lp, dh]`` (module docstring, ``release=True``)."""
+        b, h, lp, dh = q.shape
+        r, nb = self.n_hashes, self.n_buckets
+        if lp % nb:
+            raise ValueError(
+                f"reformer (release): padded length {lp} is not a multiple of n_buckets={nb}, so the release "
+                f"cannot cut it into n_hashes x n_buckets chunks; choose chunk_len to make it one"
+            )
+        rotated = torch.einsum("bhld,drn->bhrln", q.detach().float(), self.rotations.float())
+        offsets = torch.arange(r, device=q.device).view(r, 1) * nb
+        buckets = (torch.cat([rotated, -rotated], dim=-1).argmax(dim=-1) + offsets).flatten(2)  # [B, H, r Lp]
+        ticker = torch.arange(r * lp, device=q.device)
+        order = torch.argsort(lp * buckets + ticker % lp, dim=-1)  # the release's sticker
+        undo = torch.argsort(order, dim=-1)
+        n, c = r * nb, lp // nb
+        sq, sv = (_gather_positions(t, (order % lp).unsqueeze(2)).view(b, h, n, c, dh) for t in (q, v))
+        keys = torch.cat([sq, torch.roll(sq, 1, dims=2)], dim=3)  # own chunk, then the one before (wrapping)
+        values = torch.cat([sv, torch.roll(sv, 1, dims=2)], dim=3)
+        lse = None
+        if r == 1 and self.resolved_backend(q.device) == "sdpa":
+            out = sdpa_aligned(sq.flatten(0, 1), keys.flatten(0, 1), values.flatten(0, 1), scale=dh**0.5)
+        else:
+            dots = torch.matmul(sq, keys.transpose(-1, -2)) * dh**0.5
+            lse = torch.logsumexp(dots, dim=-1, keepdim=True)
+            out = torch.matmul(torch.exp(dots - lse), values)
+        out = _gather_positions(out.reshape(b, h, r * lp, dh), undo.unsqueeze(2)).view(b, h, r, lp, dh)
+        if r == 1:
+            return out[:, :, 0]
+        weights = torch.softmax(torch.gather(lse.reshape(b, h, r * lp), 2, undo).view(b, h, r, lp), dim=2)
+        return (out * weights.unsqueeze(-1)).sum(dim=2)
 
     def resolved_backend(self, device: torch.device) -> str:
         """``materialized`` or ``sdpa``: ``auto`` is ``sdpa`` on CUDA."""
@@ -357,6 +423,21 @@ class ReformerAttention(HeadedMixer):
             ck = torch.gather(table, 2, wpos.flatten(2)).view_as(wpos).unsqueeze(-2)
             counts += ((cq == ck) | (cq - 1 == ck)).long()
         return counts.clamp_min(1)
+
+
+def _check_release_settings(dropout, n_buckets, windows, gather, sdpa_backends) -> None:
+    """``release=True`` computes one fixed function: refuse the settings it would otherwise ignore."""
+    if dropout:
+        raise ValueError(
+            f"reformer: attention_params.release=true is the LRA release's attention, which applies no "
+            f"attention dropout; set model.attention_dropout=0.0 (not {dropout})"
+        )
+    if n_buckets < 2:
+        raise ValueError(f"reformer: attention_params.release=true hashes into n_buckets >= 2 buckets, not {n_buckets}")
+    ignored = {"windows": windows, "gather": gather, "sdpa_backends": sdpa_backends}
+    for key, value in ignored.items():
+        if value != "auto":
+            raise ValueError(f"reformer: attention_params.{key} has no meaning with release=true; remove it")
 
 
 def _sdpa_kernels(backends):
