@@ -136,6 +136,24 @@ def test_a_cell_counts_as_done_in_any_of_several_records_folders(tmp_path):
     assert f"`{bundle.as_posix()}/extra/grid_log.csv`" in ledger
 
 
+def test_dry_run_marks_the_cells_a_records_folder_already_holds(tmp_path):
+    grid_path = tmp_path / "camp.yaml"
+    grid_path.write_text(
+        "common: [profile=paper]\ncells:\n  - {arms: [lra_transformer, lra_local], tasks: [listops], seeds: [0]}\n"
+    )
+    grid = load_grid(grid_path)
+    bundle = tmp_path / "bundle"
+    done_run = next(cr for cr in resolve_cells(grid.cells, grid.common, [f"output_dir={bundle}"], "t"))
+    _record(bundle, done_run, elapsed_s=3.5)
+    command = [*GRID, str(grid_path), "--dry-run"]
+    plain = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    marked = subprocess.run([*command, "--records", str(bundle)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert plain.returncode == 0 and marked.returncode == 0, marked.stderr[-2000:]
+    first, second = marked.stdout.splitlines()
+    assert first == f"# done in {bundle}: {plain.stdout.splitlines()[0]}" and done_run.cell.arm in first
+    assert second == plain.stdout.splitlines()[1] and not second.startswith("#")
+
+
 def test_a_block_s_overrides_come_after_the_common_ones_and_before_the_command_line_s(tmp_path):
     from repro.grid.cells import command
 

@@ -94,7 +94,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--resume-from", type=Path, default=None, help="unpack a slot's archives into output_dir first")
     run.add_argument("--claim-dir", type=Path, default=None, help="share the queue with other grid processes")
     run.add_argument("--runner", type=Path, default=DEFAULT_RUNNER, help="the script each cell runs")
-    run.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    run.add_argument(
+        "--dry-run", action="store_true", help="print the commands, run nothing (cells done in --records as comments)"
+    )
     run.add_argument(
         "--first",
         default=None,
@@ -207,13 +209,24 @@ def _main(argv: list[str], started: float) -> int:
     if args.first:
         grid = put_first(grid, [a.strip() for a in args.first.split(",") if a.strip()])
     if args.dry_run:
-        for cell in grid.cells:
-            print(shlex.join(["python", *command(args.runner, cell, grid.common, extra)[1:]]))
-        return 0
+        return _dry_run(args, grid, extra)
     from .driver import plan_grid, run_grid
 
     output_dir([*grid.common, *extra]).mkdir(parents=True, exist_ok=True)
     return (plan_grid if args.plan else run_grid)(args, grid, extra, args.runner, started)
+
+
+def _dry_run(args, grid, extra: list[str]) -> int:
+    """Print each cell's command; a cell with a complete record of its settings in a ``--records`` folder
+    (which a run would skip) is printed as a comment naming that folder."""
+    from .runs import locate
+
+    found = locate(grid.cells, grid.common, extra, args.records or [], str(grid.path))
+    folders = [folder for _, folder in found] if found else [None] * len(grid.cells)
+    for cell, folder in zip(grid.cells, folders, strict=True):
+        line = shlex.join(["python", *command(args.runner, cell, grid.common, extra)[1:]])
+        print(line if folder is None else f"# done in {folder}: {line}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
