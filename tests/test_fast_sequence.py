@@ -252,7 +252,8 @@ def test_reformer_backend_choice():
 
 
 def release_lsh_reference(x, wq, wv, rotations, n_heads, n_buckets, n_hashes, chunk_len):
-    """The LRA release's ReformerAttention (reformer_attention.py), one example and one head at a time."""
+    """The LRA release's ReformerAttention (reformer_attention.py), one example and one head at a time; the
+    heads' outputs [H, Lp, dh] reshaped to [Lp, H dh] without moving the heads axis, as the release does."""
     length = x.shape[1]
     x = torch.nn.functional.pad(x, (0, 0, 0, chunk_len - length % chunk_len))
     lp, dh = x.shape[1], x.shape[2] // n_heads
@@ -277,7 +278,7 @@ def release_lsh_reference(x, wq, wv, rotations, n_heads, n_buckets, n_hashes, ch
             o = (torch.exp(dots - lse) @ bv).reshape(-1, dh)[undo_sort].reshape(n_hashes, lp, dh)
             probs = torch.softmax(lse.reshape(-1)[undo_sort].reshape(n_hashes, lp, 1), dim=0)
             row.append((o * probs).sum(0))
-        heads.append(torch.cat(row, dim=-1))
+        heads.append(torch.stack(row).reshape(lp, -1))  # [H, Lp, dh] -> [Lp, H dh] as jnp.reshape does
     return torch.stack(heads)[:, :length]
 
 
@@ -300,6 +301,9 @@ def test_reformer_release_mode_is_the_release_attention_forward_and_gradients(ba
     out = module(x, mask)
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(module(x.detach(), None), out.detach(), rtol=0, atol=0)
+    padded = torch.nn.functional.pad(x, (0, 0, 0, chunk_len - 37 % chunk_len))
+    heads_at_positions = module.release_attention(*module.project_qkv(padded)[::2])
+    assert not torch.allclose(out, heads_at_positions.transpose(1, 2).flatten(2)[:, :37])  # the layouts differ
     grad_out = torch.randn_like(out)
     mine = torch.autograd.grad(out, [x, *weights], grad_out)
     theirs = torch.autograd.grad(ref, [x_ref, *weights], grad_out)

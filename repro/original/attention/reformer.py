@@ -83,8 +83,9 @@ hashed and attended): ``release=True`` computes that attention instead.
 reformer_attention.py``), step by step. The layer's input is zero-padded by ``chunk_len -
 (L mod chunk_len)`` positions (``chunk_len`` there is this argument, default 10: a padding multiple,
 not a chunk size); queries and values are bias-free projections (no key projection, no output
-projection: the block adds the heads' concatenation to the residual, so the arm's ``qkv_dim`` must
-equal ``d_model``). One Gaussian rotation ``[dh, n_hashes, n_buckets / 2]`` hashes every head of
+projection: the block adds the heads' outputs, reshaped as below, to the residual, so the layer is
+built at the width ``d_model`` whatever ``qkv_dim`` says: ``RELEASE_WIDTH_IS_INPUT``). One Gaussian
+rotation ``[dh, n_hashes, n_buckets / 2]`` hashes every head of
 every layer at every step (the release draws it from ``PRNGKey(0)`` in each call; here it is drawn
 once from a generator seeded 0, so its values differ from JAX's); bucket ``argmax([qR; -qR])`` plus
 ``n_buckets`` times the round. The ``n_hashes x Lp`` positions are sorted by (bucket, position) and
@@ -92,7 +93,11 @@ cut into ``n_hashes x n_buckets`` chunks; each chunk's queries attend to the unn
 of their own chunk and the one before, the first chunk to the last (wrap-around), with logits
 ``q . k * sqrt(dh)`` (multiplied, as the release does), no self-mask, no padding mask (padding and
 the added zero positions are hashed and attended) and no attention dropout; rounds combine by their
-log-normalisers. The mask is not read, and outputs at padded positions are not zeroed.
+log-normalisers. The heads' outputs ``[B, H, Lp, dh]`` are then reshaped to ``[B, Lp, H dh]`` as they
+lie in memory, without moving the heads axis first (the release's ``jnp.reshape``): output row ``l``
+holds head ``floor(l H / Lp)``'s outputs at ``H`` consecutive positions, so positions and heads are
+scrambled wherever ``H > 1``; the first ``L`` rows are kept. The mask is not read, and outputs at
+padded positions are not zeroed.
 """
 
 from __future__ import annotations
@@ -106,7 +111,7 @@ import torch.nn.functional as F
 
 from . import ATTENTION
 from ._common import fold_key_mask, sdpa_aligned
-from ._lowrank_common import SELF_MASK_VALUE, HeadedMixer, merge_heads, neg_fill, pad_to_multiple
+from ._lowrank_common import SELF_MASK_VALUE, HeadedMixer, neg_fill, pad_to_multiple
 from .fast_defaults import check_choice, choose
 
 BACKENDS = ("auto", "materialized", "sdpa")
@@ -266,7 +271,10 @@ class ReformerAttention(HeadedMixer):
         length = x.shape[1]
         x = F.pad(x, (0, 0, 0, self.chunk_len - length % self.chunk_len))  # the release pads its input
         q, _, v = self.project_qkv(x)
-        return merge_heads(self.release_attention(q, v))[:, :length]
+        out = self.release_attention(q, v)  # [B, H, Lp, dh]
+        # The release reshapes [B, H, Lp, dh] to [B, Lp, H dh] without moving the heads axis: row l holds
+        # head floor(l H / Lp) at the H positions from (l H) mod Lp on, side by side (reformer_attention.py)
+        return out.reshape(out.shape[0], out.shape[2], -1)[:, :length]
 
     def release_attention(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """The release's LSH attention of ``q, v [B, H, Lp, dh]`` (module docstring, ``release=True``)."""
