@@ -212,6 +212,43 @@ def test_vanilla_release_masking_is_the_lra_release_s_flax_attention(backend):
     assert not torch.allclose(mixer.train()(x, mask), out)
 
 
+@pytest.mark.parametrize("L", [37, 40])  # 40: a whole extra block of zero positions, as the release pads
+def test_local_release_mode_is_the_release_s_strided_groups_with_their_misaligned_mask(L):
+    """release=True against local_attention.py done literally in float32: the input padded with zero
+    positions marked real, [B, Lp, H, dh] reshaped to [B, block, NB, H, dh] and attended over axis 1
+    (strided groups), the mask cut into contiguous blocks (block n's to group n), a 0 / -1e10 bias on the
+    outer product of its query and key masks. Forward and gradients."""
+    torch.manual_seed(0)
+    B, D, H, S = 3, 16, 2, 8
+    mixer = ATTENTION.get("local")(D, H, 64, block_size=S, release=True)
+    assert mixer.RELEASE_ZERO_MASK == "padding"
+    mask = torch.ones(B, L, dtype=torch.bool)
+    mask[1, 20:], mask[2, 5:] = False, False
+    x = torch.randn(B, L, D, requires_grad=True)
+    out = mixer(x, mask)
+    extra = S - L % S
+    lp, nb, dh = L + extra, (L + extra) // S, D // H
+    wq, wk, wv = mixer.proj.qkv.weight.chunk(3, dim=0)
+    xp = torch.nn.functional.pad(x, (0, 0, 0, extra))
+    bq, bk, bv = ((xp @ w.T).reshape(B, S, nb, H, dh) for w in (wq, wk, wv))
+    blocks = torch.nn.functional.pad(mask, (0, extra), value=True).reshape(B, nb, S)
+    bias = torch.where(blocks[..., :, None] & blocks[..., None, :], 0.0, -1e10)  # [B, NB, S, S]
+    logits = torch.einsum("binhd,bjnhd->bnhij", bq / math.sqrt(dh), bk) + bias[:, :, None]
+    y = torch.einsum("bnhij,bjnhd->binhd", torch.softmax(logits, dim=-1), bv).reshape(B, lp, D)
+    expected = (y @ mixer.proj.out.weight.T)[:, :L]
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+    weights = torch.randn_like(out)
+    got = torch.autograd.grad((out * weights).sum(), [x, *mixer.parameters()])
+    want = torch.autograd.grad((expected * weights).sum(), [x, *mixer.parameters()])
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    contiguous = ATTENTION.get("local")(D, H, 64, block_size=S)
+    contiguous.load_state_dict(mixer.state_dict())
+    assert not torch.allclose(contiguous(x, mask)[0], out[0])  # strided groups, not contiguous blocks
+    with pytest.raises(ValueError, match="remove look_backward, look_forward and backend"):
+        ATTENTION.get("local")(D, H, 64, block_size=S, look_backward=1, release=True)
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_appending_padding_changes_nothing(case):
     m = build(case, torch.float32)

@@ -11,11 +11,18 @@ attends within the block only), i.e. ``look_backward = look_forward = 0``: each 
 exactly the keys of its own block. ``look_backward=1`` (+ ``look_forward=1``) gives the
 overlapping, lucidrains-style variant.
 
-Note on LRA's code: ``local_attention.py`` reshapes ``[B, L, H, Dh]`` to
-``[B, block_size, L // block_size, H, Dh]`` and attends over axis 1, which groups
-positions ``t`` with equal ``t mod (L // block_size)`` (a strided pattern), while its
-padding mask is cut into contiguous blocks. We implement the stated intent (contiguous
-blocks), not that reshape.
+``release=True``: what LRA's ``local_attention.py`` computes, which is not that. It pads the layer's
+input with ``block_size - (L mod block_size)`` zero positions (a whole block when ``L`` is a multiple),
+marked real in its mask (``jnp.pad`` of a boolean mask with -1e9 gives True), reshapes ``[B, Lp, H, Dh]``
+to ``[B, block_size, NB, H, Dh]`` (``NB = Lp / block_size``) and attends over axis 1: group ``n`` is
+the strided positions ``n, n + NB, n + 2 NB, ...``. Its padding mask is cut into contiguous blocks
+instead, and group ``n`` takes block ``n``'s: query ``i`` and key ``j`` of group ``n`` are allowed when
+positions ``n block_size + i`` and ``n block_size + j`` are both real; a masked key gets -1e10 added;
+a masked query's row is all -1e10, which float32 makes uniform over the group while ``q.k`` keeps its
+gradient (here: logits ``q.k - (q.k).detach()``, as ``vanilla``'s release masking). No output is
+zeroed. The mask is the release's ``(inputs > 0)``: padding on text and ListOps, black pixels on the
+pixel tasks under ``model.release_masking`` (``RELEASE_ZERO_MASK = "padding"``). Logits in float32.
+The default (``release=False``) implements the stated intent: contiguous blocks.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from ._common import (
     BLOCKSPARSE_BACKENDS,
     AttentionMixer,
     FlexPatternMixin,
+    full_mask,
     gather_block_mask,
     gather_blocks,
     n_blocks,
@@ -56,8 +64,17 @@ class LocalAttention(FlexPatternMixin, AttentionMixer):
         look_backward: int = 0,
         look_forward: int = 0,
         backend: str = "blockwise",
+        release: bool = False,
     ):
         super().__init__(d_model, n_heads, max_len, dropout)
+        self.release = bool(release)
+        if self.release and (look_backward or look_forward or backend != "blockwise"):
+            raise ValueError(
+                "local: attention_params.release=true computes the release's strided groups; remove "
+                "look_backward, look_forward and backend"
+            )
+        if self.release:  # the release's attention takes (inputs > 0) as its padding mask
+            self.RELEASE_ZERO_MASK = "padding"
         if block_size < 1 or look_backward < 0 or look_forward < 0:
             raise ValueError("block_size must be >= 1 and look_backward/look_forward >= 0")
         self.block_size = int(block_size)
@@ -77,6 +94,29 @@ class LocalAttention(FlexPatternMixin, AttentionMixer):
             return (d >= -back) & (d <= fwd)
 
         return mask_mod
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        if not self.release:
+            return super().forward(x, mask)
+        q, k, v = self.project(x)
+        return self.proj.output(self.release_attend(q, k, v, full_mask(x, mask)))
+
+    def release_attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        """The release's strided groups and misaligned mask (module docstring, ``release=True``)."""
+        B, H, L, Dh = q.shape
+        S = self.block_size
+        Lp = L + S - L % S
+        nb = Lp // S
+        # position i * NB + n is member i of group n: [B, H, Lp, Dh] -> [B, H, NB, S, Dh]
+        q, k, v = (pad_dim(t, 2, Lp).view(B, H, S, nb, Dh).transpose(2, 3) for t in (q, k, v))
+        chunk = pad_dim(mask, 1, Lp, True).view(B, 1, nb, S)  # contiguous block n's mask, given to group n
+        wide = torch.promote_types(q.dtype, torch.float32)  # float32 at least, as the release
+        logits = torch.matmul(q.to(wide), k.to(wide).transpose(-1, -2)) / Dh**0.5
+        masked_keys = logits.masked_fill(~chunk.unsqueeze(-2), -1e10)
+        logits = torch.where(chunk.unsqueeze(-1), masked_keys, logits - logits.detach())
+        probs = F.dropout(torch.softmax(logits, dim=-1), p=self.dropout, training=self.training)
+        out = torch.matmul(probs.to(v.dtype), v)  # [B, H, NB, S, Dh]
+        return out.transpose(2, 3).reshape(B, H, Lp, Dh)[:, :, :L]
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
         if self.backend == "flex":
