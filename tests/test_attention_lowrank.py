@@ -313,6 +313,56 @@ def test_sinkhorn_sdpa_backend_equals_the_materialized_one(params, sdpa_mask):
         build("sinkhorn", backend="fast")
 
 
+def release_sinkhorn_reference(x, mixer, mask, block_size, max_num_blocks=25):
+    """sinkhorn_attention.py done literally in float32 (non-causal, sort_activation 'softmax'), with a
+    sort net of the release's shape (dh -> max_num_blocks, no bias) whose output should not matter."""
+    b, length, d = x.shape
+    h = mixer.n_heads
+    dh, nb = d // h, length // block_size
+    q, k, v = (p(x).view(b, length, h, dh) for p in (mixer.q_proj, mixer.k_proj, mixer.v_proj))
+    bq, bk, bv = (t.reshape(b, block_size, nb, h, dh) for t in (q, k, v))
+    sort_net = torch.randn(dh, max_num_blocks, generator=torch.Generator().manual_seed(3))
+    permutation = torch.softmax((bk.sum(dim=1) @ sort_net)[..., :nb], dim=-1)  # [b, nb, h, <=25]
+    sorted_key = torch.einsum("bskhd,bnhl->bsnhd", bk, permutation)
+    sorted_value = torch.einsum("bskhd,bnhl->bsnhd", bv, permutation)
+    blocks = mask.reshape(b * nb, block_size)
+    padding = (blocks[:, :, None] & blocks[:, None, :]).reshape(b, nb, block_size, block_size)
+    sorted_padding = torch.einsum("bksj,bnhl->bnsj", padding.float(), permutation)
+
+    def attention(keys, values, allowed):  # local_dot_product_attention over axis 1
+        bias = torch.where(allowed, 0.0, -1e10)[:, :, None]  # [b, nb, 1, s, s]
+        logits = torch.einsum("binhd,bjnhd->bnhij", bq / dh**0.5, keys) + bias
+        return torch.einsum("bnhij,bjnhd->binhd", torch.softmax(logits, dim=-1), values)
+
+    out = attention(bk, bv, padding) + attention(sorted_key, sorted_value, sorted_padding > 0)
+    return mixer.out_proj(out.reshape(b, length, d))
+
+
+@pytest.mark.parametrize("lengths", [(40, 40), (40, 13), (40, 5)])
+def test_sinkhorn_release_mode_is_the_release_s_attention(lengths):
+    """release=True against sinkhorn_attention.py done literally in float32: strided groups, sorted keys
+    that sum the sorting network away, two softmaxes added, the misaligned padding masks; forward and
+    gradients (the literal version's sort net gets none)."""
+    torch.manual_seed(0)
+    block_size, d = 8, 16
+    mixer = ATTN.get("sinkhorn")(d_model=d, n_heads=2, max_len=40, block_size=block_size, release=True)
+    assert mixer.sort_net is None and mixer.RELEASE_ZERO_MASK == "padding"
+    mask = torch.arange(40)[None, :] < torch.tensor(lengths)[:, None]
+    x = torch.randn(2, 40, d, requires_grad=True)
+    out = mixer(x, mask)
+    expected = release_sinkhorn_reference(x, mixer, mask, block_size)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    weights = torch.randn_like(out)
+    got = torch.autograd.grad((out * weights).sum(), [x, *mixer.parameters()])
+    want = torch.autograd.grad((expected * weights).sum(), [x, *mixer.parameters()])
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="length 41 is not a multiple of block_size=8"):
+        mixer(torch.randn(1, 41, d))
+    with pytest.raises(ValueError, match="attention_params.combine has no meaning with release=true"):
+        ATTN.get("sinkhorn")(d_model=d, n_heads=2, max_len=40, combine="sum", release=True)
+
+
 def test_sinkhorn_compiled_balance_equals_the_eager_one():
     """``balance=compiled`` runs ``sinkhorn_log`` through torch.compile (on CUDA in the mixer; compiled here on
     CPU, the same graph): forward and gradient equal the eager iterations in float64."""

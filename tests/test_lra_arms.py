@@ -472,7 +472,7 @@ def test_sinkhorn_s_head_and_synthesizer_s_q_k_term_are_the_release_s():
 # the README's Table 1 command leaves them out (lra_sinkhorn: the release's own Sinkhorn head, found
 # after its ListOps seed-0 cell ran; lra_synthesizer: the release's q.k term; the arms' YAML files).
 CORRECTED = {
-    ("lra_sinkhorn", "listops"): {"cls_token", "pooling", "head_hidden"},
+    ("lra_sinkhorn", "listops"): {"cls_token", "pooling", "head_hidden", "attention_params"},
     ("lra_synthesizer", "listops"): {"attention_params"},  # the release's q.k term (dot_product), found later
     ("lra_synthesizer", "text"): {"attention_params"},
     ("lra_bigbird", "listops"): {"attention_dropout"},  # the release's BigBird applies no attention dropout

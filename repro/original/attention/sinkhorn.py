@@ -28,11 +28,22 @@ Defaults and sources:
   within ~5e-2 to ~1.3e-1 after 20 and ~1e-2 after 100. Raise ``n_iters`` or
   ``temperature`` for a closer doubly stochastic matrix (memory for backward
   grows as ``n_iters * n_blocks^2`` per head).
-* Also noted about the LRA release (not reproduced): its sorted keys are
-  computed with ``einsum('bskhd,bnhl->bsnhd')``, which sums over all key blocks
-  and over the permutation row separately (so every "sorted" block is the same
-  sum of all blocks), and its ``[bs, block_size, n_blocks]`` reshape makes
-  strided rather than contiguous blocks. Gumbel noise is not used.
+* Gumbel noise is not used.
+
+``release=True``: what the LRA release's ``sinkhorn_attention.py`` computes (non-causal, its default
+``sort_activation='softmax'``), which is not the mechanism above. Its reshape of ``[B, L, H, dh]`` to
+``[B, block_size, NB, H, dh]`` (``NB = L / block_size``; ``L`` must be a multiple) makes group ``n``
+the strided positions ``n, n + NB, ...``, and each query attends over its group ("local"). Its
+"sorted" keys ``einsum('bskhd,bnhl->bsnhd', block_key, permutation)`` sum over the key blocks and
+over the permutation's row separately, and a softmax row sums to 1, so sorted key ``s`` is the sum
+of the ``NB`` consecutive keys ``s NB .. s NB + NB - 1`` (values alike), the same for every group,
+and the sorting network gets no gradient (its parameters are left out here: they change nothing).
+Local and sorted attention are two softmaxes, each with its own dropout, whose outputs are added.
+The padding mask is cut into contiguous blocks of ``block_size`` and group ``n`` takes block ``n``'s
+(as the release's local attention: ``local.py``); the sorted mask allows query member ``i`` and
+sorted key ``j`` when some block has both its ``i``-th and ``j``-th positions real. Masked keys get
+-1e10; a row with none allowed is uniform (float32), keeping ``q.k``'s gradient. No output is zeroed;
+logits in float32. The mask is the release's ``(inputs > 0)`` (``RELEASE_ZERO_MASK = "padding"``).
 
 Padding: padded keys and values are zeroed before the block sums and the
 mixing; a block with no real token is "padding". The Sinkhorn logits between a
@@ -76,7 +87,7 @@ import math
 import torch
 
 from . import ATTENTION
-from ._common import MASKED_LOGIT, fold_key_mask, sdpa_aligned
+from ._common import MASKED_LOGIT, fold_key_mask, full_mask, merge_heads, sdpa_aligned
 from ._lowrank_common import HeadedMixer, neg_fill, pad_to_multiple, xavier_linear
 from .fast_defaults import check_at_least, check_choice, choose
 
@@ -122,8 +133,15 @@ class SinkhornAttention(HeadedMixer):
         sdpa_min_len="auto",
         sdpa_mask: str = "auto",
         balance: str = "auto",
+        release: bool = False,
     ):
         super().__init__(d_model, n_heads, max_len, dropout, ("q", "k", "v"), bias)
+        self.release = bool(release)
+        if self.release:
+            given = dict(n_iters=n_iters, temperature=temperature, sort_activation=sort_activation, combine=combine)
+            given.update(backend=backend, sdpa_min_len=sdpa_min_len, sdpa_mask=sdpa_mask, balance=balance)
+            _check_release_settings(given)
+            self.RELEASE_ZERO_MASK = "padding"  # the release's attention takes (inputs > 0) as its padding
         if backend not in BACKENDS:
             raise ValueError(f"unknown sinkhorn backend {backend!r}; choose from {BACKENDS}")
         self.backend = backend
@@ -140,7 +158,41 @@ class SinkhornAttention(HeadedMixer):
         self.sort_activation = sort_activation
         self.combine = combine
         self.max_blocks = math.ceil(max_len / block_size)
-        self.sort_net = xavier_linear(self.head_dim, self.max_blocks, bias=False)
+        self.sort_net = None if self.release else xavier_linear(self.head_dim, self.max_blocks, bias=False)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if not self.release:
+            return super().forward(x, mask)
+        q, k, v = self.project_qkv(x)
+        return self.out_proj(merge_heads(self.release_attend(q, k, v, full_mask(x, mask))))
+
+    def release_attend(self, q, k, v, mask):
+        """The release's strided local groups plus its summed-away "sorted" keys (module docstring)."""
+        b, h, length, dh = q.shape
+        size = self.block_size
+        if length % size:
+            raise ValueError(
+                f"sinkhorn (release): length {length} is not a multiple of block_size={size}, which the "
+                "release's reshape needs; use attention_params.release=false for this task"
+            )
+        nb = length // size
+        qg, kg, vg = (t.view(b, h, size, nb, dh).transpose(2, 3) for t in (q, k, v))  # [B, H, NB, S, dh]
+        sk, sv = (t.view(b, h, size, nb, dh).sum(dim=3)[:, :, None] for t in (k, v))  # [B, H, 1, S, dh]
+        chunk = mask.view(b, nb, size)  # contiguous block n's mask, given to group n
+        sorted_ok = torch.einsum("bni,bnj->bij", chunk.float(), chunk.float()) > 0  # [B, S, S]
+        local = self._release_softmax(qg, kg, chunk[:, None, :, :, None] & chunk[:, None, :, None, :])
+        srt = self._release_softmax(qg, sk, sorted_ok[:, None, None])
+        out = torch.matmul(local.to(vg.dtype), vg) + torch.matmul(srt.to(sv.dtype), sv)
+        return out.transpose(2, 3).reshape(b, h, length, dh)
+
+    def _release_softmax(self, q, k, allowed):
+        """Dropped-out softmax of ``q.k / sqrt(dh)`` in float32 with -1e10 on disallowed pairs; a row with
+        none allowed has the value of a constant row and ``q.k``'s gradient (as float32 gives the release)."""
+        wide = torch.promote_types(q.dtype, torch.float32)
+        logits = torch.matmul(q.to(wide), k.to(wide).transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        any_allowed = allowed.any(dim=-1, keepdim=True)
+        logits = torch.where(any_allowed, logits.masked_fill(~allowed, -1e10), logits - logits.detach())
+        return self.attn_dropout(torch.softmax(logits, dim=-1))
 
     def _blocks(self, x: torch.Tensor, mask: torch.Tensor):
         """Pad to a multiple of block_size, zero padded rows, reshape to blocks."""
@@ -246,3 +298,22 @@ class SinkhornAttention(HeadedMixer):
             scale=scale,
         )
         return out.unflatten(1, (H, nb))
+
+
+RELEASE_IGNORES = dict(
+    n_iters=20,
+    temperature=1.0,
+    sort_activation="sinkhorn",
+    combine="joint",
+    backend="auto",
+    sdpa_min_len="auto",
+    sdpa_mask="auto",
+    balance="auto",
+)
+
+
+def _check_release_settings(given: dict) -> None:
+    """``release=True`` computes one fixed function: refuse the settings it would otherwise ignore."""
+    for key, default in RELEASE_IGNORES.items():
+        if given[key] != default:
+            raise ValueError(f"sinkhorn: attention_params.{key} has no meaning with release=true; remove it")
