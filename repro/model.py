@@ -175,9 +175,10 @@ def release_mask_use(mixer: nn.Module) -> bool:
         return False
     raise ValueError(
         f"model.release_masking=true: {type(mixer).__name__} does not implement what the LRA release's "
-        "attention did with its (inputs > 0) mask; it is implemented for lra_transformer, lra_bigbird and the "
-        "mechanisms whose release code ignores the mask (lra_linformer, lra_reformer, lra_linear, "
-        "lra_performer): remove the setting or use one of those arms"
+        "attention did with its (inputs > 0) mask; it is implemented for lra_transformer, lra_bigbird, lra_local "
+        "and lra_sinkhorn with attention_params.release=true, and the mechanisms whose release code ignores the "
+        "mask (lra_linformer, lra_reformer, lra_linear, lra_performer): remove the setting or use one of those "
+        "arms"
     )
 
 

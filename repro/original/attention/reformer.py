@@ -201,6 +201,10 @@ class ReformerAttention(HeadedMixer):
         self.release = bool(release)
         if self.release:
             _check_release_settings(dropout, n_buckets, windows, gather, sdpa_backends)
+            kept = dict(normalize_keys=normalize_keys, dedup_rounds=dedup_rounds, redraw=redraw, bias=bias)
+            for key, value in kept.items():
+                if value != RELEASE_KEEPS[key]:
+                    raise ValueError(f"reformer: attention_params.{key} has no meaning with release=true; remove it")
         if n_buckets < 1 or (n_buckets > 1 and n_buckets % 2):
             raise ValueError(f"n_buckets must be 1 or even, not {n_buckets}")
         if backend not in BACKENDS:
@@ -285,7 +289,8 @@ class ReformerAttention(HeadedMixer):
                 f"reformer (release): padded length {lp} is not a multiple of n_buckets={nb}, so the release "
                 f"cannot cut it into n_hashes x n_buckets chunks; choose chunk_len to make it one"
             )
-        rotated = torch.einsum("bhld,drn->bhrln", q.detach().float(), self.rotations.float())
+        with torch.autocast(q.device.type, enabled=False):  # hashing in float32, as the release
+            rotated = torch.einsum("bhld,drn->bhrln", q.detach().float(), self.rotations.float())
         offsets = torch.arange(r, device=q.device).view(r, 1) * nb
         buckets = (torch.cat([rotated, -rotated], dim=-1).argmax(dim=-1) + offsets).flatten(2)  # [B, H, r Lp]
         ticker = torch.arange(r * lp, device=q.device)
@@ -431,6 +436,9 @@ class ReformerAttention(HeadedMixer):
             ck = torch.gather(table, 2, wpos.flatten(2)).view_as(wpos).unsqueeze(-2)
             counts += ((cq == ck) | (cq - 1 == ck)).long()
         return counts.clamp_min(1)
+
+
+RELEASE_KEEPS = dict(normalize_keys=True, dedup_rounds=True, redraw=True, bias=False)  # the defaults
 
 
 def _check_release_settings(dropout, n_buckets, windows, gather, sdpa_backends) -> None:

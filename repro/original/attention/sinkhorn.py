@@ -189,10 +189,11 @@ class SinkhornAttention(HeadedMixer):
         """Dropped-out softmax of ``q.k / sqrt(dh)`` in float32 with -1e10 on disallowed pairs; a row with
         none allowed has the value of a constant row and ``q.k``'s gradient (as float32 gives the release)."""
         wide = torch.promote_types(q.dtype, torch.float32)
-        logits = torch.matmul(q.to(wide), k.to(wide).transpose(-1, -2)) / math.sqrt(q.shape[-1])
-        any_allowed = allowed.any(dim=-1, keepdim=True)
-        logits = torch.where(any_allowed, logits.masked_fill(~allowed, -1e10), logits - logits.detach())
-        return self.attn_dropout(torch.softmax(logits, dim=-1))
+        with torch.autocast(q.device.type, enabled=False):  # autocast would run the product in bf16
+            logits = torch.matmul(q.to(wide), k.to(wide).transpose(-1, -2)) / math.sqrt(q.shape[-1])
+            any_allowed = allowed.any(dim=-1, keepdim=True)
+            logits = torch.where(any_allowed, logits.masked_fill(~allowed, -1e10), logits - logits.detach())
+            return self.attn_dropout(torch.softmax(logits, dim=-1))
 
     def _blocks(self, x: torch.Tensor, mask: torch.Tensor):
         """Pad to a multiple of block_size, zero padded rows, reshape to blocks."""
