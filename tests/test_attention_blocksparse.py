@@ -242,6 +242,8 @@ def test_local_release_mode_is_the_release_s_strided_groups_with_their_misaligne
     want = torch.autograd.grad((expected * weights).sum(), [x, *mixer.parameters()])
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # as on the GPU: bf16 projections, float32 logits
+        torch.testing.assert_close(mixer(x, mask).float(), out, rtol=0.05, atol=0.05)
     contiguous = ATTENTION.get("local")(D, H, 64, block_size=S)
     contiguous.load_state_dict(mixer.state_dict())
     assert not torch.allclose(contiguous(x, mask)[0], out[0])  # strided groups, not contiguous blocks

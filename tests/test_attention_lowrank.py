@@ -357,6 +357,8 @@ def test_sinkhorn_release_mode_is_the_release_s_attention(lengths):
     want = torch.autograd.grad((expected * weights).sum(), [x, *mixer.parameters()])
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # as on the GPU: bf16 projections, float32 logits
+        torch.testing.assert_close(mixer(x, mask).float(), out, rtol=0.05, atol=0.05)
     with pytest.raises(ValueError, match="length 41 is not a multiple of block_size=8"):
         mixer(torch.randn(1, 41, d))
     with pytest.raises(ValueError, match="attention_params.combine has no meaning with release=true"):
