@@ -178,17 +178,29 @@ def test_black_pixel_mask_leaves_the_real_pixels_states_as_padding_would():
     assert not torch.allclose(plain(ids), release(ids))  # the mask changes the model's function
 
 
-def test_black_pixel_mask_is_bigbird_s_padding_convention():
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("bigbird", {**SMALL_PARAMS["bigbird"], "backend": "blockwise"}),
+        ("local", {"block_size": 10, "release": True}),
+        ("sinkhorn", {"block_size": 10, "release": True}),
+    ],
+)
+def test_black_pixel_mask_is_the_padding_mask_of_bigbird_and_the_release_paths(name, params):
     """The release's BigBird masks black keys and zeroes black positions' attention output, as padding
-    does here: every state equals that of the same weights with black pixels as padding."""
+    does here; the release paths of local attention and Sinkhorn take the (inputs > 0) mask as their
+    padding mask: every state equals that of the same weights with black pixels as padding."""
     torch.manual_seed(0)
-    cfg = small_cfg("bigbird", attention_params={**SMALL_PARAMS["bigbird"], "backend": "blockwise"}, pooling="mean")
+    cfg = small_cfg(name, attention_params=params, pooling="mean", cls_token=False, attention_dropout=0.0)
     release = SequenceClassifier({**cfg, "release_masking": True}, 20, 64, 3, pad_id=None, two_tower=False)
     padding = SequenceClassifier(cfg, 20, 64, 3, pad_id=0, two_tower=False)
     padding.load_state_dict(release.state_dict())
     ids = _pixels()
     states = release.double().eval().forward_with_states(ids)[1]
     torch.testing.assert_close(states, padding.double().eval().forward_with_states(ids)[1], rtol=1e-10, atol=1e-10)
+    plain = SequenceClassifier(cfg, 20, 64, 3, pad_id=None, two_tower=False)
+    plain.load_state_dict(release.state_dict())
+    assert not torch.allclose(plain.double().eval().forward_with_states(ids)[1], states)  # the mask did reach it
 
 
 @pytest.mark.parametrize("name", ["linformer", "reformer", "linear", "performer"])
