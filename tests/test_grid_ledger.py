@@ -152,6 +152,15 @@ def test_dry_run_marks_the_cells_a_records_folder_already_holds(tmp_path):
     first, second = marked.stdout.splitlines()
     assert first == f"# done in {bundle}: {plain.stdout.splitlines()[0]}" and done_run.cell.arm in first
     assert second == plain.stdout.splitlines()[1] and not second.startswith("#")
+    # the same folder named by the grid file's records (a glob pattern): no --records needed
+    grid_path.write_text(grid_path.read_text().replace("cells:", f"records: [{tmp_path}/bund*]\ncells:"))
+    by_file = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert by_file.returncode == 0 and by_file.stdout == marked.stdout, by_file.stderr[-2000:]
+    ledger = subprocess.run([*GRID, "ledger", str(grid_path)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert ledger.returncode == 0 and "1 of 2 cells done" in ledger.stdout, ledger.stderr[-2000:]
+    grid_path.write_text("records: [a, 3]\ncells: []\n")
+    bad = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert bad.returncode == 2 and "records must be a list of folder patterns" in bad.stderr
 
 
 def test_a_block_s_overrides_come_after_the_common_ones_and_before_the_command_line_s(tmp_path):

@@ -5,6 +5,7 @@ A grid file (YAML)::
     common: [profile=paper]          # overrides every cell gets
     minutes_per_run: 0               # a cell's cost when neither a plan nor a record gives one
     overhead_minutes: 0.75           # start-up and final evaluation, added to minutes_per_run
+    records: [results/camp-slot*]    # folders (glob patterns) whose complete records count as done
     cells:                           # blocks, expanded arms x tasks x seeds, in this order
       - {arms: [a, b], tasks: [text], seeds: [0, 1, 2], per_gpu: 3}
       - {arms: [a], tasks: [pathfinder], seeds: [0], optional: true}
@@ -17,11 +18,13 @@ A grid file (YAML)::
 before the command line's. ``carry_over`` (a block's, true or false): whether its cells may start
 when they cannot end before the deadline, to be checkpointed and continued in a later slot
 (``--carry-over`` gives it for blocks without one); false for cells whose checkpoints cannot travel
-between slots.
+between slots. ``records``: the folders a campaign freezes its records into, as ``--records``
+gives them (both count): a slot's command, its ``--dry-run`` and the ledger skip what they hold.
 """
 
 from __future__ import annotations
 
+import glob
 import itertools
 import sys
 from dataclasses import dataclass, replace
@@ -29,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-GRID_KEYS = ("common", "minutes_per_run", "overhead_minutes", "cells")
+GRID_KEYS = ("common", "minutes_per_run", "overhead_minutes", "records", "cells")
 BLOCK_KEYS = ("arms", "tasks", "seeds", "optional", "per_gpu", "carry_over", "overrides")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RUNNER = REPO_ROOT / "experiments" / "run.py"
@@ -79,6 +82,13 @@ class Grid:
     overhead_minutes: float
     cells: list[Cell]
     optional_left_out: int = 0
+    records: tuple[str, ...] = ()  # glob patterns of record folders (bundles) whose complete records count
+
+    def records_folders(self) -> list[Path]:
+        """The folders the grid file's ``records`` patterns match now (relative to the working directory,
+        as ``--records``), in sorted order; a campaign's frozen slot bundles, for example."""
+        found = {Path(p) for pattern in self.records for p in glob.glob(pattern) if Path(p).is_dir()}
+        return sorted(found)
 
     @property
     def default_minutes(self) -> float:
@@ -139,6 +149,9 @@ def load_grid(path: Path, include_optional: bool = False) -> Grid:
     common = grid.get("common") or []
     if not isinstance(common, list):
         raise GridError(f"{path}: common must be a list of overrides, e.g. [profile=paper]")
+    patterns = grid.get("records") or []
+    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+        raise GridError(f"{path}: records must be a list of folder patterns, e.g. [results/v0.2-lra-slot*]")
     cells, seen, left_out = [], set(), 0
     for i, block in enumerate(grid["cells"]):
         for cell in _block_cells(block, i, path):
@@ -156,6 +169,7 @@ def load_grid(path: Path, include_optional: bool = False) -> Grid:
         _number(grid, "overhead_minutes", path),
         cells,
         left_out,
+        tuple(patterns),
     )
 
 

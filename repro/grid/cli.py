@@ -110,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=None,
         help="another folder (output folder or bundle) whose complete records count: their cells are skipped, "
-        "and --plan reads their costs (repeatable)",
+        "and --plan reads their costs (repeatable; added to the folders the grid file's records patterns match)",
     )
     plan = parser.add_argument_group("planning (--plan)")
     plan.add_argument("--plan", action="store_true", help="print GPU-minutes per cell, write the plan file")
@@ -143,8 +143,9 @@ def _ledger_parser() -> argparse.ArgumentParser:
         "--records",
         type=Path,
         action="append",
-        required=True,
-        help="a folder holding runs/ (an output folder or a bundle); repeatable: a cell is done when any holds it",
+        default=None,
+        help="a folder holding runs/ (an output folder or a bundle); repeatable: a cell is done when any holds it "
+        "(added to the folders the grid file's records patterns match)",
     )
     parser.add_argument("--plan-file", type=Path, default=None, help="the estimates of --plan")
     parser.add_argument(
@@ -206,6 +207,7 @@ def _main(argv: list[str], started: float) -> int:
     args = _parser().parse_args(argv)
     _check(args)
     grid = load_grid(args.grid, args.include_optional)
+    args.records = with_grid_records(grid, args.records)
     if args.first:
         grid = put_first(grid, [a.strip() for a in args.first.split(",") if a.strip()])
     if args.dry_run:
@@ -214,6 +216,12 @@ def _main(argv: list[str], started: float) -> int:
 
     output_dir([*grid.common, *extra]).mkdir(parents=True, exist_ok=True)
     return (plan_grid if args.plan else run_grid)(args, grid, extra, args.runner, started)
+
+
+def with_grid_records(grid, given: list[Path] | None) -> list[Path]:
+    """The grid file's record folders, then ``--records``'s, each once."""
+    folders = [*grid.records_folders(), *(given or [])]
+    return list(dict.fromkeys(Path(f) for f in folders))
 
 
 def _dry_run(args, grid, extra: list[str]) -> int:

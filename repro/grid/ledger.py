@@ -124,10 +124,13 @@ def _default_logs(folders: list[Path]) -> list[Path]:
 
 
 def ledger_command(args, extra: list[str]) -> int:
-    for folder in args.records:
+    for folder in args.records or []:
         if not folder.is_dir():
             raise GridError(f"--records {folder}: no such folder (an output folder or bundle holding runs/)")
     grid = load_grid(args.grid, include_optional=True)
+    args.records = [*dict.fromkeys([*grid.records_folders(), *(args.records or [])])]
+    if not args.records:
+        raise GridError(f"{args.grid}: no records folder: pass --records or give the grid file a records list")
     logs = args.grid_log or _default_logs(args.records)
     log_rows = [row for path in logs for row in read_rows(path)]
     plan = read_plan(args.plan_file) if args.plan_file else {}
