@@ -51,8 +51,26 @@ def test_a_checkpoint_from_before_batching_was_stored_resumes_twice(tmp_path, mo
     resumed = train(model(), task, settings, seed=1, run_dir=cut, device=CPU, progress=False)
     assert resumed["predictions"] == whole["predictions"]
     assert resumed["metrics"]["length_bucketing"] == whole["metrics"]["length_bucketing"]
-    for key in ("best_val_acc", "best_val_step", "test_acc", "test_loss", "steps"):
+    for key in ("best_val_acc", "best_val_step", "test_acc", "test_loss", "test_acc_last", "steps"):
         assert resumed["metrics"][key] == whole["metrics"][key], key
+
+
+def test_the_test_split_is_also_scored_with_the_last_weights(tmp_path):
+    """test_acc: the best-validation weights; test_acc_last: the final ones (last.pt), as the LRA release
+    tested, recomputed here from the checkpoint."""
+    task, settings = padded_task(3, 96), bucketing_settings("off")
+    result = train(model(), task, settings, seed=2, run_dir=tmp_path, device=CPU, progress=False)
+    final = model()
+    final.load_state_dict(load_checkpoint(tmp_path / "checkpoints" / "last.pt", CPU)["model"])
+    ids, labels = torch.as_tensor(task.test.inputs).long(), torch.as_tensor(task.test.labels)
+    with torch.no_grad():
+        accuracy = (final.eval()(ids).argmax(-1) == labels).double().mean().item()
+    assert result["metrics"]["test_acc_last"] == pytest.approx(accuracy, abs=1e-12)
+    best = model()
+    best.load_state_dict(load_checkpoint(tmp_path / "checkpoints" / "best.pt", CPU)["model"])
+    with torch.no_grad():
+        best_accuracy = (best.eval()(ids).argmax(-1) == labels).double().mean().item()
+    assert result["metrics"]["test_acc"] == pytest.approx(best_accuracy, abs=1e-12)
 
 
 def test_a_checkpoint_state_with_an_unknown_key_is_refused_naming_the_file(tmp_path):

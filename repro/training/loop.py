@@ -3,8 +3,10 @@
 A reader can hold the loop in their head (in the spirit of nanoGPT): a flat loop over
 optimiser steps (:meth:`StepLoop.run`); epoch ``e`` visits the training set in a permutation
 drawn from ``(seed, e)`` (batches.py); validation at epoch ends and at configured intervals;
-the best-validation weights are kept and the test set is scored once, with them (never the
-last weights; ARCHITECTURE.md, "Test at the best validation checkpoint"). Each part has a module:
+the best-validation weights are kept and the test set is scored with them (``test_acc``;
+ARCHITECTURE.md, "Test at the best validation checkpoint"), and, for comparison with the LRA
+release, which tested its final weights, with the last weights too (``test_acc_last``; never used
+for selection). Each part has a module:
 
 - ``state.py``: the run's progress (:class:`RunState`), which ``last.pt`` keeps;
 - ``batches.py``: the task's splits as tensors and the batch of each step;
@@ -111,8 +113,10 @@ def train(
     with StopSignals(sigterm_at_step, pause_at_step, loud=ctx.is_main) as stop:
         loop.run(state, clock, stop, bar)
     loop.finish(state)
+    last_test = score("test")  # the final weights, as the LRA release tests: reported, never selected on
     test = score_test_with_best(score, best_path, state, device)
     metrics = run_metrics(state, data, s, ctx, device, autocast_dtype, test, clock.wall_time())
+    metrics.update(test_acc_last=last_test["acc"], test_loss_last=last_test["loss"])
     pairs = enumerate(zip(test["predictions"], test["labels"], strict=True))
     predictions = [{"index": i, "prediction": int(p), "label": int(label)} for i, (p, label) in pairs]
     return {"metrics": metrics, "history": state.history, "predictions": predictions}
