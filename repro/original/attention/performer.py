@@ -135,7 +135,7 @@ class PerformerAttention(HeadedMixer):
             x = x * self.head_dim**-0.25
             proj = torch.einsum("bhld,md->bhlm", x, self.projection.to(x.dtype))
             sq_norm = 0.5 * x.pow(2).sum(dim=-1, keepdim=True)
-            with torch.no_grad():  # cancels in the ratio; no gradient needed
+            with torch.no_grad():  # held constant; the release's max passes gradients (paper/findings.md)
                 if is_query:
                     stab = proj.amax(dim=-1, keepdim=True)
                 else:
