@@ -225,6 +225,27 @@ def fold_key_mask(
     return q_folded, k_folded
 
 
+def release_masked_softmax(q: Tensor, k: Tensor, allowed: Tensor, dropout: float, training: bool) -> Tensor:
+    """The LRA release's masked attention weights: the dropped-out softmax of ``q.k / sqrt(d)`` in float32
+    (outside autocast) with -1e10 on the pairs ``allowed`` (broadcast to the logits) forbids; a row with no
+    allowed pair has the value of a constant row (float32 absorbs ``q.k`` in ``q.k - 1e10``) and ``q.k``'s
+    gradient, here through ``q.k - (q.k).detach()``."""
+    wide = torch.promote_types(q.dtype, torch.float32)
+    with torch.autocast(q.device.type, enabled=False):  # autocast would run the product in bf16
+        logits = torch.matmul(q.to(wide), k.to(wide).transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        any_allowed = allowed.any(dim=-1, keepdim=True)
+        logits = torch.where(any_allowed, logits.masked_fill(~allowed, -1e10), logits - logits.detach())
+        return F.dropout(torch.softmax(logits, dim=-1), p=dropout, training=training)
+
+
+def refuse_release_ignored(mechanism: str, given: dict, defaults: dict) -> None:
+    """``attention_params.release=true`` computes one fixed function: refuse every setting in ``given`` that
+    differs from its default in ``defaults`` (it would be ignored), naming it."""
+    for key, default in defaults.items():
+        if given[key] != default:
+            raise ValueError(f"{mechanism}: attention_params.{key} has no meaning with release=true; remove it")
+
+
 SDPA_WIDTH = 8  # 16-bit heads of other widths keep SDPA off its memory-efficient kernel (flash takes no float mask)
 
 

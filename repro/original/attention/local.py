@@ -41,6 +41,7 @@ from ._common import (
     gather_blocks,
     n_blocks,
     open_fully_masked,
+    release_masked_softmax,
 )
 from ._pad import pad_dim
 
@@ -110,12 +111,8 @@ class LocalAttention(FlexPatternMixin, AttentionMixer):
         # position i * NB + n is member i of group n: [B, H, Lp, Dh] -> [B, H, NB, S, Dh]
         q, k, v = (pad_dim(t, 2, Lp).view(B, H, S, nb, Dh).transpose(2, 3) for t in (q, k, v))
         chunk = pad_dim(mask, 1, Lp, True).view(B, 1, nb, S)  # contiguous block n's mask, given to group n
-        wide = torch.promote_types(q.dtype, torch.float32)  # float32 at least, as the release
-        with torch.autocast(q.device.type, enabled=False):  # autocast would run the product in bf16
-            logits = torch.matmul(q.to(wide), k.to(wide).transpose(-1, -2)) / Dh**0.5
-            masked_keys = logits.masked_fill(~chunk.unsqueeze(-2), -1e10)
-            logits = torch.where(chunk.unsqueeze(-1), masked_keys, logits - logits.detach())
-            probs = F.dropout(torch.softmax(logits, dim=-1), p=self.dropout, training=self.training)
+        allowed = chunk.unsqueeze(-1) & chunk.unsqueeze(-2)  # both positions real
+        probs = release_masked_softmax(q, k, allowed, self.dropout, self.training)
         out = torch.matmul(probs.to(v.dtype), v)  # [B, H, NB, S, Dh]
         return out.transpose(2, 3).reshape(B, H, Lp, Dh)[:, :, :L]
 

@@ -110,7 +110,7 @@ import torch
 import torch.nn.functional as F
 
 from . import ATTENTION
-from ._common import fold_key_mask, sdpa_aligned
+from ._common import fold_key_mask, refuse_release_ignored, sdpa_aligned
 from ._lowrank_common import SELF_MASK_VALUE, HeadedMixer, neg_fill, pad_to_multiple
 from .fast_defaults import check_choice, choose
 
@@ -200,11 +200,10 @@ class ReformerAttention(HeadedMixer):
         super().__init__(d_model, n_heads, max_len, dropout, ("q", "v"), bias)
         self.release = bool(release)
         if self.release:
-            _check_release_settings(dropout, n_buckets, windows, gather, sdpa_backends)
-            kept = dict(normalize_keys=normalize_keys, dedup_rounds=dedup_rounds, redraw=redraw, bias=bias)
-            for key, value in kept.items():
-                if value != RELEASE_KEEPS[key]:
-                    raise ValueError(f"reformer: attention_params.{key} has no meaning with release=true; remove it")
+            _check_release_settings(dropout, n_buckets)
+            given = dict(windows=windows, gather=gather, sdpa_backends=sdpa_backends, normalize_keys=normalize_keys)
+            given.update(dedup_rounds=dedup_rounds, redraw=redraw, bias=bias)
+            refuse_release_ignored("reformer", given, RELEASE_IGNORES)
         if n_buckets < 1 or (n_buckets > 1 and n_buckets % 2):
             raise ValueError(f"n_buckets must be 1 or even, not {n_buckets}")
         if backend not in BACKENDS:
@@ -438,11 +437,14 @@ class ReformerAttention(HeadedMixer):
         return counts.clamp_min(1)
 
 
-RELEASE_KEEPS = dict(normalize_keys=True, dedup_rounds=True, redraw=True, bias=False)  # the defaults
+# the settings release=True ignores, at their defaults (refused otherwise)
+RELEASE_IGNORES = dict(
+    windows="auto", gather="auto", sdpa_backends="auto", normalize_keys=True, dedup_rounds=True, redraw=True, bias=False
+)
 
 
-def _check_release_settings(dropout, n_buckets, windows, gather, sdpa_backends) -> None:
-    """``release=True`` computes one fixed function: refuse the settings it would otherwise ignore."""
+def _check_release_settings(dropout, n_buckets) -> None:
+    """``release=True`` is the release's attention: no attention dropout, at least two buckets."""
     if dropout:
         raise ValueError(
             f"reformer: attention_params.release=true is the LRA release's attention, which applies no "
@@ -450,10 +452,6 @@ def _check_release_settings(dropout, n_buckets, windows, gather, sdpa_backends) 
         )
     if n_buckets < 2:
         raise ValueError(f"reformer: attention_params.release=true hashes into n_buckets >= 2 buckets, not {n_buckets}")
-    ignored = {"windows": windows, "gather": gather, "sdpa_backends": sdpa_backends}
-    for key, value in ignored.items():
-        if value != "auto":
-            raise ValueError(f"reformer: attention_params.{key} has no meaning with release=true; remove it")
 
 
 def _sdpa_kernels(backends):

@@ -87,7 +87,15 @@ import math
 import torch
 
 from . import ATTENTION
-from ._common import MASKED_LOGIT, fold_key_mask, full_mask, merge_heads, sdpa_aligned
+from ._common import (
+    MASKED_LOGIT,
+    fold_key_mask,
+    full_mask,
+    merge_heads,
+    refuse_release_ignored,
+    release_masked_softmax,
+    sdpa_aligned,
+)
 from ._lowrank_common import HeadedMixer, neg_fill, pad_to_multiple, xavier_linear
 from .fast_defaults import check_at_least, check_choice, choose
 
@@ -140,7 +148,7 @@ class SinkhornAttention(HeadedMixer):
         if self.release:
             given = dict(n_iters=n_iters, temperature=temperature, sort_activation=sort_activation, combine=combine)
             given.update(backend=backend, sdpa_min_len=sdpa_min_len, sdpa_mask=sdpa_mask, balance=balance)
-            _check_release_settings(given)
+            refuse_release_ignored("sinkhorn", given, RELEASE_IGNORES)
             self.RELEASE_ZERO_MASK = "padding"  # the release's attention takes (inputs > 0) as its padding
         if backend not in BACKENDS:
             raise ValueError(f"unknown sinkhorn backend {backend!r}; choose from {BACKENDS}")
@@ -180,20 +188,11 @@ class SinkhornAttention(HeadedMixer):
         sk, sv = (t.view(b, h, size, nb, dh).sum(dim=3)[:, :, None] for t in (k, v))  # [B, H, 1, S, dh]
         chunk = mask.view(b, nb, size)  # contiguous block n's mask, given to group n
         sorted_ok = torch.einsum("bni,bnj->bij", chunk.float(), chunk.float()) > 0  # [B, S, S]
-        local = self._release_softmax(qg, kg, chunk[:, None, :, :, None] & chunk[:, None, :, None, :])
-        srt = self._release_softmax(qg, sk, sorted_ok[:, None, None])
+        p, training = self.attn_dropout.p, self.training
+        local = release_masked_softmax(qg, kg, chunk[:, None, :, :, None] & chunk[:, None, :, None, :], p, training)
+        srt = release_masked_softmax(qg, sk, sorted_ok[:, None, None], p, training)
         out = torch.matmul(local.to(vg.dtype), vg) + torch.matmul(srt.to(sv.dtype), sv)
         return out.transpose(2, 3).reshape(b, h, length, dh)
-
-    def _release_softmax(self, q, k, allowed):
-        """Dropped-out softmax of ``q.k / sqrt(dh)`` in float32 with -1e10 on disallowed pairs; a row with
-        none allowed has the value of a constant row and ``q.k``'s gradient (as float32 gives the release)."""
-        wide = torch.promote_types(q.dtype, torch.float32)
-        with torch.autocast(q.device.type, enabled=False):  # autocast would run the product in bf16
-            logits = torch.matmul(q.to(wide), k.to(wide).transpose(-1, -2)) / math.sqrt(q.shape[-1])
-            any_allowed = allowed.any(dim=-1, keepdim=True)
-            logits = torch.where(any_allowed, logits.masked_fill(~allowed, -1e10), logits - logits.detach())
-            return self.attn_dropout(torch.softmax(logits, dim=-1))
 
     def _blocks(self, x: torch.Tensor, mask: torch.Tensor):
         """Pad to a multiple of block_size, zero padded rows, reshape to blocks."""
@@ -311,10 +310,3 @@ RELEASE_IGNORES = dict(
     sdpa_mask="auto",
     balance="auto",
 )
-
-
-def _check_release_settings(given: dict) -> None:
-    """``release=True`` computes one fixed function: refuse the settings it would otherwise ignore."""
-    for key, default in RELEASE_IGNORES.items():
-        if given[key] != default:
-            raise ValueError(f"sinkhorn: attention_params.{key} has no meaning with release=true; remove it")

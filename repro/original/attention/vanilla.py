@@ -28,7 +28,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import ATTENTION
-from ._common import AttentionMixer, dense_attention, fold_key_mask, open_fully_masked, sdpa_aligned, sdpa_key_mask
+from ._common import (
+    AttentionMixer,
+    dense_attention,
+    fold_key_mask,
+    open_fully_masked,
+    release_masked_softmax,
+    sdpa_aligned,
+    sdpa_key_mask,
+)
 
 BACKENDS = ("sdpa", "materialized")
 
@@ -67,7 +75,11 @@ class VanillaAttention(AttentionMixer):
         constant row (float32 absorbs ``q.k``) and the gradient of ``q.k``; here that row's logits are
         ``(q - q') . k + q' . (k - k')`` (primes: detached), 0 in value with that gradient, and a real
         row's are ``q . k`` with ``-PAD_LOGIT`` on black keys (``_common.fold_key_mask``). Both as one
-        product of features ``2 * head_dim + 1`` wide (zero-padded to a multiple of 8)."""
+        product of features ``2 * head_dim + 1`` wide (zero-padded to a multiple of 8), for SDPA; the
+        materialized backend writes the same function out (``_common.release_masked_softmax``)."""
+        if self.backend != "sdpa":
+            allowed = mask[:, None, :, None] & mask[:, None, None, :]
+            return torch.matmul(release_masked_softmax(q, k, allowed, self.dropout, self.training).to(v.dtype), v)
         p = self.dropout if self.training else 0.0
         scale = 1.0 / math.sqrt(q.shape[-1])
         real = mask[:, None, :, None].to(q.dtype)  # [B, 1, L, 1]: real queries
@@ -80,11 +92,7 @@ class VanillaAttention(AttentionMixer):
             scale,
             query_feature=real,  # black queries: no penalty on black keys (their row stays constant)
         )
-        if self.backend == "sdpa":
-            return sdpa_aligned(q_wide, k_wide, v, scale=scale, dropout_p=p)
-        s = torch.matmul(q_wide, k_wide.transpose(-1, -2)) * scale
-        probs = F.dropout(torch.softmax(s, dim=-1), p=p, training=self.training)
-        return torch.matmul(probs, v)
+        return sdpa_aligned(q_wide, k_wide, v, scale=scale, dropout_p=p)
 
     def dense_mask(self, L: int, device=None) -> Tensor:
         return dense_mask(L, device)
