@@ -84,11 +84,12 @@ class Grid:
     optional_left_out: int = 0
     records: tuple[str, ...] = ()  # glob patterns of record folders (bundles) whose complete records count
 
-    def records_folders(self) -> list[Path]:
+    def records_folders(self, given: list[Path] | None = None) -> list[Path]:
         """The folders the grid file's ``records`` patterns match now (relative to the working directory,
-        as ``--records``), in sorted order; a campaign's frozen slot bundles, for example."""
-        found = {Path(p) for pattern in self.records for p in glob.glob(pattern) if Path(p).is_dir()}
-        return sorted(found)
+        as ``--records``; a campaign's frozen slot bundles, for example), sorted, then ``given`` (the
+        command line's ``--records``), each once."""
+        found = sorted({Path(p) for pattern in self.records for p in glob.glob(pattern) if Path(p).is_dir()})
+        return list(dict.fromkeys([*found, *(Path(f) for f in given or [])]))
 
     @property
     def default_minutes(self) -> float:

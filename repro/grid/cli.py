@@ -207,7 +207,7 @@ def _main(argv: list[str], started: float) -> int:
     args = _parser().parse_args(argv)
     _check(args)
     grid = load_grid(args.grid, args.include_optional)
-    args.records = with_grid_records(grid, args.records)
+    args.records = grid.records_folders(args.records)
     if args.first:
         grid = put_first(grid, [a.strip() for a in args.first.split(",") if a.strip()])
     if args.dry_run:
@@ -216,12 +216,6 @@ def _main(argv: list[str], started: float) -> int:
 
     output_dir([*grid.common, *extra]).mkdir(parents=True, exist_ok=True)
     return (plan_grid if args.plan else run_grid)(args, grid, extra, args.runner, started)
-
-
-def with_grid_records(grid, given: list[Path] | None) -> list[Path]:
-    """The grid file's record folders, then ``--records``'s, each once."""
-    folders = [*grid.records_folders(), *(given or [])]
-    return list(dict.fromkeys(Path(f) for f in folders))
 
 
 def _dry_run(args, grid, extra: list[str]) -> int:

@@ -128,7 +128,7 @@ def ledger_command(args, extra: list[str]) -> int:
         if not folder.is_dir():
             raise GridError(f"--records {folder}: no such folder (an output folder or bundle holding runs/)")
     grid = load_grid(args.grid, include_optional=True)
-    args.records = [*dict.fromkeys([*grid.records_folders(), *(args.records or [])])]
+    args.records = grid.records_folders(args.records)
     if not args.records:
         raise GridError(f"{args.grid}: no records folder: pass --records or give the grid file a records list")
     logs = args.grid_log or _default_logs(args.records)
