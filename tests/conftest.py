@@ -22,6 +22,19 @@ ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "experiments" / "run.py"
 CONF = ROOT / "experiments" / "conf"
 
+
+def assert_same_gradients(out, expected, inputs, rtol: float, atol: float) -> None:
+    """The gradients of ``sum(out * w)`` and ``sum(expected * w)`` (one random ``w``) with respect to each of
+    ``inputs`` agree: a path against its reference, backward as well as forward."""
+    import torch
+
+    weights = torch.randn_like(out)
+    got = torch.autograd.grad((out * weights).sum(), inputs)
+    want = torch.autograd.grad((expected * weights).sum(), inputs)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=rtol, atol=atol)
+
+
 # Smoke ListOps shortened to 50-300 tokens and 32/16/16 trees, for tests that run whole arms
 # (add "task=listops" and the profile; full-length smoke ListOps runs in test_runner/test_listops).
 SHORT_LISTOPS_OVERRIDES = [

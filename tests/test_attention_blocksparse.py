@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from conftest import assert_same_gradients
 
 from repro.original.attention import ATTENTION, load_all, local, longformer, sparse
 
@@ -203,11 +204,7 @@ def test_vanilla_release_masking_is_the_lra_release_s_flax_attention(backend):
     expected = mixer.proj.output(torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(D // H) + bias, dim=-1) @ v)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
     assert out[1].abs().min() > 0  # black queries keep their output
-    weights = torch.randn_like(out)
-    got = torch.autograd.grad((out * weights).sum(), [x, *mixer.parameters()])
-    want = torch.autograd.grad((expected * weights).sum(), [x, *mixer.parameters()])
-    for a, b in zip(got, want, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert_same_gradients(out, expected, [x, *mixer.parameters()], rtol=1e-4, atol=1e-5)
     mixer.dropout = 0.5  # attention dropout applies to the release path too
     assert not torch.allclose(mixer.train()(x, mask), out)
 
@@ -237,11 +234,7 @@ def test_local_release_mode_is_the_release_s_strided_groups_with_their_misaligne
     y = torch.einsum("bnhij,bjnhd->binhd", torch.softmax(logits, dim=-1), bv).reshape(B, lp, D)
     expected = (y @ mixer.proj.out.weight.T)[:, :L]
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
-    weights = torch.randn_like(out)
-    got = torch.autograd.grad((out * weights).sum(), [x, *mixer.parameters()])
-    want = torch.autograd.grad((expected * weights).sum(), [x, *mixer.parameters()])
-    for a, b in zip(got, want, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert_same_gradients(out, expected, [x, *mixer.parameters()], rtol=1e-4, atol=1e-5)
     with torch.autocast("cpu", dtype=torch.bfloat16):  # as on the GPU: bf16 projections, float32 logits
         torch.testing.assert_close(mixer(x, mask).float(), out, rtol=0.05, atol=0.05)
     contiguous = ATTENTION.get("local")(D, H, 64, block_size=S)
