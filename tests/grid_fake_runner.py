@@ -7,7 +7,8 @@ the cells named in ``FAKE_FAIL`` (comma-separated ``arm__task__seedS``); with ``
 ``SECONDS`` of its own clock further (a run's pace, for the grid's projection); with ``FAKE_SNAPSHOT``
 (a file's path) it copies that file, as it is at its start, to ``<path>.at-<cell>``; on SIGTERM writes
 ``interrupted`` in its record folder and exits 143, as the runner does after checkpointing;
-otherwise writes a complete record (``metrics.json`` last) whose examples are 100 per second slept.
+otherwise writes a complete record (``metrics.json`` last) whose examples are 100 per second slept
+(under torchrun, rank 0 alone; every rank logs its events).
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ else:
 if name in os.environ.get("FAKE_FAIL", "").split(","):
     event("end")
     sys.exit(1)
+if os.environ.get("RANK", "0") != "0":  # under torchrun rank 0 alone writes the record, as the runner
+    event("end")
+    sys.exit(0)
 run_dir.mkdir(parents=True, exist_ok=True)
 for file in ("config.yaml", "history.csv", "predictions.csv"):
     (run_dir / file).write_text("fake\n")

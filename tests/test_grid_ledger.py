@@ -234,6 +234,11 @@ def test_first_moves_arms_to_the_front_of_each_column_across_its_blocks():
         ("{arms: [a], tasks: [t], seeds: [0], per-gpu: 2}", "cells[0] has unknown key(s) per-gpu; known: arms"),
         ("{arms: [a], tasks: [t], seeds: [zero]}", "cells[0].seeds must be whole numbers, not 'zero'"),
         ("{arms: [a], tasks: [t], seeds: [0], carry_over: 1}", "cells[0].carry_over must be true or false, not 1"),
+        ("{arms: [a], tasks: [t], seeds: [0], gpus: 0}", "cells[0].gpus must be a whole number >= 1, not 0"),
+        (
+            "{arms: [a], tasks: [t], seeds: [0], gpus: 2, per_gpu: 2}",
+            "cells[0] trains each cell on 2 GPUs, which it holds alone; per_gpu must be 1 or left out, not 2",
+        ),
         (
             "{arms: [a], tasks: [t], seeds: [0], overrides: task.source=generated}",
             "cells[0].overrides must be a list of KEY=VALUE settings, e.g. [task.source=generated], not 'task.source",

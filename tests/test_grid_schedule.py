@@ -106,6 +106,65 @@ def test_a_blocks_per_gpu_wins_over_the_command_line(tmp_path):
     assert _max_overlap([e for e in events if e[1].startswith("locality_k61")], "0") == 3
 
 
+def test_a_data_parallel_cell_holds_its_gpus_alone_and_holds_back_the_cells_after_it(tmp_path):
+    """gpus: 2 runs the cell under torchrun, two ranks seeing both GPUs; it waits for two idle GPUs, and the
+    cell queued after it waits too, though a GPU is idle meanwhile; it is charged on each of its GPUs."""
+    grid = _grid(
+        tmp_path,
+        "  - {arms: [locality_k5], tasks: [listops], seeds: [0]}\n"
+        "  - {arms: [locality_k61], tasks: [listops], seeds: [0], gpus: 2}\n"
+        "  - {arms: [locality_k31], tasks: [listops], seeds: [0]}\n",
+    )
+    done = _run(tmp_path, grid, "--gpus", "0,1", seconds=3.0)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "start locality_k61 listops seed 0 [2/3] on GPU 0+1" in done.stdout
+    events = sorted(_events(tmp_path), key=lambda e: e[3])
+    times = defaultdict(list)
+    for kind, cell, gpu, when in events:
+        times[kind, cell.split("__")[0]].append((gpu, when))
+    assert [gpu for gpu, _ in times["start", "locality_k61"]] == ["0,1", "0,1"]  # two ranks
+    assert len(times["end", "locality_k61"]) == 2
+    assert times["end", "locality_k5"][0][1] < min(when for _, when in times["start", "locality_k61"])
+    assert times["start", "locality_k31"][0][1] > max(when for _, when in times["end", "locality_k61"])
+    rows = {row["arm"]: row for row in _cell_rows(tmp_path)}
+    assert rows["locality_k61"]["gpu"] == "0+1"
+    assert float(rows["locality_k61"]["gpu_s"]) == pytest.approx(2 * float(rows["locality_k61"]["wall_s"]), abs=0.2)
+    totals = {row["gpu"]: row for row in read_rows(tmp_path / "out" / "grid_log.csv") if row["arm"] == GPU_TOTAL}
+    shared = int(rows["locality_k61"]["examples"]) / 2
+    assert int(totals["1"]["examples"]) == round(shared)
+    assert int(totals["0"]["examples"]) == round(
+        int(rows["locality_k5"]["examples"]) + shared + int(rows["locality_k31"]["examples"])
+    )
+
+
+def test_a_data_parallel_cell_asks_for_gpus_the_command_names(tmp_path):
+    grid = _grid(tmp_path, "  - {arms: [locality_k5], tasks: [listops], seeds: [0], gpus: 3}\n")
+    done = _run(tmp_path, grid, "--gpus", "0,1", seconds=0.1)
+    assert done.returncode != 0 and not (tmp_path / "events.txt").exists()
+    assert (
+        f"{grid}: cells[0] trains locality_k5 listops seed 0 on 3 GPUs (gpus: 3), but --gpus gives 2; name at "
+        "least 3 (--gpus all, or --gpus 0,1)"
+    ) in done.stderr
+
+
+@pytest.mark.slow
+def test_the_deadline_stops_every_rank_of_a_data_parallel_cell_which_counts_as_interrupted(tmp_path):
+    """torchrun forwards the deadline's SIGTERM to both ranks (each checkpoints and exits 143) and exits 1
+    itself: the cell is left for the next slot, not failed."""
+    grid = _grid(tmp_path, "  - {arms: [locality_k5], tasks: [listops], seeds: [0], gpus: 2}\n")
+    began = time.monotonic()
+    done = _run(tmp_path, grid, "--gpus", "0,1", "--deadline-minutes", "0.4", seconds=120)
+    assert time.monotonic() - began < 100
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    events = _events(tmp_path)
+    assert sorted(kind for kind, *_ in events) == ["end", "end", "start", "start"]
+    run_dir = tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / "seed0"
+    assert (run_dir / "interrupted").read_text() == f"signal {int(signal.SIGTERM)}\n"
+    assert [row["exit"] for row in _cell_rows(tmp_path)] == ["1"]
+    assert "failed with exit" not in done.stdout and "0 failed" in done.stdout
+    assert "1 of 1 cells attempted" in done.stdout and "1 left" in done.stdout
+
+
 def test_a_failed_cell_does_not_stop_the_others(tmp_path):
     grid = _grid(tmp_path, "  - {arms: [locality_k5], tasks: [listops], seeds: [0, 1, 2]}\n")
     done = _run(tmp_path, grid, "--gpus", "0", seconds=0.2, fail="locality_k5__listops__seed0")
@@ -238,18 +297,32 @@ def test_packing_slowdown_counts_against_the_deadline(tmp_path, slowdown, starte
 
 def test_slots_place_on_the_emptiest_gpu_within_every_members_limit():
     slots = GpuSlots(["0", "1"])
-    assert slots.place(2) == "0"
-    slots.add("0", "a", 2, now=0.0)
-    assert slots.place(2) == "1"
-    slots.add("1", "b", 1, now=0.0)  # GPU 1 now holds a cell that runs alone
-    assert slots.place(3) == "0"
-    slots.add("0", "c", 3, now=1.0)
+    assert slots.place(2) == ("0",)
+    slots.add(("0",), "a", 2, now=0.0)
+    assert slots.place(2) == ("1",)
+    slots.add(("1",), "b", 1, now=0.0)  # GPU 1 now holds a cell that runs alone
+    assert slots.place(3) == ("0",)
+    slots.add(("0",), "c", 3, now=1.0)
     assert slots.place(3) is False  # GPU 0: a's limit 2 reached; GPU 1: b's limit 1
-    ends = (("0", "a", 3.0), ("1", "b", 4.0), ("0", "c", 5.0))
+    ends = ((("0",), "a", 3.0), (("1",), "b", 4.0), (("0",), "c", 5.0))
     charged = {key: slots.remove(gpu, key, now) for gpu, key, now in ends}
     assert charged == pytest.approx({"a": 1.0 + 2.0 / 2, "b": 4.0, "c": 2.0 / 2 + 2.0})
     assert slots.busy_s == pytest.approx({"0": 5.0, "1": 4.0})
     assert sum(charged.values()) == pytest.approx(sum(slots.busy_s.values()))
+
+
+def test_a_data_parallel_job_takes_idle_gpus_alone_and_is_charged_on_each():
+    slots = GpuSlots(["0", "1", "2"])
+    slots.add(("0",), "a", 3, now=0.0)
+    assert slots.place(1, gpus=2) == ("1", "2")  # the idle ones, not GPU 0 which has room for two more
+    assert slots.place(1, gpus=3) is False
+    slots.add(("1", "2"), "dp", 1, now=0.0)
+    assert slots.place(3) == ("0",)  # nothing packs beside the data-parallel job
+    slots.add(("0",), "b", 3, now=1.0)
+    charged = {"dp": slots.remove(("1", "2"), "dp", now=2.0), "a": slots.remove(("0",), "a", 3.0)}
+    assert charged == pytest.approx({"dp": 2 * 2.0, "a": 1.0 + 2.0 / 2})
+    assert slots.place(1, gpus=2) == ("1", "2")
+    assert sum(slots.busy_s.values()) == pytest.approx(2.0 + 2.0 + 3.0)
 
 
 def test_a_cell_spans_each_gpu_charge_once():
@@ -267,7 +340,7 @@ def test_a_cell_spans_each_gpu_charge_once():
     ]
     for now, what, key in times:
         if what == "add":
-            slots.add(None, key, 5, now)
+            slots.add((None,), key, 5, now)
         else:
-            busy[key] = slots.remove(None, key, now)
+            busy[key] = slots.remove((None,), key, now)
     assert sum(busy.values()) == pytest.approx(slots.busy_s[None]) == pytest.approx(2.5 + 0.25)

@@ -11,6 +11,7 @@ A grid file (YAML)::
       - {arms: [a], tasks: [pathfinder], seeds: [0], optional: true}
       - {arms: [a], tasks: [listops], seeds: [0], overrides: [task.source=generated]}
       - {arms: [big], tasks: [image], seeds: [0], carry_over: false}
+      - {arms: [slow], tasks: [image], seeds: [0], gpus: 2}
 
 ``per_gpu`` (a block's): at most that many runs on one GPU while one of its cells runs there
 (``--per-gpu`` gives it for blocks without one). ``optional`` blocks run only with
@@ -18,8 +19,11 @@ A grid file (YAML)::
 before the command line's. ``carry_over`` (a block's, true or false): whether its cells may start
 when they cannot end before the deadline, to be checkpointed and continued in a later slot
 (``--carry-over`` gives it for blocks without one); false for cells whose checkpoints cannot travel
-between slots. ``records``: the folders a campaign freezes its records into, as ``--records``
-gives them (both count): a slot's command, its ``--dry-run`` and the ledger skip what they hold.
+between slots. ``gpus`` (a block's, default 1): how many GPUs each of its cells trains on, one
+process a GPU, data-parallel under ``torchrun`` (repro/distributed.py: the same global batch, one
+record); such a cell holds its GPUs alone, for a run too long for one GPU within a slot.
+``records``: the folders a campaign freezes its records into, as ``--records`` gives them (both
+count): a slot's command, its ``--dry-run`` and the ledger skip what they hold.
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ from pathlib import Path
 import yaml
 
 GRID_KEYS = ("common", "minutes_per_run", "overhead_minutes", "records", "cells")
-BLOCK_KEYS = ("arms", "tasks", "seeds", "optional", "per_gpu", "carry_over", "overrides")
+BLOCK_KEYS = ("arms", "tasks", "seeds", "optional", "per_gpu", "carry_over", "overrides", "gpus")
+TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"  # forwarded to every rank, which checkpoints
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RUNNER = REPO_ROOT / "experiments" / "run.py"
 CONF_DIR = REPO_ROOT / "experiments" / "conf"
@@ -46,7 +51,8 @@ class GridError(ValueError):
 @dataclass(frozen=True)
 class Cell:
     """One run of the grid. ``per_gpu``: the block's packing limit, ``carry_over`` whether it may
-    start without time to end (None: the command line's); ``overrides``: the block's own settings."""
+    start without time to end (None: the command line's); ``overrides``: the block's own settings;
+    ``gpus``: the GPUs it trains on, data-parallel (not part of its identity: the record is the same)."""
 
     arm: str
     task: str
@@ -56,6 +62,7 @@ class Cell:
     overrides: tuple[str, ...] = ()
     carry_over: bool | None = None
     block: int = 0  # the index of its block in the grid file (not part of its identity)
+    gpus: int = 1
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -128,9 +135,17 @@ def _block_cells(block, i: int, path: Path) -> list[Cell]:
             f"{path}: cells[{i}].overrides must be a list of KEY=VALUE settings, e.g. "
             f"[task.source=generated], not {overrides!r}"
         )
+    gpus = block.get("gpus", 1)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise GridError(f"{path}: cells[{i}].gpus must be a whole number >= 1, not {gpus!r}")
+    if gpus > 1 and per_gpu not in (None, 1):
+        raise GridError(
+            f"{path}: cells[{i}] trains each cell on {gpus} GPUs, which it holds alone; per_gpu must be 1 "
+            f"or left out, not {per_gpu}"
+        )
     optional = bool(block.get("optional", False))
     return [
-        Cell(str(arm), str(task), int(seed), per_gpu, optional, tuple(overrides), carry_over, i)
+        Cell(str(arm), str(task), int(seed), per_gpu, optional, tuple(overrides), carry_over, i, gpus)
         for arm, task, seed in itertools.product(block["arms"], block["tasks"], block["seeds"])
     ]
 
@@ -191,9 +206,23 @@ def put_first(grid: Grid, arms: list[str]) -> Grid:
 
 
 def command(runner: Path, cell: Cell, common: list[str], extra: list[str]) -> list[str]:
-    """The cell's command line: ``python RUNNER arm=A task=T seed=S progress=false <common> <block's> <extra>``."""
+    """The cell's command line: ``python RUNNER arm=A task=T seed=S progress=false <common> <block's> <extra>``;
+    a cell on several GPUs runs RUNNER under ``torchrun --standalone --nproc_per_node=<gpus>``, which forwards
+    the stop signals to every rank (it then exits 1 itself)."""
+    launcher = (
+        []
+        if cell.gpus == 1
+        else [
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={cell.gpus}",
+            f"--signals_to_handle={TORCHRUN_SIGNALS}",
+        ]
+    )
     return [
         sys.executable,
+        *launcher,
         str(runner),
         f"arm={cell.arm}",
         f"task={cell.task}",

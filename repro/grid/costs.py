@@ -11,6 +11,8 @@ rates and counts them once, in its fixed part (with the process's wall time beyo
 and at its last step, the first evaluation's compilation (``probe_passes``). The planned steps
 and validations come from the cell's resolved settings, as the training loop counts them.
 Periodic checkpoints (``checkpoint_every_seconds``: 10 minutes at ``profile=paper``) are not counted.
+Costs are of one GPU: a data-parallel record's seconds count once per process (its
+``data_parallel.processes``), as if n GPUs trained n times as fast.
 """
 
 from __future__ import annotations
@@ -170,10 +172,11 @@ def cost_from_run(metrics: dict, history: Path, beyond_elapsed_s: float, source:
         rows = history_rows(history)
         step_s, warm_up_s = steady_step_s(rows) or (step_s, warm_up_s)
         val_pass_s, first_passes_s = probe_passes(rows, steps, step_s, elapsed_s) or (val_pass_s, 0.0)
+    gpus = int((metrics.get("data_parallel") or {}).get("processes") or 1)
     return Cost(
-        step_s=step_s,
-        val_pass_s=val_pass_s,
-        fixed_s=max(0.0, beyond_elapsed_s) + warm_up_s + first_passes_s,
+        step_s=step_s * gpus,
+        val_pass_s=val_pass_s * gpus,
+        fixed_s=(max(0.0, beyond_elapsed_s) + warm_up_s + first_passes_s) * gpus,
         steps_per_epoch=int(per_epoch),
         device=str(metrics.get("device", "?")),
         source=source,

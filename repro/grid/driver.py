@@ -58,6 +58,18 @@ def gpu_list(spec: str | None) -> list:
     return ids
 
 
+def check_gpus_per_cell(grid: Grid, gpus: list) -> None:
+    """Refuse a grid whose data-parallel cells (``gpus: N``) need more GPUs than ``--gpus`` gives."""
+    named = len([gpu for gpu in gpus if gpu is not None])
+    for cell in grid.cells:
+        if cell.gpus > 1 and cell.gpus > named:
+            given = f"--gpus gives {named}" if named else "no --gpus names any"
+            raise GridError(
+                f"{grid.path}: cells[{cell.block}] trains {cell} on {cell.gpus} GPUs (gpus: {cell.gpus}), but "
+                f"{given}; name at least {cell.gpus} (--gpus all, or --gpus 0,1)"
+            )
+
+
 def stop_at_epoch(text: str, now: float | None = None) -> float:
     """``--stop-at``: ISO 8601 (``2026-12-01T10:30Z``; no zone: UTC) or ``HH:MM`` (UTC, today) -> epoch seconds."""
     now = time.time() if now is None else now
@@ -170,7 +182,8 @@ class Campaign:
         append_rows(self.log_path, [row])
         self.rows.append(row)
         if ended.returncode not in (0, 3):
-            if ended.stopped and (ended.returncode < 0 or ended.returncode > 128):  # ended by the signal it got
+            # ended by the signal it got (torchrun, which forwards it to the ranks, then exits 1 itself)
+            if ended.stopped and (ended.returncode < 0 or ended.returncode > 128 or ended.job.gpus > 1):
                 self.interrupted += 1
             else:
                 self.failed.append((cell_run.cell, ended.returncode))
@@ -228,9 +241,10 @@ def build_jobs(
             f"{cell} [{number}/{len(cell_runs)}]",
             command(runner, cell, campaign.grid.common, extra),
             per_gpu=per_gpu,
-            est_s=60.0 * minutes * left * slowdown,
+            est_s=60.0 * minutes * left * slowdown / cell.gpus,  # assumed: n GPUs train n times as fast
             log_path=log,
             carry_over=cell.carry_over,
+            gpus=cell.gpus,
         )
         campaign.by_key[job.key] = cell_run
         campaign.planned_steps[job.key] = steps
@@ -288,8 +302,10 @@ def run_grid(args, grid: Grid, extra: list[str], runner: Path, started: float) -
     cell_runs = resolve_cells(grid.cells, grid.common, extra, str(grid.path))
     plan = read_plan(args.plan_file) if args.plan_file else {}
     gpus = gpu_list(args.gpus)
+    check_gpus_per_cell(grid, gpus)
     campaign = Campaign(grid, out, out / "grid_log.csv", args.claim_dir)
-    foreground = gpus == [None] and args.per_gpu == 1 and all(not c.per_gpu or c.per_gpu == 1 for c in grid.cells)
+    single = all((not c.per_gpu or c.per_gpu == 1) and c.gpus == 1 for c in grid.cells)
+    foreground = gpus == [None] and args.per_gpu == 1 and single
     jobs, skipped = build_jobs(campaign, cell_runs, args, plan, runner, extra, foreground)
     scheduler = Scheduler(
         gpus,
@@ -304,7 +320,8 @@ def run_grid(args, grid: Grid, extra: list[str], runner: Path, started: float) -
     outcome = scheduler.run(jobs)
     first = {}
     for row in campaign.rows:
-        first.setdefault(row["gpu"], row["started_utc"])
+        for gpu in row["gpu"].split("+"):
+            first.setdefault(gpu, row["started_utc"])
     totals = gpu_totals(campaign.rows, {("" if g is None else str(g)): s for g, s in outcome.busy_s.items()}, first)
     append_rows(campaign.log_path, totals)
     print(summary_line(totals, len(campaign.rows)))

@@ -4,12 +4,14 @@ No header (rows of several grid commands, and of older versions, append to one f
 
     arm, task, seed, exit, wall_s, finished_utc, gpu, per_gpu, started_utc, gpu_s, examples, examples_per_s
 
-``gpu_s``: the GPU seconds charged to the cell (its wall time divided among the cells sharing its
-GPU, ``schedule.GpuSlots``); ``examples``: the training examples it trained on in this command
+``gpu``: the GPU it ran on (``0+1``: data-parallel over GPUs 0 and 1); ``gpu_s``: the GPU seconds
+charged to the cell (its wall time divided among the cells sharing its GPU, times its GPUs,
+``schedule.GpuSlots``); ``examples``: the training examples it trained on in this command
 (record or checkpoint after, minus checkpoint before); ``examples_per_s``: the record's own
 ``train_examples_per_s`` (empty when it wrote none). A GPU's row has arm ``(gpu total)``, the
 seconds the GPU was busy in ``wall_s`` and ``gpu_s``, the examples its cells trained on, and
-their aggregate ``examples / busy seconds`` (the packing measure of the fast-arms issue).
+their aggregate ``examples / busy seconds`` (the packing measure; a data-parallel cell's examples
+are shared equally among its GPUs).
 Rows of older versions have the first seven columns only.
 """
 
@@ -77,10 +79,10 @@ def gpu_totals(cell_rows: list[dict], busy_s: dict, started: dict) -> list[dict]
     """One ``(gpu total)`` row per GPU that ran a cell: busy seconds, examples, aggregate examples/s."""
     totals = []
     for gpu, busy in busy_s.items():
-        mine = [row for row in cell_rows if row["gpu"] == ("" if gpu is None else str(gpu))]
+        mine = [row for row in cell_rows if ("" if gpu is None else str(gpu)) in row["gpu"].split("+")]
         if not mine:
             continue
-        examples = sum(int(row["examples"] or 0) for row in mine)
+        examples = round(sum(int(row["examples"] or 0) / len(row["gpu"].split("+")) for row in mine))
         totals.append(
             {
                 "arm": GPU_TOTAL,

@@ -6,8 +6,10 @@ this machine's GPU: the cell's own command with ``++train.max_steps=N`` (``--pro
 default 300; validations halfway and at its last step, no periodic checkpoint) into a scratch
 folder, one probe per GPU at a time. The seconds per step, per validation and the fixed part (see
 ``costs``) then give the cell's planned run (its resolved epochs, ``max_steps`` and
-validation settings). Cells over ``--slot-minutes`` are flagged. The plan is printed and
-written as CSV (``PLAN_COLUMNS``) for ``--plan-file`` of the slot driver and of the ledger.
+validation settings). Cells over ``--slot-minutes`` are flagged (a data-parallel cell's
+GPU-minutes over its ``gpus``: its wall time, if n GPUs train n times as fast; its probe runs on
+one GPU). The plan is printed and written as CSV (``PLAN_COLUMNS``) for ``--plan-file`` of the slot
+driver and of the ledger.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import shutil
 import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from .. import records, runner
@@ -108,7 +111,7 @@ def probe_jobs(
         job = Job(
             key,
             f"probe {cell_run.cell.arm} {cell_run.cell.task} ({steps} steps)",
-            command(runner_path, cell_run.cell, common, overrides),
+            command(runner_path, replace(cell_run.cell, gpus=1), common, overrides),  # one GPU's cost
             per_gpu=1,
             log_path=folder / "probe.log",
         )
@@ -222,7 +225,7 @@ def plan_rows(cell_runs: list[CellRun], costs: dict, slot_minutes: float) -> lis
                 "fixed_s": round(cost.fixed_s, 1),
                 "data_wait_share": "" if cost.data_wait_share is None else round(cost.data_wait_share, 4),
                 "minutes": round(seconds / 60.0, 2),
-                "over_slot": "yes" if seconds / 60.0 > slot_minutes else "no",
+                "over_slot": "yes" if seconds / 60.0 / cell.gpus > slot_minutes else "no",  # its wall time
                 "device": cost.device,
                 "source": cost.source,
             }

@@ -2,16 +2,18 @@
 
 Each job is a subprocess that leads its own process group (``os.setsid``: a Ctrl-C in the terminal
 reaches the scheduler alone, which decides what each job is sent),
-with ``CUDA_VISIBLE_DEVICES`` set to its GPU. Jobs start in the given order whenever a GPU
-can take one (``GpuSlots``: packing limits and GPU-time accounting); a job whose packing limit
-keeps it off every GPU for now waits, and the next job that fits starts meanwhile. A job whose expected seconds
+with ``CUDA_VISIBLE_DEVICES`` set to its GPU (its GPUs, comma-separated, for a data-parallel job of
+``Job.gpus`` > 1). Jobs start in the given order whenever a GPU can take one (``GpuSlots``: packing
+limits and GPU-time accounting); a job whose packing limit keeps it off every GPU for now waits, and
+the next job that fits starts meanwhile; but a data-parallel job waiting for enough idle GPUs holds
+back every job queued after it, so that jobs of one GPU cannot keep it waiting to the end. A job whose expected seconds
 (``Job.est_s``) would end past the deadline is not started (``carry_over``: started anyway
 while at least ``CARRY_OVER_MIN_S`` are left, to be checkpointed and continued later); a running
 job that may not carry over and whose own progress (``projected_end``) says it will end past the
 deadline is stopped then, not at the deadline, and its GPU goes to the next job that fits. At
 the deadline, or on SIGTERM / SIGINT / SIGUSR1 to this process, the running jobs get that
 signal (SIGTERM at the deadline: the runner checkpoints and exits 143), ``grace_s`` to end,
-then SIGKILL.
+then SIGKILL to the job's process group (torchrun's ranks too).
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ class GpuSlots:
 
     Packing: a GPU holds at most ``min(per_gpu)`` of the jobs on it,
     counting the one to be placed, so a job whose block says ``per_gpu: 1`` runs alone. A new job
-    goes to the GPU with the fewest jobs (then the first listed). While ``k`` jobs share a GPU, each
-    is charged ``1/k`` of the elapsed time: the charges of one GPU add up to the time it was busy.
+    goes to the GPU with the fewest jobs (then the first listed); a data-parallel job of ``gpus`` > 1
+    takes that many idle GPUs (the first listed) and holds them alone. A placement is the tuple of
+    the job's GPUs. While ``k`` jobs share a GPU, each is charged ``1/k`` of the elapsed time on it:
+    the charges of one GPU add up to the time it was busy, and a job on n GPUs is charged n times.
     """
 
     def __init__(self, gpus: list[str | None]):
@@ -60,28 +64,39 @@ class GpuSlots:
                         self.charged_s[key] += elapsed / len(members)
         self._last = now if self._last is None else max(self._last, now)
 
-    def place(self, per_gpu: int):
-        """The GPU a job with this packing limit goes to now, or ``False`` when every GPU is full for it."""
+    def place(self, per_gpu: int, gpus: int = 1) -> tuple | bool:
+        """The GPUs (a tuple of ``gpus``) a job with this packing limit goes to now, or ``False`` when too
+        few can take it."""
+        if gpus > 1:
+            idle = [gpu for gpu in self.gpus if not self.members[gpu]]
+            return tuple(idle[:gpus]) if len(idle) >= gpus else False
         open_gpus = [gpu for gpu in self.gpus if len(self.members[gpu]) < min([per_gpu, *self.members[gpu].values()])]
         if not open_gpus:
             return False
-        return min(open_gpus, key=lambda gpu: (len(self.members[gpu]), self.gpus.index(gpu)))
+        return (min(open_gpus, key=lambda gpu: (len(self.members[gpu]), self.gpus.index(gpu))),)
 
-    def add(self, gpu, key: str, per_gpu: int, now: float) -> None:
+    def add(self, placement: tuple, key: str, per_gpu: int, now: float) -> None:
         if key in self.charged_s:
             raise ValueError(f"job {key} is already running")
         self.advance(now)
-        self.members[gpu][key] = per_gpu
+        for gpu in placement:
+            self.members[gpu][key] = per_gpu if len(placement) == 1 else 1
         self.charged_s[key] = 0.0
 
-    def remove(self, gpu, key: str, now: float) -> float:
-        """Take a job off its GPU; returns the GPU seconds it was charged."""
+    def remove(self, placement: tuple, key: str, now: float) -> float:
+        """Take a job off its GPUs; returns the GPU seconds it was charged."""
         self.advance(now)
-        del self.members[gpu][key]
+        for gpu in placement:
+            del self.members[gpu][key]
         return self.charged_s.pop(key)
 
     def running(self, gpu) -> int:
         return len(self.members[gpu])
+
+
+def gpu_label(placement: tuple) -> str | None:
+    """How logs name a placement: None (this process's device), ``"2"``, or ``"0+1"`` for a data-parallel job."""
+    return None if placement == (None,) else "+".join(str(gpu) for gpu in placement)
 
 
 def utc_now() -> str:
@@ -91,7 +106,8 @@ def utc_now() -> str:
 @dataclass
 class Job:
     """One command to run. ``est_s``: expected wall seconds on a shared GPU (None: unknown, always started);
-    ``carry_over``: whether it may start without time to end (None: the scheduler's setting)."""
+    ``carry_over``: whether it may start without time to end (None: the scheduler's setting); ``gpus``: the
+    idle GPUs a data-parallel command needs at once."""
 
     key: str
     label: str
@@ -100,12 +116,13 @@ class Job:
     est_s: float | None = None
     log_path: Path | None = None  # None: this process's own output
     carry_over: bool | None = None
+    gpus: int = 1
 
 
 @dataclass
 class Ended:
     job: Job
-    gpu: str | None
+    gpu: str | None  # gpu_label of its placement
     returncode: int
     wall_s: float
     gpu_s: float  # the GPU time charged to it (GpuSlots)
@@ -128,7 +145,7 @@ class Outcome:
 @dataclass
 class _Running:
     job: Job
-    gpu: str | None
+    placement: tuple
     process: subprocess.Popen
     began: float
     started_utc: str
@@ -168,6 +185,13 @@ class Scheduler:
 
     def run(self, jobs: list[Job]) -> Outcome:
         """Run ``jobs``; returns when all ended, or after the deadline or a stop signal stopped the rest."""
+        too_wide = [
+            job.label for job in jobs if job.gpus > 1 and job.gpus > len([g for g in self.slots.gpus if g is not None])
+        ]
+        if too_wide:
+            raise ValueError(
+                f"{too_wide[0]} needs {max(j.gpus for j in jobs)} GPUs; this scheduler has {self.slots.gpus}"
+            )
         previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
         queue = list(jobs)
         try:
@@ -229,21 +253,25 @@ class Scheduler:
         return kept
 
     def _launch_next(self, queue: list[Job], now: float) -> bool:
-        """Start the first queued job some GPU can take; False when none can start now."""
+        """Start the first queued job some GPU can take; False when none can start now. A data-parallel job
+        that cannot start yet holds back the jobs after it (module docstring)."""
         for i, job in enumerate(queue):
-            gpu = self.slots.place(job.per_gpu)
-            if gpu is False:
+            placement = self.slots.place(job.per_gpu, job.gpus)
+            if placement is False:
+                if job.gpus > 1:
+                    return False
                 continue
             queue.pop(i)
             if self.on_start is None or self.on_start(job):
-                self._spawn(job, gpu, now)
+                self._spawn(job, placement, now)
             return True
         return False
 
-    def _spawn(self, job: Job, gpu, now: float) -> None:
+    def _spawn(self, job: Job, placement: tuple, now: float) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        if gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        label = gpu_label(placement)
+        if label is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in placement)
         handle = None
         if job.log_path is not None:
             job.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -260,10 +288,10 @@ class Scheduler:
             if handle is not None:
                 handle.close()
             raise
-        where = f" on GPU {gpu}" if gpu is not None else ""
+        where = f" on GPU {label}" if label is not None else ""
         print(f"[grid] start {job.label}{where} at {(now - self.start) / 60:.1f} min", flush=True)
-        self.slots.add(gpu, job.key, job.per_gpu, now)
-        self.running[job.key] = _Running(job, gpu, process, now, utc_now(), handle)
+        self.slots.add(placement, job.key, job.per_gpu, now)
+        self.running[job.key] = _Running(job, placement, process, now, utc_now(), handle)
 
     def _reap(self) -> None:
         for key in [k for k, r in self.running.items() if r.process.poll() is not None]:
@@ -274,10 +302,11 @@ class Scheduler:
         if entry.handle is not None:
             entry.handle.close()
         now = self.clock()
-        gpu_s = self.slots.remove(entry.gpu, key, now)
+        gpu_s = self.slots.remove(entry.placement, key, now)
+        label = gpu_label(entry.placement)
         ended = Ended(
             entry.job,
-            entry.gpu,
+            label,
             entry.process.returncode,
             now - entry.began,
             gpu_s,
@@ -286,7 +315,7 @@ class Scheduler:
             stopped,
         )
         self.outcome.ended.append(ended)
-        where = f" on GPU {entry.gpu}" if entry.gpu is not None else ""
+        where = f" on GPU {label}" if label is not None else ""
         print(
             f"[grid] done{where}: {entry.job.label}, exit {ended.returncode}, {ended.wall_s / 60:.1f} min", flush=True
         )
@@ -308,7 +337,10 @@ class Scheduler:
         for entry in self.running.values():
             if entry.process.poll() is None:
                 print(f"[grid] {entry.job.label} did not end within {self.grace_s:.0f} s; killing it", flush=True)
-                entry.process.kill()
+                try:
+                    os.killpg(entry.process.pid, signal.SIGKILL)  # the job leads its group (setsid): its ranks too
+                except ProcessLookupError:
+                    pass
                 entry.process.wait()
         for key in list(self.running):
             self._end(key, stopped=True)
