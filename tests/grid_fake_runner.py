@@ -6,7 +6,8 @@ the cells named in ``FAKE_FAIL`` (comma-separated ``arm__task__seedS``); with ``
 (``STEPS,SECONDS``) it rewrites ``progress.json`` every 0.05 s, each time ``STEPS`` steps and
 ``SECONDS`` of its own clock further (a run's pace, for the grid's projection); with ``FAKE_SNAPSHOT``
 (a file's path) it copies that file, as it is at its start, to ``<path>.at-<cell>``; on SIGTERM writes
-``interrupted`` in its record folder and exits 143, as the runner does after checkpointing;
+``interrupted`` in its record folder (under torchrun, rank 0 also a stand-in ``checkpoints/last.pt``)
+and exits 143, as the runner does after checkpointing;
 otherwise writes a complete record (``metrics.json`` last) whose examples are 100 per second slept
 (under torchrun, rank 0 alone; every rank logs its events).
 """
@@ -43,6 +44,9 @@ def event(what: str) -> None:
 def stop(signum, _frame) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "interrupted").write_text(f"signal {signum}\n")
+    if os.environ.get("RANK") == "0":  # under torchrun: rank 0's checkpoint, the grid's sign of a clean stop
+        (run_dir / "checkpoints").mkdir(exist_ok=True)
+        (run_dir / "checkpoints" / "last.pt").write_bytes(b"fake")
     event("end")
     sys.exit(128 + signum)
 

@@ -64,7 +64,9 @@ def test_the_ledger_counts_done_cells_minutes_spent_and_minutes_left(tmp_path):
     runs = {cr.cell.key: cr for cr in resolve_cells(grid.cells, ["profile=paper"], [f"output_dir={folder}"], "test")}
     _record(folder, runs["lra_transformer", "listops", 0], elapsed_s=3.5)
     local0 = _record(folder, runs["lra_local", "listops", 0], elapsed_s=3.5)
-    _record(folder, runs["lra_transformer", "listops", 1], elapsed_s=3.5, wall_time_s=9.0)  # no grid_log row
+    _record(  # no grid_log row: its own wall time, on each of its two processes' GPUs
+        folder, runs["lra_transformer", "listops", 1], elapsed_s=3.5, wall_time_s=9.0, data_parallel={"processes": 2}
+    )
     other = make_record(
         folder / "runs", "lra_local", "listops", 1, profile="paper", labels=np.zeros(20, dtype=int), accuracy=0.5
     )  # complete, but with other settings than the grid's: not done
@@ -95,7 +97,7 @@ def test_the_ledger_counts_done_cells_minutes_spent_and_minutes_left(tmp_path):
     metrics = json.loads((local0 / "metrics.json").read_text())
     cost = cost_from_run(metrics, local0 / "history.csv", metrics["wall_time_s"] - 3.5 + 30.0, "test")
     left = cell_seconds(cost, runs["lra_local", "listops", 1].train)[2] / 60
-    spent_done = (150.0 + 120.0 + 9.0) / 60
+    spent_done = (150.0 + 120.0 + 2 * 9.0) / 60
     assert _table(ledger, "required") == [
         "required",
         "3 of 4",

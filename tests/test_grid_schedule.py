@@ -106,28 +106,44 @@ def test_a_blocks_per_gpu_wins_over_the_command_line(tmp_path):
     assert _max_overlap([e for e in events if e[1].startswith("locality_k61")], "0") == 3
 
 
-def test_a_data_parallel_cell_holds_its_gpus_alone_and_holds_back_the_cells_after_it(tmp_path):
-    """gpus: 2 runs the cell under torchrun, two ranks seeing both GPUs; it waits for two idle GPUs, and the
-    cell queued after it waits too, though a GPU is idle meanwhile; it is charged on each of its GPUs."""
+def _dp_grid(tmp_path, minutes: dict):
+    """k5, then k61 on two GPUs (gpus: 2), then k31, each planned at ``minutes[arm]``."""
+    plan = tmp_path / "plan.csv"
+    rows = "".join(f"{arm},listops,0,{m},100\n" for arm, m in minutes.items())
+    plan.write_text("arm,task,seed,minutes,planned_steps\n" + rows)
     grid = _grid(
         tmp_path,
         "  - {arms: [locality_k5], tasks: [listops], seeds: [0]}\n"
         "  - {arms: [locality_k61], tasks: [listops], seeds: [0], gpus: 2}\n"
         "  - {arms: [locality_k31], tasks: [listops], seeds: [0]}\n",
     )
-    done = _run(tmp_path, grid, "--gpus", "0,1", seconds=3.0)
+    return grid, plan
+
+
+def _spans(tmp_path) -> dict:
+    """(kind, arm) -> [(gpu, time)], in time order."""
+    times = defaultdict(list)
+    for kind, cell, gpu, when in sorted(_events(tmp_path), key=lambda e: e[3]):
+        times[kind, cell.split("__")[0]].append((gpu, when))
+    return times
+
+
+def test_a_data_parallel_cell_holds_its_gpus_alone_and_holds_back_the_cells_after_it(tmp_path):
+    """gpus: 2 runs the cell under torchrun, two ranks seeing both GPUs, alone (whatever --per-gpu) and planned
+    at its minutes over its GPUs (8 / 2 < 5 minutes left); it waits for two idle GPUs, and the cell queued after
+    it, which would not end before they are free, waits too; it is charged on each of its GPUs."""
+    grid, plan = _dp_grid(tmp_path, {"locality_k5": 1, "locality_k61": 8, "locality_k31": 1})
+    args = ["--gpus", "0,1", "--per-gpu", "3", "--deadline-minutes", "5", "--plan-file", str(plan)]
+    done = _run(tmp_path, grid, *args, seconds=3.0)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "start locality_k61 listops seed 0 [2/3] on GPU 0+1" in done.stdout
-    events = sorted(_events(tmp_path), key=lambda e: e[3])
-    times = defaultdict(list)
-    for kind, cell, gpu, when in events:
-        times[kind, cell.split("__")[0]].append((gpu, when))
+    times = _spans(tmp_path)
     assert [gpu for gpu, _ in times["start", "locality_k61"]] == ["0,1", "0,1"]  # two ranks
     assert len(times["end", "locality_k61"]) == 2
     assert times["end", "locality_k5"][0][1] < min(when for _, when in times["start", "locality_k61"])
     assert times["start", "locality_k31"][0][1] > max(when for _, when in times["end", "locality_k61"])
     rows = {row["arm"]: row for row in _cell_rows(tmp_path)}
-    assert rows["locality_k61"]["gpu"] == "0+1"
+    assert (rows["locality_k61"]["gpu"], rows["locality_k61"]["per_gpu"]) == ("0+1", "1")
     assert float(rows["locality_k61"]["gpu_s"]) == pytest.approx(2 * float(rows["locality_k61"]["wall_s"]), abs=0.2)
     totals = {row["gpu"]: row for row in read_rows(tmp_path / "out" / "grid_log.csv") if row["arm"] == GPU_TOTAL}
     shared = int(rows["locality_k61"]["examples"]) / 2
@@ -137,20 +153,36 @@ def test_a_data_parallel_cell_holds_its_gpus_alone_and_holds_back_the_cells_afte
     )
 
 
-def test_a_data_parallel_cell_asks_for_gpus_the_command_names(tmp_path):
-    grid = _grid(tmp_path, "  - {arms: [locality_k5], tasks: [listops], seeds: [0], gpus: 3}\n")
+def test_a_cell_that_ends_before_the_data_parallel_cells_gpus_are_free_starts_meanwhile(tmp_path):
+    grid, plan = _dp_grid(tmp_path, {"locality_k5": 1, "locality_k61": 1, "locality_k31": 0.01})
+    done = _run(tmp_path, grid, "--gpus", "0,1", "--plan-file", str(plan), seconds=3.0)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    times = _spans(tmp_path)
+    (gpu, began), dp_began = times["start", "locality_k31"][0], min(w for _, w in times["start", "locality_k61"])
+    assert gpu == "1" and began < times["end", "locality_k5"][0][1] < dp_began  # backfilled beside k5
+
+
+def test_a_data_parallel_cell_wider_than_the_gpus_named_is_left_out_and_the_rest_runs(tmp_path):
+    grid = _grid(
+        tmp_path,
+        "  - {arms: [locality_k5], tasks: [listops], seeds: [0], gpus: 3}\n"
+        "  - {arms: [locality_k31], tasks: [listops], seeds: [0]}\n",
+    )
     done = _run(tmp_path, grid, "--gpus", "0,1", seconds=0.1)
-    assert done.returncode != 0 and not (tmp_path / "events.txt").exists()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (
-        f"{grid}: cells[0] trains locality_k5 listops seed 0 on 3 GPUs (gpus: 3), but --gpus gives 2; name at "
-        "least 3 (--gpus all, or --gpus 0,1)"
+        f"[grid] not started: {grid}: cells[0] trains locality_k5 listops seed 0 on 3 GPUs (gpus: 3), but --gpus "
+        "gives 2; name at least 3 (--gpus all, or --gpus 0,1)"
     ) in done.stderr
+    assert [row["arm"] for row in _cell_rows(tmp_path)] == ["locality_k31"]
+    assert "1 of 2 cells attempted" in done.stdout and "1 left" in done.stdout
 
 
 @pytest.mark.slow
 def test_the_deadline_stops_every_rank_of_a_data_parallel_cell_which_counts_as_interrupted(tmp_path):
     """torchrun forwards the deadline's SIGTERM to both ranks (each checkpoints and exits 143) and exits 1
-    itself: the cell is left for the next slot, not failed."""
+    itself: the checkpoint written since the cell started says it was stopped, not failed; it is left for
+    the next slot."""
     grid = _grid(tmp_path, "  - {arms: [locality_k5], tasks: [listops], seeds: [0], gpus: 2}\n")
     began = time.monotonic()
     done = _run(tmp_path, grid, "--gpus", "0,1", "--deadline-minutes", "0.4", seconds=120)

@@ -208,7 +208,8 @@ def put_first(grid: Grid, arms: list[str]) -> Grid:
 def command(runner: Path, cell: Cell, common: list[str], extra: list[str]) -> list[str]:
     """The cell's command line: ``python RUNNER arm=A task=T seed=S progress=false <common> <block's> <extra>``;
     a cell on several GPUs runs RUNNER under ``torchrun --standalone --nproc_per_node=<gpus>``, which forwards
-    the stop signals to every rank (it then exits 1 itself)."""
+    the stop signals to every rank; its exit status is torchrun's: 0, or 1 when a rank failed, stopped or
+    exited 3 (its data missing)."""
     launcher = (
         []
         if cell.gpus == 1

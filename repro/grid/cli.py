@@ -9,15 +9,16 @@ Usage (``python -m repro.grid`` takes the same arguments)::
     lra-grid unpack FOLDER --into DIR                              # a slot's archives into an output folder
 
 Each cell is ``python experiments/run.py arm=A task=T seed=S progress=false <common> <overrides>``
-(``--runner`` names another script). A cell whose record is already complete with the same
+(``--runner`` names another script); a cell of a block with ``gpus: N`` runs it under ``torchrun`` on N
+GPUs (``cells``). A cell whose record is already complete with the same
 settings is skipped at once; an unfinished one resumes from its checkpoint (the runner's).
 
 The slot driver, one command for a GPU machine lent for 30 minutes (start it in the
-background with ``setsid``, poll its output, and copy ``$OUT`` back when it has returned)::
+background with ``setsid``, poll its output, and copy ``<out>`` back when it has returned)::
 
     lra-grid experiments/grids/v0.2-lra.yaml --gpus all --per-gpu 3 --deadline-minutes 24 \\
-        --plan-file experiments/grids/v0.2-lra/plan.csv --archive-to $OUT \\
-        --resume-from <the previous slot's $OUT files> -- data_dir=.gpu/data output_dir=outputs
+        --plan-file experiments/grids/v0.2-lra/plan.csv --archive-to <out> \\
+        --resume-from <the previous slot's <out> files> -- data_dir=.gpu/data output_dir=outputs
 
 It unpacks the previous slot's archives into ``output_dir`` (``--resume-from``), starts every
 cell left on every GPU, ``--per-gpu`` at once on each (a block's ``per_gpu`` wins for its cells),

@@ -58,16 +58,25 @@ def gpu_list(spec: str | None) -> list:
     return ids
 
 
-def check_gpus_per_cell(grid: Grid, gpus: list) -> None:
-    """Refuse a grid whose data-parallel cells (``gpus: N``) need more GPUs than ``--gpus`` gives."""
+def leave_out_too_wide(jobs: list[Job], campaign: Campaign, gpus: list) -> tuple[list[Job], list[Job]]:
+    """(jobs to run, jobs left out): a data-parallel cell (``gpus: N``) needs N GPUs of ``--gpus``; one that
+    asks more is left for a machine that has them, said on stderr with the fix."""
     named = len([gpu for gpu in gpus if gpu is not None])
-    for cell in grid.cells:
-        if cell.gpus > 1 and cell.gpus > named:
+    kept, left = [], []
+    for job in jobs:
+        if job.gpus > 1 and job.gpus > named:
+            cell = campaign.by_key[job.key].cell
             given = f"--gpus gives {named}" if named else "no --gpus names any"
-            raise GridError(
-                f"{grid.path}: cells[{cell.block}] trains {cell} on {cell.gpus} GPUs (gpus: {cell.gpus}), but "
-                f"{given}; name at least {cell.gpus} (--gpus all, or --gpus 0,1)"
+            print(
+                f"[grid] not started: {campaign.grid.path}: cells[{cell.block}] trains {cell} on {cell.gpus} GPUs "
+                f"(gpus: {cell.gpus}), but {given}; name at least {cell.gpus} (--gpus all, or --gpus 0,1)",
+                file=sys.stderr,
+                flush=True,
             )
+            left.append(job)
+        else:
+            kept.append(job)
+    return kept, left
 
 
 def stop_at_epoch(text: str, now: float | None = None) -> float:
@@ -129,6 +138,7 @@ class Campaign:
     failed: list = field(default_factory=list)
     planned_steps: dict = field(default_factory=dict)  # job key -> the cell's planned steps (a plan or a record)
     progress_seen: dict = field(default_factory=dict)  # job key -> [(step, elapsed_s, clock when first seen)]
+    began: dict = field(default_factory=dict)  # job key -> epoch seconds of its start
     elsewhere: int = 0
     started: int = 0
     interrupted: int = 0
@@ -140,6 +150,7 @@ class Campaign:
             self.elsewhere += 1
             return False
         self.before[job.key] = examples_done(cell_run.run_dir)
+        self.began[job.key] = time.time()
         self.started += 1
         return True
 
@@ -182,11 +193,16 @@ class Campaign:
         append_rows(self.log_path, [row])
         self.rows.append(row)
         if ended.returncode not in (0, 3):
-            # ended by the signal it got (torchrun, which forwards it to the ranks, then exits 1 itself)
-            if ended.stopped and (ended.returncode < 0 or ended.returncode > 128 or ended.job.gpus > 1):
+            if ended.stopped and (ended.returncode < 0 or ended.returncode > 128 or self._checkpointed(ended)):
                 self.interrupted += 1
             else:
                 self.failed.append((cell_run.cell, ended.returncode))
+
+    def _checkpointed(self, ended: Ended) -> bool:
+        """A stopped data-parallel cell ended by its signal: torchrun exits 1 whatever its ranks did, so the
+        sign is the checkpoint the ranks write when stopped (``last.pt`` written since the cell started)."""
+        last = self.by_key[ended.job.key].run_dir / "checkpoints" / "last.pt"
+        return ended.job.gpus > 1 and last.is_file() and last.stat().st_mtime >= self.began[ended.job.key]
 
 
 def claim(folder: Path, name: str) -> bool:
@@ -222,7 +238,7 @@ def build_jobs(
             print(f"[grid] record complete, skipped: {cell}{where}")
             skipped += 1
             continue
-        per_gpu = cell.per_gpu or args.per_gpu
+        per_gpu = 1 if cell.gpus > 1 else cell.per_gpu or args.per_gpu  # a data-parallel cell runs alone
         minutes, steps, source = estimate(cell_run, plan, campaign.grid, campaign.out, args.records or [])
         if source == "grid file" and cell.carry_over is False:
             print(
@@ -234,7 +250,7 @@ def build_jobs(
             )
         state = checkpoint_state(cell_run.run_dir) if steps else None
         left = max(0.0, 1.0 - state["step"] / steps) if state and steps else 1.0
-        slowdown = args.pack_slowdown if args.pack_slowdown is not None else float(per_gpu)
+        slowdown = 1.0 if per_gpu == 1 else args.pack_slowdown if args.pack_slowdown is not None else float(per_gpu)
         log = None if foreground else campaign.out / "grid_logs" / f"{cell.name}.log"
         job = Job(
             cell.name,
@@ -252,7 +268,7 @@ def build_jobs(
     return jobs, skipped
 
 
-def report(campaign: Campaign, outcome, skipped: int, total: int) -> None:
+def report(campaign: Campaign, outcome, skipped: int, total: int, too_wide: int = 0) -> None:
     for job in outcome.not_started:
         print(f"[grid] not started (deadline): {campaign.by_key[job.key].cell}")
     exits = {ended.job.key: ended.returncode for ended in outcome.ended}
@@ -265,7 +281,7 @@ def report(campaign: Campaign, outcome, skipped: int, total: int) -> None:
         print(f"[grid] not started ({why} first): {campaign.by_key[job.key].cell}")
     for cell, status in campaign.failed:
         print(f"[grid] failed with exit {status}: {cell}")
-    left = len(outcome.not_started) + len(outcome.left_queued) + campaign.interrupted
+    left = len(outcome.not_started) + len(outcome.left_queued) + campaign.interrupted + too_wide
     print(
         f"[grid] {campaign.started} of {total} cells attempted, {campaign.elsewhere} claimed by another grid "
         f"process, {len(campaign.failed)} failed, {left} left, {skipped} already complete; log {campaign.log_path}",
@@ -302,11 +318,11 @@ def run_grid(args, grid: Grid, extra: list[str], runner: Path, started: float) -
     cell_runs = resolve_cells(grid.cells, grid.common, extra, str(grid.path))
     plan = read_plan(args.plan_file) if args.plan_file else {}
     gpus = gpu_list(args.gpus)
-    check_gpus_per_cell(grid, gpus)
     campaign = Campaign(grid, out, out / "grid_log.csv", args.claim_dir)
     single = all((not c.per_gpu or c.per_gpu == 1) and c.gpus == 1 for c in grid.cells)
     foreground = gpus == [None] and args.per_gpu == 1 and single
     jobs, skipped = build_jobs(campaign, cell_runs, args, plan, runner, extra, foreground)
+    jobs, too_wide = leave_out_too_wide(jobs, campaign, gpus)
     scheduler = Scheduler(
         gpus,
         deadline=deadline_of(args, started),
@@ -321,11 +337,11 @@ def run_grid(args, grid: Grid, extra: list[str], runner: Path, started: float) -
     first = {}
     for row in campaign.rows:
         for gpu in row["gpu"].split("+"):
-            first.setdefault(gpu, row["started_utc"])
+            first[gpu] = min(first.get(gpu, row["started_utc"]), row["started_utc"])
     totals = gpu_totals(campaign.rows, {("" if g is None else str(g)): s for g, s in outcome.busy_s.items()}, first)
     append_rows(campaign.log_path, totals)
     print(summary_line(totals, len(campaign.rows)))
-    report(campaign, outcome, skipped, len(grid.cells))
+    report(campaign, outcome, skipped, len(grid.cells), len(too_wide))
     packed = archive(out, args.archive_to, args.archive_files, args.archive_mib) if args.archive_to else True
     if outcome.signum is not None:
         return 128 + outcome.signum

@@ -41,9 +41,11 @@ def cell_status(cell_run: CellRun, spent: dict, plan: dict, out: Path, overhead_
     key = cell_run.cell.key
     done = record_matches(cell_run)
     minutes = spent.get(key, 0.0) / 60.0
-    if done and key not in spent:
+    if done and key not in spent:  # no grid log row: the record's own time, on each of its GPUs
         metrics = complete_metrics(cell_run.run_dir) or {}
-        minutes = max(float(metrics.get("elapsed_s", 0.0)), float(metrics.get("wall_time_s", 0.0))) / 60.0
+        gpus = int((metrics.get("data_parallel") or {}).get("processes") or 1)
+        wall = max(float(metrics.get("elapsed_s", 0.0)), float(metrics.get("wall_time_s", 0.0)))
+        minutes = gpus * wall / 60.0
     status = {"cell": cell_run.cell, "done": done, "spent": minutes, "left": None, "source": ""}
     if done:
         return status

@@ -5,19 +5,24 @@ reaches the scheduler alone, which decides what each job is sent),
 with ``CUDA_VISIBLE_DEVICES`` set to its GPU (its GPUs, comma-separated, for a data-parallel job of
 ``Job.gpus`` > 1). Jobs start in the given order whenever a GPU can take one (``GpuSlots``: packing
 limits and GPU-time accounting); a job whose packing limit keeps it off every GPU for now waits, and
-the next job that fits starts meanwhile; but a data-parallel job waiting for enough idle GPUs holds
-back every job queued after it, so that jobs of one GPU cannot keep it waiting to the end. A job whose expected seconds
+the next job that fits starts meanwhile; but while a data-parallel job waits for enough idle GPUs,
+a job queued after it starts only if its expected seconds end before those GPUs are expected to be
+free (backfilling; by the running jobs' ``est_s``), so that jobs of one GPU cannot keep it waiting
+to the end. A job whose expected seconds
 (``Job.est_s``) would end past the deadline is not started (``carry_over``: started anyway
 while at least ``CARRY_OVER_MIN_S`` are left, to be checkpointed and continued later); a running
 job that may not carry over and whose own progress (``projected_end``) says it will end past the
 deadline is stopped then, not at the deadline, and its GPU goes to the next job that fits. At
 the deadline, or on SIGTERM / SIGINT / SIGUSR1 to this process, the running jobs get that
 signal (SIGTERM at the deadline: the runner checkpoints and exits 143), ``grace_s`` to end,
-then SIGKILL to the job's process group (torchrun's ranks too).
+then SIGKILL to the job's process group. torchrun starts its ranks in sessions of their own, out of that
+group's reach: it forwards the stop signal to them and kills them itself after its shutdown timeout,
+set ``TORCHRUN_MARGIN_S`` below ``grace_s`` (torch >= 2.12; older torchrun waits 30 s).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -29,6 +34,7 @@ from pathlib import Path
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 CARRY_OVER_MIN_S = 300.0  # a run started to be carried over gets at least this much of the slot
 PROJECTION_CHECK_S = 5.0  # how often a running job that may not carry over is projected against the deadline
+TORCHRUN_MARGIN_S = 15  # torchrun kills its ranks this long before the scheduler's grace ends (it cannot reach them)
 PROJECTION_TAIL_S = 30.0  # what a run does after its last step (test pass, record), added to its projection
 
 
@@ -189,9 +195,7 @@ class Scheduler:
             job.label for job in jobs if job.gpus > 1 and job.gpus > len([g for g in self.slots.gpus if g is not None])
         ]
         if too_wide:
-            raise ValueError(
-                f"{too_wide[0]} needs {max(j.gpus for j in jobs)} GPUs; this scheduler has {self.slots.gpus}"
-            )
+            raise ValueError(f"{too_wide[0]} needs more GPUs than this scheduler has ({self.slots.gpus})")
         previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
         queue = list(jobs)
         try:
@@ -253,13 +257,16 @@ class Scheduler:
         return kept
 
     def _launch_next(self, queue: list[Job], now: float) -> bool:
-        """Start the first queued job some GPU can take; False when none can start now. A data-parallel job
-        that cannot start yet holds back the jobs after it (module docstring)."""
+        """Start the first queued job some GPU can take; False when none can start now. Behind a data-parallel
+        job that cannot start yet, only jobs that end before its GPUs are expected free (module docstring)."""
+        reserved_at = None
         for i, job in enumerate(queue):
             placement = self.slots.place(job.per_gpu, job.gpus)
             if placement is False:
-                if job.gpus > 1:
-                    return False
+                if job.gpus > 1 and reserved_at is None:
+                    reserved_at = self._free_at(job.gpus, now)
+                continue
+            if reserved_at is not None and (job.est_s is None or now + job.est_s > reserved_at):
                 continue
             queue.pop(i)
             if self.on_start is None or self.on_start(job):
@@ -267,11 +274,28 @@ class Scheduler:
             return True
         return False
 
+    def _free_at(self, count: int, now: float) -> float:
+        """When ``count`` GPUs are expected idle: each GPU at the latest expected end of its running jobs
+        (``began + est_s``, at least now; never, for a job without an estimate)."""
+        free = []
+        for gpu in self.slots.gpus:
+            ends = [
+                math.inf if r.job.est_s is None else max(now, r.began + r.job.est_s)
+                for r in self.running.values()
+                if gpu in r.placement
+            ]
+            free.append(max(ends, default=now))
+        return sorted(free)[count - 1]
+
     def _spawn(self, job: Job, placement: tuple, now: float) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         label = gpu_label(placement)
         if label is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in placement)
+        if (
+            job.gpus > 1
+        ):  # torchrun (torch >= 2.12; before, 30 s) waits this long for its stopped ranks, then kills them
+            env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(max(1, int(self.grace_s) - TORCHRUN_MARGIN_S))
         handle = None
         if job.log_path is not None:
             job.log_path.parent.mkdir(parents=True, exist_ok=True)
