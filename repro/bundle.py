@@ -67,6 +67,7 @@ from pathlib import Path
 
 from . import records
 from .analysis import listops_roots
+from .grid.cells import GridError, superseded_records
 
 FORMAT = "lra-repro-bundle/1"
 MANIFEST = "MANIFEST.json"
@@ -620,6 +621,13 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         help="a record folder of a --from-bundle bundle not to take (repeatable; the manifest names it)",
     )
+    fr.add_argument(
+        "--leave-out-from",
+        type=Path,
+        action="append",
+        default=[],
+        help="a grid file whose 'superseded' records are not taken either (repeatable)",
+    )
     for name, text in (("verify", "recompute every checksum"), ("cite", "print BibTeX and a one-line citation")):
         p = sub.add_parser(name, help=text)
         p.add_argument("bundle", type=Path)
@@ -655,7 +663,7 @@ def main(argv: list[str] | None = None) -> int:
                 extra=args.extra,
                 log=log,
                 from_bundles=args.from_bundle,
-                leave_out=args.leave_out,
+                leave_out=[*(args.leave_out or []), *superseded_records(args.leave_out_from)],
             )
         elif args.command == "verify":
             problems = verify(args.bundle)
@@ -682,7 +690,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{m['version']}\t{m['created']}\t{len(m['runs'])} runs\t{', '.join(m['profiles'])}\t"
                     f"sha256 {manifest_hash(path)[:16]}"
                 )
-    except BundleError as err:
+    except (BundleError, GridError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -227,6 +228,23 @@ def test_first_moves_arms_to_the_front_of_each_column_across_its_blocks():
     assert [(c[0].task, c[0].seed) for c in columns] == [
         (t, s) for s in (0, 1, 2) for t in ("listops", "text", "image")
     ]
+
+
+def test_a_grid_s_superseded_records_are_what_leave_out_from_reads_and_a_bad_list_names_the_key(tmp_path):
+    from repro.grid.cells import GridError, superseded_records
+
+    path = tmp_path / "grid.yaml"
+    path.write_text("superseded: [results/b/runs/a/t/paper/seed0, results/c/runs/a/t/paper/seed1]\ncells: []\n")
+    assert superseded_records([path]) == [
+        Path("results/b/runs/a/t/paper/seed0"),
+        Path("results/c/runs/a/t/paper/seed1"),
+    ]
+    path.write_text("superseded: results/b/runs/a/t/paper/seed0\ncells: []\n")
+    with pytest.raises(GridError) as error:
+        load_grid(path)
+    assert str(error.value) == (
+        f"{path}: superseded must be a list of record folders, e.g. [results/v0.2-lra-slot01/runs/a/t/paper/seed0]"
+    )
 
 
 @pytest.mark.parametrize(

@@ -481,8 +481,8 @@ def test_sinkhorn_s_head_and_synthesizer_s_q_k_term_are_the_release_s():
 
 # Settings of an (arm, task) corrected after some of its campaign records ran, each to what the release's
 # code computes (the arms' YAML files): those records differ from the cell's settings in these keys only,
-# the ledger no longer counts them (the cell is run again), and both the README's Table 1 command and the
-# grid README's final freeze leave them out.
+# the ledger no longer counts them (the cell is run again), the campaign's grid file lists them as
+# `superseded`, and both the README's Table 1 command and the grid README's final freeze leave those out.
 CORRECTED = {
     ("lra_sinkhorn", "listops"): {"cls_token", "pooling", "head_hidden", "attention_params"},
     ("lra_synthesizer", "listops"): {"attention_params"},  # the release's q.k term (dot_product), found later
@@ -503,13 +503,19 @@ def test_the_campaign_records_trained_at_the_release_settings_of_their_cell():
     data source and commit named, and its model, training and task settings those this package resolves
     for its (arm, task) at profile=paper -- the release's (the tests above check those against the release)
     -- or, for a cell whose settings were corrected since (``CORRECTED``), differing in those keys only
-    and left out of the README's Table 1 command."""
+    and listed as superseded by the grid file, which the README's Table 1 command and the final freeze
+    leave out; every superseded entry is such a record."""
     from repro.records import read_config
 
     records = list(_campaign_records())
     assert records
-    readme = (ROOT / "README.md").read_text()
-    grid_readme = (ROOT / "experiments" / "grids" / "v0.2-lra" / "README.md").read_text()  # the final freeze
+    from repro.grid.cells import load_grid
+
+    superseded = set(load_grid(ROOT / "experiments" / "grids" / "v0.2-lra.yaml").superseded)
+    leave_out = "--leave-out-from experiments/grids/v0.2-lra.yaml"
+    for readme in ("README.md", "experiments/grids/v0.2-lra/README.md"):  # Table 1; the final freeze
+        assert leave_out in " ".join((ROOT / readme).read_text().split()), readme
+    left_out = set()
     for record in records:
         metrics = json.loads((record / "metrics.json").read_text())
         config = read_config(record / "config.yaml")
@@ -531,9 +537,10 @@ def test_the_campaign_records_trained_at_the_release_settings_of_their_cell():
             if config["model"].get(k, "?") != expected["model"].get(k, "?")
         }
         if changed and changed <= corrected:
-            leave_out = f"--leave-out {record.relative_to(ROOT).as_posix()}"
-            assert leave_out in " ".join(readme.split()) and leave_out in " ".join(grid_readme.split()), record
+            assert record.relative_to(ROOT).as_posix() in superseded, record
+            left_out.add(record.relative_to(ROOT).as_posix())
             config["model"] = expected["model"]
         for block in ("model", "train", "task"):
             assert config[block] == expected[block], (record, block)
         assert metrics["train_settings"]["batch_size"] == expected["train"]["batch_size"], record
+    assert left_out == superseded  # nothing listed that is not such a record

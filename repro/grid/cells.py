@@ -6,6 +6,7 @@ A grid file (YAML)::
     minutes_per_run: 0               # a cell's cost when neither a plan nor a record gives one
     overhead_minutes: 0.75           # start-up and final evaluation, added to minutes_per_run
     records: [results/camp-slot*]    # folders (glob patterns) whose complete records count as done
+    superseded: [results/camp-slot1/runs/a/t/paper/seed0]   # records whose cell's settings changed since
     cells:                           # blocks, expanded arms x tasks x seeds, in this order
       - {arms: [a, b], tasks: [text], seeds: [0, 1, 2], per_gpu: 3}
       - {arms: [a], tasks: [pathfinder], seeds: [0], optional: true}
@@ -23,7 +24,9 @@ between slots. ``gpus`` (a block's, default 1): how many GPUs each of its cells 
 process a GPU, data-parallel under ``torchrun`` (repro/distributed.py: the same global batch, one
 record); such a cell holds its GPUs alone, for a run too long for one GPU within a slot.
 ``records``: the folders a campaign freezes its records into, as ``--records`` gives them (both
-count): a slot's command, its ``--dry-run`` and the ledger skip what they hold.
+count): a slot's command, its ``--dry-run`` and the ledger skip what they hold. ``superseded``: record
+folders of those bundles that ran before their cell's settings were corrected (the ledger already
+counts them as not done); tables and the final freeze leave them out (``--leave-out-from GRID``).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from pathlib import Path
 
 import yaml
 
-GRID_KEYS = ("common", "minutes_per_run", "overhead_minutes", "records", "cells")
+GRID_KEYS = ("common", "minutes_per_run", "overhead_minutes", "records", "superseded", "cells")
 BLOCK_KEYS = ("arms", "tasks", "seeds", "optional", "per_gpu", "carry_over", "overrides", "gpus")
 TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"  # forwarded to every rank, which checkpoints
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -90,6 +93,7 @@ class Grid:
     cells: list[Cell]
     optional_left_out: int = 0
     records: tuple[str, ...] = ()  # glob patterns of record folders (bundles) whose complete records count
+    superseded: tuple[str, ...] = ()  # record folders run before their cell's settings were corrected
 
     def records_folders(self, given: list[Path] | None = None) -> list[Path]:
         """The folders the grid file's ``records`` patterns match now (relative to the working directory,
@@ -168,6 +172,11 @@ def load_grid(path: Path, include_optional: bool = False) -> Grid:
     patterns = grid.get("records") or []
     if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
         raise GridError(f"{path}: records must be a list of folder patterns, e.g. [results/v0.2-lra-slot*]")
+    superseded = grid.get("superseded") or []
+    if not isinstance(superseded, list) or not all(isinstance(p, str) for p in superseded):
+        raise GridError(
+            f"{path}: superseded must be a list of record folders, e.g. [results/v0.2-lra-slot01/runs/a/t/paper/seed0]"
+        )
     cells, seen, left_out = [], set(), 0
     for i, block in enumerate(grid["cells"]):
         for cell in _block_cells(block, i, path):
@@ -186,7 +195,13 @@ def load_grid(path: Path, include_optional: bool = False) -> Grid:
         cells,
         left_out,
         tuple(patterns),
+        tuple(superseded),
     )
+
+
+def superseded_records(grid_files: list[Path]) -> list[Path]:
+    """The ``superseded`` record folders of these grid files (``--leave-out-from``)."""
+    return [Path(folder) for path in grid_files for folder in load_grid(path).superseded]
 
 
 def put_first(grid: Grid, arms: list[str]) -> Grid:

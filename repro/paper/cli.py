@@ -5,7 +5,7 @@ Usage::
     lra-paper --bundle results/v1 [--bundle results/v1b ...] [--out paper] [--profile budget]
               [--listops-arm locality_k61] [--claims paper/claims.yaml] [--no-verify]
     lra-paper lra-table1 --bundle results/v0.2-lra [--bundle ...] [--leave-out RECORD ...] [--out paper]
-                         [--profile paper] [--no-verify]
+                         [--leave-out-from GRID] [--profile paper] [--no-verify]
     lra-paper pathfinder-samples [--seed 0] [--difficulty hard] [--render release] [--out paper]
     python -m repro.paper ...   (the same, from a checkout without installing)
 
@@ -58,6 +58,7 @@ import sys
 from pathlib import Path
 
 from ..bundle import BundleError, require_intact
+from ..grid.cells import GridError, superseded_records
 from ..tasks import pathfinder as pf
 from ..tasks import pathfinder_render as render
 from . import claims as claims_file
@@ -228,6 +229,13 @@ def table1_parser() -> argparse.ArgumentParser:
         help="a record folder of the bundles not to show, e.g. one run before its arm's settings were corrected "
         "(repeatable; the table names it)",
     )
+    p.add_argument(
+        "--leave-out-from",
+        type=Path,
+        action="append",
+        default=[],
+        help="a grid file whose 'superseded' records are left out too (repeatable)",
+    )
     return p
 
 
@@ -266,10 +274,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["lra-table1"]:
         args = table1_parser().parse_args(argv[1:])
         try:
+            leave_out = [*args.leave_out, *superseded_records(args.leave_out_from)]
             written = make_lra_table1(
-                args.bundle, args.out, args.profile, args.claims, verify=not args.no_verify, leave_out=args.leave_out
+                args.bundle, args.out, args.profile, args.claims, verify=not args.no_verify, leave_out=leave_out
             )
-        except (BundleError, claims_file.ClaimsError) as err:
+        except (BundleError, claims_file.ClaimsError, GridError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 1
         print("\n".join(str(p) for p in written))
