@@ -37,6 +37,7 @@ class ArmData:
     share_note: str
     correct: np.ndarray | None  # [seeds, examples] 0/1 (single task only)
     labels: np.ndarray | None
+    missing: tuple[str, ...] = ()  # the average's tasks of which the arm has no record
 
     @property
     def mean(self) -> float:
@@ -102,6 +103,7 @@ def _average_data(view: BundleView, arm: str, label: str) -> ArmData:
         notes[0] if notes else "",
         None,
         None,
+        tuple(t for t, frame in per_task.items() if not len(frame)),
     )
 
 
@@ -169,6 +171,7 @@ def _evidence(result: Result, claim: Claim, baseline: Baseline | None, alpha: fl
         means={s.label: s.mean for s in sides},
         baseline=baseline.interval if baseline else None,
         alpha=alpha,
+        missing=tuple(t for t in AVERAGE_TASKS if any(t in s.missing for s in sides)),
     )
 
 

@@ -6,7 +6,8 @@ its size), and a margin m. Our primary test gives the seed-mean difference with 
 Welch interval CI and its (1 - 2 alpha) interval CI2 (the interval of TOST at level alpha).
 The rules run in this order; the first that applies gives the verdict:
 
-R1 ``not tested``: an arm has fewer than two seeds (no interval).
+R1 ``not tested``: an arm has fewer than two seeds (no interval); for an average over tasks, seeds
+   with every task, and the rule names the tasks an arm has no record of.
 R2 ``not tested``: an arm's runs got less than half of the protocol's training examples (the mean
    over its seeds of examples trained / the protocol's, ``repro.analysis.protocol``), or the share
    is unknown.
@@ -48,6 +49,7 @@ class Evidence:
     means: dict[str, float] = field(default_factory=dict)  # arm -> seed mean (accuracy points)
     baseline: tuple[float, float] | None = None  # the task's trivial baseline's 95% interval, or None
     alpha: float = 0.05  # CI is the (1 - alpha) interval, ci_equivalence the (1 - 2 alpha) one
+    missing: tuple[str, ...] = ()  # an average's tasks without a record of some arm (R1 names them)
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
@@ -73,7 +75,10 @@ def _interval(ci: tuple[float, float]) -> str:
 def _not_tested(e: Evidence, share_rule: bool) -> Verdict | None:
     few = sorted(arm for arm, n in e.seeds.items() if n < 2)
     if few or not all(math.isfinite(x) for x in e.ci):
-        return Verdict("not tested", f"R1: fewer than 2 seeds of {', '.join(few) or 'an arm'}")
+        absent = (
+            f" with every task of the average (an arm without records of {', '.join(e.missing)})" if e.missing else ""
+        )
+        return Verdict("not tested", f"R1: fewer than 2 seeds of {', '.join(few) or 'an arm'}{absent}")
     if share_rule:
         short = {arm: s for arm, s in sorted(e.shares.items()) if not (math.isfinite(s) and s >= SHARE_NEEDED)}
         if short:
