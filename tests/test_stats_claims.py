@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import ROOT
 from omegaconf import OmegaConf
 from scipy import stats as sps
 from statsmodels.stats.contingency_tables import StratifiedTable
@@ -350,3 +351,58 @@ def test_the_budget_a_record_ran_under():
     assert protocol.budget_label({"budget_minutes": 3, "budget_fraction": 0.1}) == "fraction 0.1 of the protocol"
     assert protocol.budget_label({"budget_minutes": 3}) == "3 min wall clock"
     assert protocol.budget_label({"train_settings": {"budget_minutes": None}}) == "no cap"
+
+
+# ---------------------------------------------------------------- an average over some of LRA's tasks
+
+
+class _Seeds:
+    """A stand-in for BundleView.seeds: per (arm, task), seeds and test accuracies (%)."""
+
+    def __init__(self, table: dict):
+        self.table = table
+
+    def seeds(self, arm: str, task: str) -> pd.DataFrame:
+        found = self.table.get((arm, task), {})
+        return pd.DataFrame(
+            {"seed": list(found), "test_acc": list(found.values()), "share": [1.0] * len(found), "share_note": ""}
+        )
+
+
+def test_an_average_over_some_tasks_takes_the_seeds_with_all_of_them_and_names_the_missing():
+    from repro.paper.evaluate import arm_data
+
+    view = _Seeds(
+        {
+            ("x", "listops"): {0: 40.0, 1: 38.0, 2: 36.0},
+            ("x", "text"): {0: 60.0, 2: 64.0},
+            ("x", "image"): {0: 41.0, 1: 43.0, 2: 44.0},
+        }
+    )
+    three = arm_data(view, "x", None, ("listops", "text", "image"))
+    assert three.seeds == (0, 2) and three.missing == ()
+    assert three.values.tolist() == pytest.approx([(40 + 60 + 41) / 3, (36 + 64 + 44) / 3])
+    five = arm_data(view, "x", None)  # LRA's five tasks: no seed has retrieval and Pathfinder
+    assert five.seeds == () and five.missing == ("retrieval", "pathfinder")
+
+
+def test_an_average_claim_over_some_tasks_reads_the_mean_of_their_published_columns(tmp_path):
+    from repro.paper import claims
+    from repro.reference import published
+
+    spec = claims.load(ROOT / "paper" / "claims.yaml")
+    claim = next(c for c in spec.claims if c.id == "lra-average3-transformer-first")
+    pub = published("lra_table1_accuracy").set_index("model")
+    tasks = ["listops", "text", "image"]
+    expected = float(pub.loc["transformer", tasks].mean() - pub.loc["bigbird", tasks].mean())
+    assert claim.primary.tasks == tuple(tasks) and claim.primary.published_effect() == pytest.approx(expected)
+    bad = tmp_path / "claims.yaml"
+    text = (ROOT / "paper" / "claims.yaml").read_text()
+    bad.write_text(text.replace("tasks: [listops, text, image]\n", "tasks: [listops, pathx]\n", 1))
+    with pytest.raises(claims.ClaimsError) as error:
+        claims.load(bad)
+    where = f"claims[{[c.id for c in spec.claims].index(claim.id)}].primary"
+    assert str(error.value) == (
+        f"{bad}: {where}.tasks ['listops', 'pathx']: two or more of listops, text, retrieval, image, pathfinder, "
+        "or leave it out (all five)"
+    )

@@ -2,7 +2,8 @@
 
 A claim names one primary comparison: arm ``a`` against arm ``b`` (or against a published
 number when ``b`` has no ``arm``) on one ``task`` or on the LRA average (``metric: average``:
-the mean over ListOps, Text, Retrieval, Image and Pathfinder, as Tay et al. 2021, Table 1),
+the mean over ListOps, Text, Retrieval, Image and Pathfinder, as Tay et al. 2021, Table 1; with
+``tasks: [...]``, over those of them, the published side the mean of the same tasks' columns),
 the claimed ``direction`` of a - b (greater | less | none), and the ``margin`` (accuracy points)
 within which our effect "matches" the published one, with its reason. The published effect is
 read from the published tables (``repro.reference``), never typed: each side names its
@@ -59,6 +60,7 @@ class Comparison:
     b: Side
     task: str | None  # None: the LRA average
     direction: str = "none"
+    tasks: tuple[str, ...] = AVERAGE_TASKS  # the average's tasks (task None only)
 
     @property
     def column(self) -> str:
@@ -68,10 +70,19 @@ class Comparison:
 
     @property
     def where(self) -> str:
-        return "LRA average" if self.task is None else self.task
+        if self.task is not None:
+            return self.task
+        return "LRA average" if self.tasks == AVERAGE_TASKS else f"average of {', '.join(self.tasks)}"
+
+    def published_of(self, side: Side) -> float | None:
+        """``side``'s published number: its row's column, or the mean of an average's task columns."""
+        if self.task is None and self.tasks != AVERAGE_TASKS:
+            values = [side.published_value(t) for t in self.tasks]
+            return None if any(v is None for v in values) else sum(values) / len(values)
+        return side.published_value(self.column)
 
     def published_effect(self) -> float | None:
-        a, b = self.a.published_value(self.column), self.b.published_value(self.column)
+        a, b = self.published_of(self.a), self.published_of(self.b)
         return None if a is None or b is None else a - b
 
 
@@ -104,7 +115,7 @@ def _need(node: dict, key: str, where: str, path: Path, kinds=(str,)):
     return value
 
 
-def _side(node, where: str, path: Path, column: str, need_published: bool) -> Side:
+def _side(node, where: str, path: Path, columns: tuple[str, ...], need_published: bool) -> Side:
     if not isinstance(node, dict):
         raise ClaimsError(f"{path}: {where} is {node!r}; expected a mapping with 'arm' and/or 'published'")
     unknown = sorted(set(node) - {"arm", "published"})
@@ -134,13 +145,24 @@ def _side(node, where: str, path: Path, column: str, need_published: bool) -> Si
             f"{path}: {where}.published.row {dict(side.row)} selects {len(match)} rows of {table}; it must select one"
         )
     try:
-        side.published_value(column)
+        for column in columns:
+            side.published_value(column)
     except (KeyError, ValueError):
         raise ClaimsError(
             f"{path}: {where}.published: {table} has no number in column {column!r} "
             f"for {dict(side.row)} (got {match.iloc[0].get(column)!r})"
         ) from None
     return side
+
+
+def _average_tasks(node: dict, where: str, path: Path) -> tuple[str, ...]:
+    """An average's ``tasks`` (default: the five of LRA's average), in LRA's order."""
+    given = node.get("tasks", list(AVERAGE_TASKS))
+    if not isinstance(given, list) or len(set(given)) < 2 or not set(given) <= set(AVERAGE_TASKS):
+        raise ClaimsError(
+            f"{path}: {where}.tasks {given!r}: two or more of {', '.join(AVERAGE_TASKS)}, or leave it out (all five)"
+        )
+    return tuple(t for t in AVERAGE_TASKS if t in given)
 
 
 def _comparison(node, where: str, path: Path, primary: bool) -> Comparison:
@@ -152,15 +174,21 @@ def _comparison(node, where: str, path: Path, primary: bool) -> Comparison:
     task = None if metric == "average" else _need(node, "task", where, path)
     if task is not None and task not in TASKS:
         raise ClaimsError(f"{path}: {where}.task {task!r}: use one of {', '.join(TASKS)}")
-    column = "avg" if task is None else ("path_x" if task == "pathx" else task)
-    a = _side(node.get("a"), f"{where}.a", path, column, primary)
-    b = _side(node.get("b"), f"{where}.b", path, column, primary)
+    if task is not None and "tasks" in node:
+        raise ClaimsError(f"{path}: {where}.tasks: only an average (metric: average) has tasks; this one has task")
+    tasks = _average_tasks(node, where, path) if task is None else AVERAGE_TASKS
+    if task is not None:
+        columns = ("path_x" if task == "pathx" else task,)
+    else:
+        columns = ("avg",) if tasks == AVERAGE_TASKS else tasks
+    a = _side(node.get("a"), f"{where}.a", path, columns, primary)
+    b = _side(node.get("b"), f"{where}.b", path, columns, primary)
     if a.arm is None:
         raise ClaimsError(f"{path}: {where}.a lacks 'arm': side a is always one of our arms")
     direction = node.get("direction", "none")
     if direction not in DIRECTIONS:
         raise ClaimsError(f"{path}: {where}.direction {direction!r}: use one of {', '.join(DIRECTIONS)}")
-    comparison = Comparison(a, b, task, direction)
+    comparison = Comparison(a, b, task, direction, tasks)
     effect = comparison.published_effect()
     if effect is not None and direction != "none" and (effect > 0) != (direction == "greater"):
         raise ClaimsError(f"{path}: {where}.direction {direction!r} but the published effect is {effect:+.2f}")

@@ -22,8 +22,12 @@ RULES_NOTE = (
 )
 
 
-def _where(task: str | None) -> str:
-    return TASK_NAMES.get(task, task) if task else "5-task average"
+def _where(comparison) -> str:
+    if comparison.task:
+        return TASK_NAMES.get(comparison.task, comparison.task)
+    if len(comparison.tasks) == 5:
+        return "5-task average"
+    return "average of " + ", ".join(TASK_NAMES.get(t, t) for t in comparison.tasks)
 
 
 def _test(result: Result) -> str:
@@ -69,7 +73,7 @@ def claims_table(results: list[ClaimResult], view: BundleView, alpha: float, pow
             [
                 r.claim.paper,
                 r.claim.id,
-                _where(r.claim.primary.task),
+                _where(r.claim.primary),
                 _test(res),
                 fmt_number(res.published),
                 f"±{r.claim.margin:g}",
@@ -128,7 +132,7 @@ def claims_table(results: list[ClaimResult], view: BundleView, alpha: float, pow
 def _secondary_rows(claim_id: str, kind: str, result: Result) -> list[list[str]]:
     """One row per test of the pair: the secondary comparison's own Welch (or one-sample t), the exact
     permutation and the per-example CMH."""
-    c, where = result.comparison, _where(result.comparison.task)
+    c, where = result.comparison, _where(result.comparison)
     lead = [claim_id, kind, where, c.a.arm, c.b.arm or c.b.label, _seeds(result), fmt_number(result.published)]
     tests = []
     if kind == "secondary":

@@ -3,13 +3,14 @@
 Primary: the difference of seed means, a - b, with Welch's (1 - alpha) t interval (``stats.welch``)
 and the (1 - 2 alpha) interval for "matches" (``stats.tost_ind``); against a published number, the
 one-sample t intervals (``stats.one_sample``, ``stats.tost_published``). The LRA average is, per
-seed, the mean of that seed's five task accuracies (seeds that ran all five). The verdict:
+seed, the mean of that seed's task accuracies over the five tasks, or the claim's ``tasks`` (seeds
+that ran all of them). The verdict:
 ``stats.decide`` (rules R1-R7). Secondary, never a verdict: the exact permutation test over seeds
 and the CMH test over seed pairs of per-example correctness (``stats.cmh_seed_pairs``).
 
 Seeds needed: ``stats.seeds_needed`` at the claim's published effect and margin, from the seed sd
-pooled per task over the bundle's cells (all tasks pooled where a task has none; for the average,
-sqrt(sum of the five tasks' variances) / 5, tasks taken as independent).
+pooled per task over the bundle's cells (all tasks pooled where a task has none; for an average over
+n tasks, sqrt(sum of their variances) / n, tasks taken as independent).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from .view import BundleView
 
 @dataclass(frozen=True)
 class ArmData:
-    """One arm's per-seed values on a task (or the five-task average) and what the rules need."""
+    """One arm's per-seed values on a task (or an average over tasks) and what the rules need."""
 
     label: str
     seeds: tuple[int, ...]
@@ -89,8 +90,8 @@ def _task_data(view: BundleView, arm: str, task: str, label: str) -> ArmData:
     )
 
 
-def _average_data(view: BundleView, arm: str, label: str) -> ArmData:
-    per_task = {t: view.seeds(arm, t) for t in AVERAGE_TASKS}
+def _average_data(view: BundleView, arm: str, label: str, tasks: tuple[str, ...] = AVERAGE_TASKS) -> ArmData:
+    per_task = {t: view.seeds(arm, t) for t in tasks}
     common = sorted(set.intersection(*(set(frame["seed"]) for frame in per_task.values())))
     values = [np.mean([float(f.loc[f["seed"] == s, "test_acc"].iloc[0]) for f in per_task.values()]) for s in common]
     shares = [float(f["share"].mean()) if len(f) else math.nan for f in per_task.values()]
@@ -107,17 +108,17 @@ def _average_data(view: BundleView, arm: str, label: str) -> ArmData:
     )
 
 
-def arm_data(view: BundleView, arm: str, task: str | None) -> ArmData:
-    """``arm``'s per-seed values on ``task`` (None: the five-task average)."""
-    return _task_data(view, arm, task, arm) if task else _average_data(view, arm, arm)
+def arm_data(view: BundleView, arm: str, task: str | None, tasks: tuple[str, ...] = AVERAGE_TASKS) -> ArmData:
+    """``arm``'s per-seed values on ``task`` (None: the average over ``tasks``)."""
+    return _task_data(view, arm, task, arm) if task else _average_data(view, arm, arm, tasks)
 
 
 def compare(view: BundleView, comparison: Comparison, alpha: float, margin: float) -> Result:
     """The primary test of ``comparison`` (and its secondary tests) on the bundle shown."""
-    a = arm_data(view, comparison.a.arm, comparison.task)
-    b = arm_data(view, comparison.b.arm, comparison.task) if comparison.b.arm else None
+    a = arm_data(view, comparison.a.arm, comparison.task, comparison.tasks)
+    b = arm_data(view, comparison.b.arm, comparison.task, comparison.tasks) if comparison.b.arm else None
     if b is None:
-        reference = comparison.b.published_value(comparison.column)
+        reference = comparison.published_of(comparison.b)
         primary = stats.one_sample(a.values, reference, alpha=alpha)
         equivalence = stats.tost_published(a.values, reference, margin=margin, alpha=alpha).ci
         return Result(comparison, comparison.published_effect(), a, None, reference, primary, equivalence, None, None)
@@ -151,10 +152,10 @@ def claim_sd(comparison: Comparison, per_task: dict[str, float], overall: float)
     if comparison.task is not None:
         sd, own = one(comparison.task)
         return sd, f"{comparison.task} cells" if own else "all cells (none on this task)"
-    parts = [one(t) for t in AVERAGE_TASKS]
-    sd = math.sqrt(sum(s**2 for s, _ in parts)) / len(AVERAGE_TASKS)
+    parts = [one(t) for t in comparison.tasks]
+    sd = math.sqrt(sum(s**2 for s, _ in parts)) / len(parts)
     own = sum(1 for _, o in parts if o)
-    return sd, f"five tasks' cells ({own} of 5 measured, the rest: all cells)"
+    return sd, f"{len(parts)} tasks' cells ({own} of {len(parts)} measured, the rest: all cells)"
 
 
 def _evidence(result: Result, claim: Claim, baseline: Baseline | None, alpha: float) -> stats.Evidence:
@@ -171,7 +172,7 @@ def _evidence(result: Result, claim: Claim, baseline: Baseline | None, alpha: fl
         means={s.label: s.mean for s in sides},
         baseline=baseline.interval if baseline else None,
         alpha=alpha,
-        missing=tuple(t for t in AVERAGE_TASKS if any(t in s.missing for s in sides)),
+        missing=tuple(t for t in result.comparison.tasks if any(t in s.missing for s in sides)),
     )
 
 
