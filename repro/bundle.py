@@ -626,7 +626,8 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         action="append",
         default=[],
-        help="a grid file whose 'superseded' records are not taken either (repeatable)",
+        help="a grid file whose 'superseded' records are not taken either, each a record of the --from-bundle "
+        "bundles, its path relative to the working directory (run from the repository root; repeatable)",
     )
     for name, text in (("verify", "recompute every checksum"), ("cite", "print BibTeX and a one-line citation")):
         p = sub.add_parser(name, help=text)

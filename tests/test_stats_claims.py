@@ -96,9 +96,14 @@ def evidence(**changes) -> Evidence:
 CASES = [  # (what changes, verdict, rule)
     ({"seeds": {"a": 3, "b": 1}, "ci": (math.nan, math.nan)}, "not tested", "R1: fewer than 2 seeds of b"),
     (
-        {"seeds": {"a": 0, "b": 0}, "ci": (math.nan, math.nan), "missing": ("retrieval",)},
+        {
+            "seeds": {"a": 0, "b": 1},
+            "ci": (math.nan, math.nan),
+            "missing": {"b": ("text",), "a": ("retrieval", "image")},
+        },
         "not tested",
-        "R1: fewer than 2 seeds of a, b with every task of the average (an arm without records of retrieval)",
+        "R1: fewer than 2 seeds of a, b with every task of the average "
+        "(no records of a on retrieval, image; b on text)",
     ),
     ({"shares": {"a": 1.0, "b": 0.46}}, "not tested", "R2: below 50% of the protocol's training examples (b 46.0%)"),
     (

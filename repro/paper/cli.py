@@ -234,7 +234,8 @@ def table1_parser() -> argparse.ArgumentParser:
         type=Path,
         action="append",
         default=[],
-        help="a grid file whose 'superseded' records are left out too (repeatable)",
+        help="a grid file whose 'superseded' records are left out too, each a record of the bundles given, its path "
+        "relative to the working directory as in the grid file (run from the repository root; repeatable)",
     )
     return p
 

@@ -172,7 +172,7 @@ def _evidence(result: Result, claim: Claim, baseline: Baseline | None, alpha: fl
         means={s.label: s.mean for s in sides},
         baseline=baseline.interval if baseline else None,
         alpha=alpha,
-        missing=tuple(t for t in result.comparison.tasks if any(t in s.missing for s in sides)),
+        missing={s.label: s.missing for s in sides if s.missing},
     )
 
 

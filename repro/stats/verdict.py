@@ -49,7 +49,7 @@ class Evidence:
     means: dict[str, float] = field(default_factory=dict)  # arm -> seed mean (accuracy points)
     baseline: tuple[float, float] | None = None  # the task's trivial baseline's 95% interval, or None
     alpha: float = 0.05  # CI is the (1 - alpha) interval, ci_equivalence the (1 - 2 alpha) one
-    missing: tuple[str, ...] = ()  # an average's tasks without a record of some arm (R1 names them)
+    missing: dict = field(default_factory=dict)  # arm -> the average's tasks it has no record of (R1 names them)
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
@@ -75,9 +75,8 @@ def _interval(ci: tuple[float, float]) -> str:
 def _not_tested(e: Evidence, share_rule: bool) -> Verdict | None:
     few = sorted(arm for arm, n in e.seeds.items() if n < 2)
     if few or not all(math.isfinite(x) for x in e.ci):
-        absent = (
-            f" with every task of the average (an arm without records of {', '.join(e.missing)})" if e.missing else ""
-        )
+        per_arm = "; ".join(f"{arm} on {', '.join(tasks)}" for arm, tasks in sorted(e.missing.items()))
+        absent = f" with every task of the average (no records of {per_arm})" if e.missing else ""
         return Verdict("not tested", f"R1: fewer than 2 seeds of {', '.join(few) or 'an arm'}{absent}")
     if share_rule:
         short = {arm: s for arm, s in sorted(e.shares.items()) if not (math.isfinite(s) and s >= SHARE_NEEDED)}
