@@ -45,7 +45,10 @@ backward pass); ``"sdpa"`` hands the logits to ``scaled_dot_product_attention`` 
 ``MASKED_LOGIT`` through one more q/k channel, so no per-sample mask is ever built; the
 attention dropout is SDPA's (dropout on the probabilities, unrenormalised, as
 ``nn.Dropout``); with ``dot_product`` the scaled queries and the keys are prepended to those
-features. ``"auto"`` (default): sdpa on CUDA, materialized elsewhere.
+features. ``"compiled"``: the materialized function through ``torch.compile``, which may fuse
+the logits' mask, softmax and dropout (and their gradients) into fewer passes over the
+``[B, H, L, L]`` tensors (a fast path to be measured; the same function, its dropout drawn by
+the compiled kernel). ``"auto"`` (default): sdpa on CUDA, materialized elsewhere.
 """
 
 from __future__ import annotations
@@ -61,7 +64,18 @@ from ._common import MASKED_LOGIT, sdpa_aligned
 from ._lowrank_common import HeadedMixer, neg_fill, split_heads, xavier_bound, xavier_linear
 
 VARIANTS = ("dense", "random", "factorized_random")
-BACKENDS = ("auto", "sdpa", "materialized")
+BACKENDS = ("auto", "sdpa", "materialized", "compiled")
+_COMPILED = {}  # the compiled materialized_attention, made on first use
+
+
+def materialized_attention(logits, q, k, v, mask, head_dim: int | None, dropout_p: float):
+    """The plain path: ``logits`` ([H, L, L] or [B, H, L, L]) plus ``q k^T / sqrt(head_dim)`` (when
+    ``head_dim`` is given: the release's q.k term), padded keys masked, softmax, dropout, times ``v``."""
+    logits = logits.to(v.dtype).expand(v.shape[0], -1, -1, -1)
+    if head_dim is not None:
+        logits = logits + torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(head_dim)
+    logits = logits.masked_fill(~mask[:, None, None, :], neg_fill(logits.dtype))
+    return torch.matmul(F.dropout(torch.softmax(logits, dim=-1), dropout_p), v)
 
 
 @ATTENTION.register("synthesizer")
@@ -133,14 +147,12 @@ class SynthesizerAttention(HeadedMixer):
     def attend(self, q, k, v, mask):
         if self.backend == "sdpa" or (self.backend == "auto" and v.device.type == "cuda"):
             return self.attend_sdpa(q, k, v, mask)
-        length = v.shape[-2]
-        logits = self.logits(q, length).to(v.dtype)
-        logits = logits.expand(v.shape[0], -1, -1, -1)
-        if self.dot_product:
-            logits = logits + torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
-        logits = logits.masked_fill(~mask[:, None, None, :], neg_fill(logits.dtype))
-        probs = self.attn_dropout(torch.softmax(logits, dim=-1))
-        return torch.matmul(probs, v)
+        attend = materialized_attention
+        if self.backend == "compiled":
+            attend = _COMPILED.setdefault("fn", torch.compile(materialized_attention))
+        p = self.attn_dropout.p if self.training else 0.0
+        head_dim = self.head_dim if self.dot_product else None
+        return attend(self.logits(q, v.shape[-2]), q, k, v, mask, head_dim, p)
 
     def synthetic_qk(self, x, mask, dtype):
         """q, k [B, H, L, E] in ``dtype`` with ``q k^T`` = the logits (all but ``random``'s) plus
