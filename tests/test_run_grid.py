@@ -128,6 +128,28 @@ def test_cells_spread_over_gpu_slots_each_with_its_own_log(tmp_path, shared_cach
 
 
 @pytest.mark.slow
+def test_a_data_parallel_cell_trains_under_torchrun_and_writes_one_record(tmp_path, shared_cache):
+    """gpus: 2 with the real runner (two gloo processes here): one complete record that names its two
+    processes, logged on GPU 0+1, and skipped on a rerun."""
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(
+        "common: [" + ", ".join(SHORT) + "]\nminutes_per_run: 0\noverhead_minutes: 0\n"
+        "cells:\n  - {arms: [locality_k5], tasks: [listops], seeds: [0], gpus: 2}\n"
+    )
+    extra = ["--", f"output_dir={tmp_path / 'out'}", f"cache_dir={shared_cache}", "task.source=generated"]
+    command = [*GRID, str(grid), "--gpus", "0,1", *extra]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    metrics = read_json(_record(tmp_path / "out", 0))
+    assert metrics["status"] == "complete" and metrics["data_parallel"]["processes"] == 2
+    assert metrics["train_settings"]["batch_size"] == 8 and metrics["data_parallel"]["per_process_batch"] == 4
+    rows = [row for row in read_rows(tmp_path / "out" / "grid_log.csv") if row["arm"] != GPU_TOTAL]
+    assert [(row["gpu"], row["exit"]) for row in rows] == [("0+1", "0")]
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert again.returncode == 0 and "1 already complete" in again.stdout
+
+
+@pytest.mark.slow
 def test_a_cell_claimed_by_another_grid_process_is_left_to_it(tmp_path, shared_cache):
     claims = tmp_path / "claims"
     claims.mkdir()
