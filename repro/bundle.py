@@ -67,7 +67,7 @@ from pathlib import Path
 
 from . import records
 from .analysis import listops_roots
-from .grid.cells import GridError, superseded_records
+from .grid.cells import GridError, superseded_records, superseded_source
 
 FORMAT = "lra-repro-bundle/1"
 MANIFEST = "MANIFEST.json"
@@ -692,7 +692,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"sha256 {manifest_hash(path)[:16]}"
                 )
     except (BundleError, GridError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {err}{superseded_source(str(err), getattr(args, 'leave_out_from', []))}", file=sys.stderr)
         return 1
     return 0
 

@@ -657,6 +657,33 @@ def test_a_left_out_record_is_not_shown_and_the_table_names_it(slots, tmp_path):
     assert f"--leave-out {record}`" in md.splitlines()[0] and "(n=2)" in _cells(md, "Transformer")[2]
     with pytest.raises(BundleError, match=r"^--leave-out .*seed9: not a record of the bundles given"):
         BundleView([a, b], "paper", leave_out=[Path(record.replace("seed2", "seed9"))])
+    # the same records listed as a grid file's superseded ones (--leave-out-from): the same table; an unknown
+    # one is refused naming the grid file that lists it
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(f"superseded: [{record}]\ncells: []\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "repro.paper", "lra-table1", "--bundle", str(a), "--bundle", str(b)]
+    done = subprocess.run(
+        [*command, "--out", str(tmp_path / "g"), "--leave-out-from", str(grid)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "g" / "tables" / "lra_table1.md").read_text().splitlines()[1:] == md.splitlines()[1:]
+    grid.write_text(f"superseded: [{record.replace('seed2', 'seed9')}]\ncells: []\n")
+    done = subprocess.run(
+        [*command, "--out", str(tmp_path / "h"), "--leave-out-from", str(grid)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1 and done.stderr.strip() == (
+        f"error: --leave-out {record.replace('seed2', 'seed9')}: not a record of the bundles given "
+        f"(give bundle/runs/...) (listed as superseded in {grid})"
+    )
 
 
 def test_a_record_in_two_bundles_is_refused(slots, tmp_path):

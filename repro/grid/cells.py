@@ -204,6 +204,19 @@ def superseded_records(grid_files: list[Path]) -> list[Path]:
     return [Path(folder) for path in grid_files for folder in load_grid(path).superseded]
 
 
+def superseded_source(message: str, grid_files: list[Path]) -> str:
+    """`` (listed as superseded in GRID)`` when ``message`` (a ``--leave-out PATH: ...`` refusal) names a
+    folder one of ``grid_files`` lists, else empty."""
+    for path in grid_files:
+        try:
+            listed = load_grid(path).superseded
+        except GridError:  # the grid file itself is the problem: the message says so
+            continue
+        if any(message.startswith(f"--leave-out {folder}:") for folder in listed):
+            return f" (listed as superseded in {path})"
+    return ""
+
+
 def put_first(grid: Grid, arms: list[str]) -> Grid:
     """The grid with the cells of ``arms`` moved to the front of each column (the cells of one task, seed and
     optionality, which may span blocks), in that order (``--first``): the columns keep their order, and so

@@ -58,7 +58,7 @@ import sys
 from pathlib import Path
 
 from ..bundle import BundleError, require_intact
-from ..grid.cells import GridError, superseded_records
+from ..grid.cells import GridError, superseded_records, superseded_source
 from ..tasks import pathfinder as pf
 from ..tasks import pathfinder_render as render
 from . import claims as claims_file
@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.bundle, args.out, args.profile, args.claims, verify=not args.no_verify, leave_out=leave_out
             )
         except (BundleError, claims_file.ClaimsError, GridError) as err:
-            print(f"error: {err}", file=sys.stderr)
+            print(f"error: {err}{superseded_source(str(err), args.leave_out_from)}", file=sys.stderr)
             return 1
         print("\n".join(str(p) for p in written))
         return 0
