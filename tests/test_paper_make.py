@@ -524,21 +524,15 @@ def _cells(markdown: str, first: str) -> list[str]:
     return [c.strip() for c in line.strip("|").split("|")]
 
 
-def _lra_table1(a: Path, b: Path, out: Path) -> str:
+def _table1_command(a: Path, b: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """``lra-paper lra-table1 --bundle A --bundle B --out OUT <extra>`` with this checkout's package."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    command = [
-        sys.executable,
-        "-m",
-        "repro.paper",
-        "lra-table1",
-        "--bundle",
-        str(a),
-        "--bundle",
-        str(b),
-        "--out",
-        str(out),
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    command = [sys.executable, "-m", "repro.paper", "lra-table1", "--bundle", str(a), "--bundle", str(b)]
+    return subprocess.run([*command, "--out", str(out), *extra], capture_output=True, text=True, env=env, timeout=300)
+
+
+def _lra_table1(a: Path, b: Path, out: Path) -> str:
+    done = _table1_command(a, b, out)
     assert done.returncode == 0, done.stderr
     return (out / "tables" / "lra_table1.md").read_text()
 
@@ -661,25 +655,11 @@ def test_a_left_out_record_is_not_shown_and_the_table_names_it(slots, tmp_path):
     # one is refused naming the grid file that lists it
     grid = tmp_path / "grid.yaml"
     grid.write_text(f"superseded: [{record}]\ncells: []\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "repro.paper", "lra-table1", "--bundle", str(a), "--bundle", str(b)]
-    done = subprocess.run(
-        [*command, "--out", str(tmp_path / "g"), "--leave-out-from", str(grid)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = _table1_command(a, b, tmp_path / "g", "--leave-out-from", str(grid))
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "g" / "tables" / "lra_table1.md").read_text().splitlines()[1:] == md.splitlines()[1:]
     grid.write_text(f"superseded: [{record.replace('seed2', 'seed9')}]\ncells: []\n")
-    done = subprocess.run(
-        [*command, "--out", str(tmp_path / "h"), "--leave-out-from", str(grid)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = _table1_command(a, b, tmp_path / "h", "--leave-out-from", str(grid))
     assert done.returncode == 1 and done.stderr.strip() == (
         f"error: --leave-out {record.replace('seed2', 'seed9')}: not a record of the bundles given "
         f"(give bundle/runs/...) (listed as superseded in {grid})"

@@ -155,6 +155,11 @@ def probe_passes(
     return steady, excess
 
 
+def record_processes(metrics: dict) -> int:
+    """The processes (one a GPU) a record trained with: its ``data_parallel.processes``, else 1."""
+    return int((metrics.get("data_parallel") or {}).get("processes") or 1)
+
+
 def cost_from_run(metrics: dict, history: Path, beyond_elapsed_s: float, source: str, steady: bool = False) -> Cost:
     """The cost a finished run shows: its ``metrics.json``, ``history.csv`` and seconds beyond ``elapsed_s``.
     ``steady`` (a probe): seconds per step from the rows after the first (``steady_step_s``) and per
@@ -172,7 +177,7 @@ def cost_from_run(metrics: dict, history: Path, beyond_elapsed_s: float, source:
         rows = history_rows(history)
         step_s, warm_up_s = steady_step_s(rows) or (step_s, warm_up_s)
         val_pass_s, first_passes_s = probe_passes(rows, steps, step_s, elapsed_s) or (val_pass_s, 0.0)
-    gpus = int((metrics.get("data_parallel") or {}).get("processes") or 1)
+    gpus = record_processes(metrics)
     return Cost(
         step_s=step_s * gpus,
         val_pass_s=val_pass_s * gpus,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .. import records
 from .cells import GridError, load_grid
-from .costs import cell_seconds
+from .costs import cell_seconds, record_processes
 from .gridlog import GPU_TOTAL, read_rows
 from .plan import plan_row, read_plan, record_cost
 from .runs import CellRun, complete_metrics, locate, record_matches
@@ -43,9 +43,8 @@ def cell_status(cell_run: CellRun, spent: dict, plan: dict, out: Path, overhead_
     minutes = spent.get(key, 0.0) / 60.0
     if done and key not in spent:  # no grid log row: the record's own time, on each of its GPUs
         metrics = complete_metrics(cell_run.run_dir) or {}
-        gpus = int((metrics.get("data_parallel") or {}).get("processes") or 1)
         wall = max(float(metrics.get("elapsed_s", 0.0)), float(metrics.get("wall_time_s", 0.0)))
-        minutes = gpus * wall / 60.0
+        minutes = record_processes(metrics) * wall / 60.0
     status = {"cell": cell_run.cell, "done": done, "spent": minutes, "left": None, "source": ""}
     if done:
         return status

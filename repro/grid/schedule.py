@@ -292,9 +292,8 @@ class Scheduler:
         label = gpu_label(placement)
         if label is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in placement)
-        if (
-            job.gpus > 1
-        ):  # torchrun (torch >= 2.12; before, 30 s) waits this long for its stopped ranks, then kills them
+        if job.gpus > 1:
+            # torchrun (torch >= 2.12; before, 30 s) waits this long for its stopped ranks, then kills them
             env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(max(1, int(self.grace_s) - TORCHRUN_MARGIN_S))
         handle = None
         if job.log_path is not None:

@@ -68,12 +68,6 @@ class Comparison:
             return "avg"
         return "path_x" if self.task == "pathx" else self.task
 
-    @property
-    def where(self) -> str:
-        if self.task is not None:
-            return self.task
-        return "LRA average" if self.tasks == AVERAGE_TASKS else f"average of {', '.join(self.tasks)}"
-
     def published_of(self, side: Side) -> float | None:
         """``side``'s published number: its row's column, or the mean of an average's task columns."""
         if self.task is None and self.tasks != AVERAGE_TASKS:

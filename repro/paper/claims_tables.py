@@ -7,6 +7,7 @@ import math
 
 from ..stats.verdict import SHARE_NEEDED
 from .accuracy import TASK_NAMES
+from .claims import AVERAGE_TASKS
 from .evaluate import ClaimResult, Result, shares_frame
 from .render import MISSING, Table, fmt_ci, fmt_number, fmt_p
 from .view import BundleView
@@ -25,7 +26,7 @@ RULES_NOTE = (
 def _where(comparison) -> str:
     if comparison.task:
         return TASK_NAMES.get(comparison.task, comparison.task)
-    if len(comparison.tasks) == 5:
+    if comparison.tasks == AVERAGE_TASKS:
         return "5-task average"
     return "average of " + ", ".join(TASK_NAMES.get(t, t) for t in comparison.tasks)
 

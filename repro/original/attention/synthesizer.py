@@ -53,6 +53,7 @@ the compiled kernel). ``"auto"`` (default): sdpa on CUDA, materialized elsewhere
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -65,7 +66,6 @@ from ._lowrank_common import HeadedMixer, neg_fill, split_heads, xavier_bound, x
 
 VARIANTS = ("dense", "random", "factorized_random")
 BACKENDS = ("auto", "sdpa", "materialized", "compiled")
-_COMPILED = {}  # the compiled materialized_attention, made on first use
 
 
 def materialized_attention(logits, q, k, v, mask, head_dim: int | None, dropout_p: float):
@@ -76,6 +76,12 @@ def materialized_attention(logits, q, k, v, mask, head_dim: int | None, dropout_
         logits = logits + torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(head_dim)
     logits = logits.masked_fill(~mask[:, None, None, :], neg_fill(logits.dtype))
     return torch.matmul(F.dropout(torch.softmax(logits, dim=-1), dropout_p), v)
+
+
+@functools.cache
+def compiled_materialized_attention():
+    """``materialized_attention`` through ``torch.compile``, made once, on first use."""
+    return torch.compile(materialized_attention)
 
 
 @ATTENTION.register("synthesizer")
@@ -147,9 +153,7 @@ class SynthesizerAttention(HeadedMixer):
     def attend(self, q, k, v, mask):
         if self.backend == "sdpa" or (self.backend == "auto" and v.device.type == "cuda"):
             return self.attend_sdpa(q, k, v, mask)
-        attend = materialized_attention
-        if self.backend == "compiled":
-            attend = _COMPILED.setdefault("fn", torch.compile(materialized_attention))
+        attend = compiled_materialized_attention() if self.backend == "compiled" else materialized_attention
         p = self.attn_dropout.p if self.training else 0.0
         head_dim = self.head_dim if self.dot_product else None
         return attend(self.logits(q, v.shape[-2]), q, k, v, mask, head_dim, p)
