@@ -237,18 +237,6 @@ def test_sdpa_backend_equals_the_materialized_one(name, max_len, params, padded,
     assert_backends_agree(plain, fused, rand_x(3, length), [length, padded, 0])  # full, padded, fully padded
 
 
-def test_synthesizer_compiled_backend_equals_the_materialized_one_and_drops_out_unbiased():
-    """torch.compile of the plain path (the release's random logits plus q.k): outputs and every gradient, with a
-    full, a padded and a fully padded sample; its own dropout, unrenormalised, scaled by 1/(1-p)."""
-    params = dict(variant="random", dot_product=True)
-    plain = build("synthesizer", max_len=40, backend="materialized", **params).train()  # dropout 0
-    compiled = build("synthesizer", max_len=40, backend="compiled", **params).train()
-    assert_backends_agree(plain, compiled, rand_x(3, 36), [36, 17, 0])
-    assert_unbiased_dropout(
-        build("synthesizer", max_len=24, backend="compiled", variant="random", dropout=0.5), rand_x(1, 20)
-    )
-
-
 def test_synthesizer_sdpa_dropout_is_unbiased_dropout_of_the_probabilities():
     assert_unbiased_dropout(
         build("synthesizer", max_len=24, backend="sdpa", variant="random", dropout=0.5), rand_x(1, 20)

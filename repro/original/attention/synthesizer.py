@@ -45,15 +45,12 @@ backward pass); ``"sdpa"`` hands the logits to ``scaled_dot_product_attention`` 
 ``MASKED_LOGIT`` through one more q/k channel, so no per-sample mask is ever built; the
 attention dropout is SDPA's (dropout on the probabilities, unrenormalised, as
 ``nn.Dropout``); with ``dot_product`` the scaled queries and the keys are prepended to those
-features. ``"compiled"``: the materialized function through ``torch.compile``, which may fuse
-the logits' mask, softmax and dropout (and their gradients) into fewer passes over the
-``[B, H, L, L]`` tensors (a fast path to be measured; the same function, its dropout drawn by
-the compiled kernel). ``"auto"`` (default): sdpa on CUDA, materialized elsewhere.
+features. ``"auto"`` (default): sdpa on CUDA, materialized elsewhere (the measurement that chose
+sdpa, against the materialized path also through ``torch.compile``, is in paper/performance.md).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -65,7 +62,7 @@ from ._common import MASKED_LOGIT, sdpa_aligned
 from ._lowrank_common import HeadedMixer, neg_fill, split_heads, xavier_bound, xavier_linear
 
 VARIANTS = ("dense", "random", "factorized_random")
-BACKENDS = ("auto", "sdpa", "materialized", "compiled")
+BACKENDS = ("auto", "sdpa", "materialized")
 
 
 def materialized_attention(logits, q, k, v, mask, head_dim: int | None, dropout_p: float):
@@ -76,12 +73,6 @@ def materialized_attention(logits, q, k, v, mask, head_dim: int | None, dropout_
         logits = logits + torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(head_dim)
     logits = logits.masked_fill(~mask[:, None, None, :], neg_fill(logits.dtype))
     return torch.matmul(F.dropout(torch.softmax(logits, dim=-1), dropout_p), v)
-
-
-@functools.cache
-def compiled_materialized_attention():
-    """``materialized_attention`` through ``torch.compile``, made once, on first use."""
-    return torch.compile(materialized_attention)
 
 
 @ATTENTION.register("synthesizer")
@@ -153,10 +144,9 @@ class SynthesizerAttention(HeadedMixer):
     def attend(self, q, k, v, mask):
         if self.backend == "sdpa" or (self.backend == "auto" and v.device.type == "cuda"):
             return self.attend_sdpa(q, k, v, mask)
-        attend = compiled_materialized_attention() if self.backend == "compiled" else materialized_attention
         p = self.attn_dropout.p if self.training else 0.0
         head_dim = self.head_dim if self.dot_product else None
-        return attend(self.logits(q, v.shape[-2]), q, k, v, mask, head_dim, p)
+        return materialized_attention(self.logits(q, v.shape[-2]), q, k, v, mask, head_dim, p)
 
     def synthetic_qk(self, x, mask, dtype):
         """q, k [B, H, L, E] in ``dtype`` with ``q k^T`` = the logits (all but ``random``'s) plus
