@@ -15,7 +15,7 @@ job that may not carry over and whose own progress (``projected_end``) says it w
 deadline is stopped then, not at the deadline, and its GPU goes to the next job that fits. At
 the deadline, or on SIGTERM / SIGINT / SIGUSR1 to this process, the running jobs get that
 signal (SIGTERM at the deadline: the runner checkpoints and exits 143), ``grace_s`` to end,
-then SIGKILL to the job's process group. torchrun starts its ranks in sessions of their own, out of that
+then SIGKILL to the job's process group. torchrun starts each rank with ``setsid``, out of that
 group's reach: it forwards the stop signal to them and kills them itself after its shutdown timeout,
 set ``TORCHRUN_MARGIN_S`` below ``grace_s`` (torch >= 2.12; older torchrun waits 30 s).
 """
