@@ -271,7 +271,7 @@ def test_a_cell_planned_past_the_deadline_is_not_started_unless_carried_over(
     assert ("not started (deadline): locality_k5 listops seed 0" in done.stdout) is not started
 
 
-@pytest.mark.parametrize("carry_over, stopped", [("false", True), ("true", False)])
+@pytest.mark.parametrize("carry_over, stopped", [("false", True), pytest.param("true", False, marks=pytest.mark.slow)])
 def test_a_cell_that_cannot_carry_over_is_stopped_once_its_pace_overruns_the_deadline(tmp_path, carry_over, stopped):
     """Planned to fit (1 minute of a 6-minute slot), the cell's progress.json shows 1 step a minute of 100,000:
     a block that may not carry over stops it at the first projection (its work would be lost at the deadline),
