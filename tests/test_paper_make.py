@@ -570,6 +570,17 @@ def test_cells_are_the_seeds_mean_sd_and_student_t_interval(slots, tmp_path):
     assert performer[6] == "2/3" and performer[7] == f"{delta:.2f}"
 
 
+def test_the_main_command_writes_the_campaign_table_as_lra_table1_writes_it(slots, tmp_path):
+    """Records of profile paper of the lra_* arms: ``lra-paper --bundle ...`` writes lra_table1.md and .tex too,
+    byte for byte those of ``lra-paper lra-table1`` on the same bundles."""
+    a, b, _ = slots
+    done = make(a, tmp_path / "main", "--bundle", str(b))
+    assert done.returncode == 0, done.stderr
+    _lra_table1(a, b, tmp_path / "sub")
+    for name in ("lra_table1.md", "lra_table1.tex"):
+        assert (tmp_path / "main" / "tables" / name).read_bytes() == (tmp_path / "sub" / "tables" / name).read_bytes()
+
+
 def test_the_listops_baseline_comes_from_the_bundle_that_analysed_that_test_set(slots, tmp_path):
     a, b, _ = slots
     md = _lra_table1(a, b, tmp_path)
