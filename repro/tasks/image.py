@@ -13,7 +13,7 @@ into LRA's grayscale ids ``[B, 1024]`` on the batch's device. With only the gray
 inputs are the stored gray ids ``[N, 1024]`` and ``prepare`` is None.
 
 The grayscale is LRA's ``tf.cast(tf.image.rgb_to_grayscale(image), tf.int32)`` bit for bit
-(see cifar10_jpeg/PROVENANCE.md): in float32, ``f = rgb * (1/255)``,
+(tests/test_image.py checks its corner values): in float32, ``f = rgb * (1/255)``,
 ``g = (f_r * 0.2989 + f_g * 0.5870) + f_b * 0.1140``, gray = ``trunc(g * 255.5)``:
 truncation, not rounding (pure green 255 gives 149, not 150).
 
