@@ -20,7 +20,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 # The runs and grids the tests start as subprocesses import the package afresh; with the bytecode cache
 # switched off (PYTHONDONTWRITEBYTECODE, set in some environments) each would compile it again, 20-55 s
-# of the default run on two cores (364 s against 308-346 s, before --dist worksteal). They cache it, as Python does by default.
+# of the default run on two cores (364 s against 308-346 s, before --dist worksteal). They cache it, as
+# Python does by default.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 ROOT = Path(__file__).resolve().parents[1]
