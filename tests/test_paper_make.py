@@ -579,6 +579,7 @@ def test_the_main_command_writes_the_campaign_table_as_lra_table1_writes_it(slot
     make_lra_table1([a, b], tmp_path / "sub")
     for name in ("lra_table1.md", "lra_table1.tex"):
         assert (tmp_path / "main" / "tables" / name).read_bytes() == (tmp_path / "sub" / "tables" / name).read_bytes()
+    assert "[lra_table1.md](lra_table1.md)" in (tmp_path / "main" / "tables" / "index.md").read_text()
 
 
 def test_the_listops_baseline_comes_from_the_bundle_that_analysed_that_test_set(slots, tmp_path):

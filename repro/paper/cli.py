@@ -87,7 +87,8 @@ def _bundle_flags(view: BundleView) -> str:
     return " ".join([*(f"--bundle {p.as_posix()}" for p in view.paths), *(f"--leave-out {r}" for r in view.left_out)])
 
 
-def index_page(view: BundleView, tables: list[Table], figures: list[Path]) -> str:
+def index_page(view: BundleView, tables: list[Table], figures: list[Path], campaign: bool = False) -> str:
+    """The index of what was written; ``campaign``: ``lra_table1.md`` was written too."""
     lines = [
         f"# Tables and figures of bundle {', '.join(view.versions)}",
         "",
@@ -101,6 +102,11 @@ def index_page(view: BundleView, tables: list[Table], figures: list[Path]) -> st
         missing, total = t.missing()
         files = f"[{t.name}.md]({t.name}.md) (the command writes {t.name}.tex beside it)"
         lines.append(f"| {t.title} | {missing} of {total} | {files} |")
+    if campaign:
+        lines.append(
+            "| LRA Table 1 at the release's protocol, the ranking and the LRA paper's claims | counted in the file "
+            "| [lra_table1.md](lra_table1.md) (as `lra-paper lra-table1` writes it) |"
+        )
     lines += ["", "| figure | file |", "| --- | --- |"]
     lines += [f"| {p.stem} | [../figures/{p.name}](../figures/{p.name}) |" for p in figures]
     return "\n".join(lines) + "\n"
@@ -187,10 +193,11 @@ def make(
     ]
     written = [p for t in tables for p in t.write(out / "tables")]
     figures = _figures(view, bench, counts, operator_rows, note, out / "figures")
-    index = out / "tables" / "index.md"
-    index.write_text(index_page(view, tables, figures), encoding="utf-8")
-    if view.profile == "paper" and tasks_run(view):
+    campaign = view.profile == "paper" and bool(tasks_run(view))
+    if campaign:
         written += make_lra_table1(bundle, out, view.profile, claims, verify=False)
+    index = out / "tables" / "index.md"
+    index.write_text(index_page(view, tables, figures, campaign), encoding="utf-8")
     return written + figures + [index]
 
 
