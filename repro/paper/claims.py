@@ -54,6 +54,14 @@ class Side:
         return " ".join(f"{v}" for _, v in self.row) + " (published)"
 
 
+def published_columns(task: str | None, tasks: tuple[str, ...]) -> tuple[str, ...]:
+    """The published table's columns whose mean is a side's number: the task's, Table 1's average of all
+    five tasks, or the columns of an average over some of them."""
+    if task is not None:
+        return ("path_x" if task == "pathx" else task,)
+    return ("avg",) if tasks == AVERAGE_TASKS else tasks
+
+
 @dataclass(frozen=True)
 class Comparison:
     a: Side
@@ -62,18 +70,11 @@ class Comparison:
     direction: str = "none"
     tasks: tuple[str, ...] = AVERAGE_TASKS  # the average's tasks (task None only)
 
-    @property
-    def column(self) -> str:
-        if self.task is None:
-            return "avg"
-        return "path_x" if self.task == "pathx" else self.task
-
     def published_of(self, side: Side) -> float | None:
-        """``side``'s published number: its row's column, or the mean of an average's task columns."""
-        if self.task is None and self.tasks != AVERAGE_TASKS:
-            values = [side.published_value(t) for t in self.tasks]
-            return None if any(v is None for v in values) else sum(values) / len(values)
-        return side.published_value(self.column)
+        """``side``'s published number: the mean of its row's ``published_columns`` (one, but for an average
+        over some of the tasks)."""
+        values = [side.published_value(column) for column in published_columns(self.task, self.tasks)]
+        return None if any(v is None for v in values) else sum(values) / len(values)
 
     def published_effect(self) -> float | None:
         a, b = self.published_of(self.a), self.published_of(self.b)
@@ -171,10 +172,7 @@ def _comparison(node, where: str, path: Path, primary: bool) -> Comparison:
     if task is not None and "tasks" in node:
         raise ClaimsError(f"{path}: {where}.tasks: only an average (metric: average) has tasks; this one has task")
     tasks = _average_tasks(node, where, path) if task is None else AVERAGE_TASKS
-    if task is not None:
-        columns = ("path_x" if task == "pathx" else task,)
-    else:
-        columns = ("avg",) if tasks == AVERAGE_TASKS else tasks
+    columns = published_columns(task, tasks)
     a = _side(node.get("a"), f"{where}.a", path, columns, primary)
     b = _side(node.get("b"), f"{where}.b", path, columns, primary)
     if a.arm is None:
