@@ -150,7 +150,12 @@ def make_lra_table1(
     records not shown, e.g. one whose arm's settings were corrected after it ran)."""
     spec = claims_file.load(Path(claims))
     view = _views(bundles, profile, verify, leave_out)
-    results = [r for r in evaluate(view, spec) if r.claim.paper == LRA_PAPER]
+    return write_lra_table1(view, spec, evaluate(view, spec), out)
+
+
+def write_lra_table1(view: BundleView, spec, results: list, out: Path) -> list[Path]:
+    """``make_lra_table1``'s files from a view and the claims evaluated on it (those of the LRA paper shown)."""
+    results = [r for r in results if r.claim.paper == LRA_PAPER]
     claims_rows = claims_table(results, view, spec.alpha, spec.power)
     claims_rows.name, claims_rows.title = "lra_table1_claims", f"The claims of {LRA_PAPER}, tested on these records"
     tables = [table1(view), ranking(view), claims_rows]
@@ -195,7 +200,7 @@ def make(
     figures = _figures(view, bench, counts, operator_rows, note, out / "figures")
     campaign = view.profile == "paper" and bool(tasks_run(view))
     if campaign:
-        written += make_lra_table1(bundle, out, view.profile, claims, verify=False)
+        written += write_lra_table1(view, spec, results, out)
     index = out / "tables" / "index.md"
     index.write_text(index_page(view, tables, figures, campaign), encoding="utf-8")
     return written + figures + [index]
