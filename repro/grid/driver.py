@@ -26,7 +26,7 @@ from .runs import (
     record_matches,
     resolve_cells,
 )
-from .schedule import Ended, Job, Scheduler
+from .schedule import Ended, Job, Scheduler, named_gpus
 from .unpack import unpack
 
 
@@ -61,7 +61,7 @@ def gpu_list(spec: str | None) -> list:
 def leave_out_too_wide(jobs: list[Job], campaign: Campaign, gpus: list) -> tuple[list[Job], list[Job]]:
     """(jobs to run, jobs left out): a data-parallel cell (``gpus: N``) needs N GPUs of ``--gpus``; one that
     asks more is left for a machine that has them, said on stderr with the fix."""
-    named = len([gpu for gpu in gpus if gpu is not None])
+    named = named_gpus(gpus)
     kept, left = [], []
     for job in jobs:
         if job.gpus > 1 and job.gpus > named:

@@ -100,6 +100,11 @@ class GpuSlots:
         return len(self.members[gpu])
 
 
+def named_gpus(gpus: list) -> int:
+    """How many GPUs a GPU list names (``[None]``: this process's device, none named)."""
+    return sum(1 for gpu in gpus if gpu is not None)
+
+
 def gpu_label(placement: tuple) -> str | None:
     """How logs name a placement: None (this process's device), ``"2"``, or ``"0+1"`` for a data-parallel job."""
     return None if placement == (None,) else "+".join(str(gpu) for gpu in placement)
@@ -191,9 +196,7 @@ class Scheduler:
 
     def run(self, jobs: list[Job]) -> Outcome:
         """Run ``jobs``; returns when all ended, or after the deadline or a stop signal stopped the rest."""
-        too_wide = [
-            job.label for job in jobs if job.gpus > 1 and job.gpus > len([g for g in self.slots.gpus if g is not None])
-        ]
+        too_wide = [job.label for job in jobs if job.gpus > 1 and job.gpus > named_gpus(self.slots.gpus)]
         if too_wide:
             raise ValueError(f"{too_wide[0]} needs more GPUs than this scheduler has ({self.slots.gpus})")
         previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
