@@ -209,7 +209,8 @@ def _copy_files(sources: list[Path], dest: Path, folder: str) -> list[str]:
 
 
 def _citation(version: str, created: datetime, commit: str, authors: list[str], title: str, n_runs: int) -> str:
-    abstract = f"{n_runs} run records of LRA-repro (Long Range Arena and its follow-up), checksummed in MANIFEST.json."
+    records = "run record" if n_runs == 1 else "run records"
+    abstract = f"{n_runs} {records} of LRA-repro (Long Range Arena and its follow-up), checksummed in MANIFEST.json."
     lines = [
         "cff-version: 1.2.0",
         'message: "If you use these results, please cite them as below; verify with `python -m repro.bundle verify`."',

@@ -154,6 +154,10 @@ def test_cite_contains_version_and_manifest_hash(runs):
     )
     cff = (out / "CITATION.cff").read_text()
     assert 'version: "2026-11-26.1"' in cff and "cff-version: 1.2.0" in cff
+    n_runs = len(bundle.load_manifest(out)["runs"])
+    assert f'abstract: "{n_runs} run records of LRA-repro' in cff
+    single = freeze(runs, version="one", arms=["lra_transformer"])
+    assert 'abstract: "1 run record of LRA-repro' in (single / "CITATION.cff").read_text()
 
 
 def test_bench_files_are_frozen_without_checkpoints(runs, tmp_path):
