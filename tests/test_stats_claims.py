@@ -296,6 +296,28 @@ def test_root_operator_baseline_predicts_each_roots_most_frequent_training_label
     assert majority.detail == f"label {top} everywhere"
 
 
+def test_a_verdict_between_two_trivial_predictors_is_flagged_with_their_names():
+    from types import SimpleNamespace
+
+    from repro.paper.claims_tables import trivial_sides
+
+    root = baselines.Baseline("root operator", 37.4, (35.31, 39.54), 2000, "")
+    majority = baselines.Baseline("majority class", 17.15, (15.56, 18.86), 2000, "")
+    task = [root, majority]
+
+    def result(a: float, b: float | None):
+        side = SimpleNamespace(mean=b) if b is not None else None
+        return SimpleNamespace(a=SimpleNamespace(mean=a), b=side)
+
+    # R3 misses this pair (only B is inside the strongest baseline); each arm sits at its own trivial predictor
+    assert trivial_sides(result(17.15, 37.60), task) == "A: majority class, B: root operator"
+    assert trivial_sides(result(37.1, 37.6), task) == "A: root operator, B: root operator"
+    assert trivial_sides(result(17.15, 45.0), task) is None  # B learned more than any trivial predictor
+    assert trivial_sides(result(25.2, 37.6), task) is None  # A between the two intervals
+    assert trivial_sides(result(17.15, None), task) is None  # against a published number: no B arm
+    assert trivial_sides(result(17.15, 37.6), []) is None  # no baselines for the task
+
+
 def test_a_root_never_seen_in_training_is_an_error():
     with pytest.raises(ValueError, match=r"root operator\(s\) \[MED of the test set never occur in the training split"):
         listops_roots.baseline_predictions({"[MAX": 9}, ["[MAX", "[MED"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from ..analysis.baselines import Baseline
 from ..stats.verdict import SHARE_NEEDED
 from .accuracy import TASK_NAMES
 from .claims import AVERAGE_TASKS
@@ -66,6 +67,31 @@ def _baseline(r: ClaimResult) -> str:
     return f"{r.baseline.name} {r.baseline.accuracy:.2f} [{low:.2f}, {high:.2f}]"
 
 
+def trivial_sides(result: Result, baselines: list[Baseline]) -> str | None:
+    """ "A: <baseline>, B: <baseline>" when each arm's seed mean lies inside the 95% interval of one of the
+    task's trivial baselines (the first in ``baselines`` that holds it), else None. Rule R3 asks it of the
+    strongest baseline for every arm; this also catches arms at two different trivial predictors (the
+    majority class and ListOps' root operator), whose gap a verdict can match without either arm learning."""
+    if result.b is None or not baselines:
+        return None
+    sides = []
+    for label, side in (("A", result.a), ("B", result.b)):
+        inside = [b.name for b in baselines if b.interval[0] <= side.mean <= b.interval[1]]
+        if not inside:
+            return None
+        sides.append(f"{label}: {inside[0]}")
+    return ", ".join(sides)
+
+
+def _verdict(r: ClaimResult, view: BundleView) -> str:
+    """The verdict's word, flagged when it compares two trivial predictors (``trivial_sides``)."""
+    task = r.claim.primary.task
+    sides = trivial_sides(r.result, view.baselines.get(task, ([], ""))[0]) if task else None
+    if sides is None or r.verdict.word == "not tested":
+        return r.verdict.word
+    return f"{r.verdict.word}; each arm at a trivial baseline ({sides})"
+
+
 def claims_table(results: list[ClaimResult], view: BundleView, alpha: float, power: float) -> Table:
     rows = []
     for r in results:
@@ -83,7 +109,7 @@ def claims_table(results: list[ClaimResult], view: BundleView, alpha: float, pow
                 fmt_ci(*res.primary.ci),
                 _share(res),
                 _baseline(r),
-                r.verdict.word,
+                _verdict(r, view),
                 r.verdict.rule,
                 _short(r.budget_reading),
                 _needed(r),
@@ -91,11 +117,14 @@ def claims_table(results: list[ClaimResult], view: BundleView, alpha: float, pow
         )
     notes = [
         view.profile_note(),
-        "Each claim's primary test (paper/claims.yaml, fixed before the runs): Δ = mean(A) − mean(B) over seeds "
-        f"(accuracy points), its {100 * (1 - alpha):g}% Welch interval, or the one-sample t interval against a "
-        "published number. Published Δ: the same difference in the published tables. Share: examples trained / "
-        "the protocol's (the arm's paper-profile epochs × training set, or its step cap × batch), mean over "
-        "seeds, A / B. Trivial baseline: the strongest on the task's test set, with its 95% Wilson interval.",
+        "Each claim's primary test (paper/claims.yaml, fixed when the claim was registered): "
+        f"Δ = mean(A) − mean(B) over seeds (accuracy points), its {100 * (1 - alpha):g}% Welch interval, "
+        "or the one-sample t interval against a published number. Published Δ: the same difference in the "
+        "published tables. Share: examples trained / the protocol's (the arm's paper-profile epochs × "
+        "training set, or its step cap × batch), mean over seeds, A / B. Trivial baseline: the strongest on "
+        "the task's test set, with its 95% Wilson interval. A verdict other than 'not tested' whose arms' "
+        "means each lie inside some trivial baseline's interval says so and names the baselines: it compares "
+        "trivial predictors.",
         RULES_NOTE,
         "Without R2: the same rules with R2 left out: what the numbers say at the budget the runs had, "
         "never a verdict on the paper.",
