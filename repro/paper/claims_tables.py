@@ -68,15 +68,16 @@ def _baseline(r: ClaimResult) -> str:
 
 
 def trivial_sides(result: Result, baselines: list[Baseline]) -> str | None:
-    """ "A: <baseline>, B: <baseline>" when each arm's seed mean lies inside the 95% interval of one of the
-    task's trivial baselines (the first in ``baselines`` that holds it), else None. Rule R3 asks it of the
-    strongest baseline for every arm; this also catches arms at two different trivial predictors (the
-    majority class and ListOps' root operator), whose gap a verdict can match without either arm learning."""
+    """The trivial baseline each arm sits at, as "A: <name>, B: <name>", when each arm's seed mean lies
+    inside the 95% interval of one of the task's trivial baselines (the first in ``baselines`` that holds
+    it); else None. Rule R3 asks it of the strongest baseline for every arm; this also catches arms at two
+    different trivial predictors (the majority class and ListOps' root operator), whose gap a verdict can
+    match without either arm learning."""
     if result.b is None or not baselines:
         return None
     sides = []
     for label, side in (("A", result.a), ("B", result.b)):
-        inside = [b.name for b in baselines if b.interval[0] <= side.mean <= b.interval[1]]
+        inside = [base.name for base in baselines if base.interval[0] <= side.mean <= base.interval[1]]
         if not inside:
             return None
         sides.append(f"{label}: {inside[0]}")
