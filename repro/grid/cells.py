@@ -14,6 +14,11 @@ A grid file (YAML)::
       - {arms: [big], tasks: [image], seeds: [0], carry_over: false}
       - {arms: [slow], tasks: [image], seeds: [0], gpus: 2}
 
+A cell is an (arm, task, seed): a later block repeating one is run once, as the first block gives it.
+``--plan`` rows and the slot driver's time estimates are per (arm, task, seed) too, so a block whose
+``overrides`` change the model or the training (a check of another setting) is estimated from the
+arm's row at its own settings; records count only at the cell's settings.
+
 ``per_gpu`` (a block's): at most that many runs on one GPU while one of its cells runs there
 (``--per-gpu`` gives it for blocks without one). ``optional`` blocks run only with
 ``--include-optional``. ``overrides`` (a block's): its cells' own settings, after ``common`` and
