@@ -102,7 +102,7 @@ def baseline_row(view: BundleView, tasks, lead: int, has_avg: bool) -> list[str]
     """Under every table with task columns: the trivial baselines of each task's test set (our records')."""
     row = ["Trivial baselines (our test sets)"] + [""] * (lead - 1)
     for task in tasks:
-        found = view.baselines.get(task, ([], ""))[0]
+        found = view.baselines_of(task)
         row += ["; ".join(f"{b.name} {b.accuracy:.2f}" for b in found) or MISSING, ""]
     return row + (["", ""] if has_avg else [])
 

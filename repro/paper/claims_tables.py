@@ -77,7 +77,7 @@ def trivial_sides(result: Result, baselines: list[Baseline]) -> str | None:
         return None
     sides = []
     for label, side in (("A", result.a), ("B", result.b)):
-        inside = [base.name for base in baselines if base.interval[0] <= side.mean <= base.interval[1]]
+        inside = [base.name for base in baselines if base.contains(side.mean)]
         if not inside:
             return None
         sides.append(f"{label}: {inside[0]}")
@@ -87,7 +87,7 @@ def trivial_sides(result: Result, baselines: list[Baseline]) -> str | None:
 def _verdict(r: ClaimResult, view: BundleView) -> str:
     """The verdict's word, flagged when it compares two trivial predictors (``trivial_sides``)."""
     task = r.claim.primary.task
-    sides = trivial_sides(r.result, view.baselines.get(task, ([], ""))[0]) if task else None
+    sides = trivial_sides(r.result, view.baselines_of(task)) if task else None
     if sides is None or r.verdict.word == "not tested":
         return r.verdict.word
     return f"{r.verdict.word}; each arm at a trivial baseline ({sides})"

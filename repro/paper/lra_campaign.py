@@ -75,7 +75,7 @@ def _reference_rows(view: BundleView, tasks: list[str]) -> list[list[str]]:
     for task in tasks:
         sources = sorted(set(view.runs[view.runs["task"] == task]["data"]))
         data_row += ["; ".join(sources) or MISSING, "", ""]
-        found = view.baselines.get(task, ([], ""))[0]
+        found = view.baselines_of(task)
         baseline_row += [
             "; ".join(f"{b.name} {b.accuracy:.2f} {fmt_ci(*b.interval)}" for b in found) or MISSING,
             "",

@@ -202,8 +202,12 @@ class BundleView:
         """Per task of the profile shown: (its trivial baselines, "" or why some are missing)."""
         return {task: task_baselines(self, task) for task in sorted(set(self.runs["task"]))}
 
+    def baselines_of(self, task: str) -> list[trivial.Baseline]:
+        """``task``'s trivial baselines (none when the task has no records or they cannot be computed)."""
+        return self.baselines.get(task, ([], ""))[0]
+
     def strongest_baseline(self, task: str) -> trivial.Baseline | None:
-        return trivial.strongest(self.baselines.get(task, ([], ""))[0])
+        return trivial.strongest(self.baselines_of(task))
 
 
 def _refuse_repeated_records(frame: pd.DataFrame) -> None:
