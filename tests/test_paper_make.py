@@ -26,7 +26,7 @@ from repro.bundle import BundleError
 from repro.paper import claims as claims_file
 from repro.paper.cli import make as make_all
 from repro.paper.cli import make_lra_table1
-from repro.paper.lra_campaign import rank_correlation
+from repro.paper.lra_campaign import rank_correlation, ranking
 from repro.paper.view import BundleView
 from repro.reference import published
 
@@ -631,21 +631,30 @@ def test_rank_correlation_is_spearmans_rho_of_the_seed_means(slots):
     assert rank_correlation(view, "listops") == result  # fixed bootstrap seed: the same interval
 
 
-def test_seeds_that_agree_give_a_degenerate_interval_and_one_seed_none(tmp_path):
+def test_seeds_that_agree_give_a_degenerate_interval_and_an_arm_with_one_seed_none(tmp_path):
+    """Every arm with two seeds: an interval; any arm with one (all of them, or all but one): none, and the
+    ranking table says how many arms have one seed."""
     labels = fixed_labels("text", 100)
     accuracies = {"lra_transformer": 0.6, "lra_local": 0.5, "lra_linformer": 0.7, "lra_performer": 0.55}
-    for seeds, version in ((2, "two"), (1, "one")):
+    for version, seeds_of in (
+        ("two", lambda arm: 2),
+        ("one", lambda arm: 1),
+        ("mixed", lambda arm: 1 + (arm == "lra_local")),
+    ):
         for arm, acc in accuracies.items():
-            for seed in range(seeds):  # every seed of an arm scores the same: resampling changes nothing
+            for seed in range(seeds_of(arm)):  # every seed of an arm scores the same: resampling changes nothing
                 make_record(tmp_path / version, arm, "text", seed, profile="paper", labels=labels, accuracy=acc)
         frozen = bundle.freeze(
             version, tmp_path / version, tmp_path / "results", analysis=False, log=lambda *a, **k: None
         )
-        result = rank_correlation(BundleView([frozen], "paper"), "text")
-        if seeds == 2:
+        view = BundleView([frozen], "paper")
+        result = rank_correlation(view, "text")
+        if version == "two":
             assert result["interval"] == pytest.approx((result["rho"], result["rho"]))
-        else:
-            assert result["interval"] is None and math.isfinite(result["rho"])
+            continue
+        assert result["interval"] is None and math.isfinite(result["rho"])
+        single = 4 if version == "one" else 3
+        assert ranking(view).rows[0][-1] == f"not tested at this budget ({single} of 4 arms with 1 seed)"
 
 
 def test_a_left_out_record_is_not_shown_and_the_table_names_it(slots, tmp_path):

@@ -8,7 +8,8 @@ over the same tasks. Under the rows: each column's data source and the trivial b
 
 The ranking table: per task, Spearman's rank correlation between our seed means and the published
 numbers over the arms run there, with a 95% percentile bootstrap interval over seeds (each arm's seeds
-resampled with replacement); with one seed per arm there is no interval ("not tested at this budget").
+resampled with replacement) when every arm has two seeds or more; an arm with one seed has no spread to
+resample, so with any such arm there is no interval ("not tested at this budget").
 """
 
 from __future__ import annotations
@@ -123,15 +124,22 @@ def table1(view: BundleView, name: str = "lra_table1") -> Table:
 
 def rank_correlation(view: BundleView, task: str, seed: int = 0) -> dict:
     """Spearman's rho of our seed means against the published numbers over the arms run on ``task``, and
-    its percentile bootstrap interval over seeds (None when no arm has two seeds)."""
+    its percentile bootstrap interval over seeds (None unless every arm has two seeds: an arm with one would
+    count as if its mean were known exactly)."""
     arms = [(m, a) for m, a in LRA_MODEL_ARMS.items() if view.accuracies(a, task)]
     values = [np.asarray(view.accuracies(a, task), dtype=np.float64) for _, a in arms]
     reference = np.array([_published(m, task) for m, _ in arms])
-    result = {"arms": len(arms), "seeds": sorted({len(v) for v in values}), "rho": math.nan, "interval": None}
+    result = {
+        "arms": len(arms),
+        "seeds": sorted({len(v) for v in values}),
+        "single_seed_arms": sum(len(v) == 1 for v in values),
+        "rho": math.nan,
+        "interval": None,
+    }
     if len(arms) < MIN_ARMS or not np.isfinite(reference).all():
         return result
     result["rho"] = float(sps.spearmanr([v.mean() for v in values], reference).statistic)
-    if max(len(v) for v in values) < 2:
+    if min(len(v) for v in values) < 2:
         return result
     rng = np.random.default_rng(seed)
     draws = []
@@ -152,7 +160,8 @@ def ranking(view: BundleView, name: str = "lra_table1_ranking") -> Table:
         elif not math.isfinite(r["rho"]):
             interval = "not tested: a published number is missing (FAIL) for an arm run here"
         elif r["interval"] is None:
-            interval = "not tested at this budget (1 seed per arm)"
+            single = r["single_seed_arms"]
+            interval = f"not tested at this budget ({single} of {r['arms']} arms with 1 seed)"
         else:
             interval = fmt_ci(*r["interval"], digits=3)
         seeds = "/".join(str(n) for n in r["seeds"])
