@@ -112,6 +112,40 @@ def test_first_puts_arms_at_the_front_of_each_block_and_refuses_an_unknown_arm(t
     assert done.returncode == 2 and done.stderr.strip() == f"--first c,d: d not in {grid}'s cells"
 
 
+def test_columns_runs_only_the_columns_named_in_their_order_and_refuses_one_without_cells(tmp_path):
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(
+        "cells:\n  - {arms: [a, b], tasks: [listops], seeds: [0, 1]}\n"
+        "  - {arms: [a, b], tasks: [text], seeds: [0, 1]}\n"
+    )
+
+    def dry_run(*args):
+        return subprocess.run([*GRID, str(grid), "--dry-run", *args], capture_output=True, text=True, cwd=ROOT)
+
+    def cells(*args):
+        done = dry_run(*args)
+        assert done.returncode == 0, done.stderr
+        return [" ".join(line.split()[2:5]) for line in done.stdout.splitlines()]
+
+    assert cells("--columns", "text:1,listops") == [
+        "arm=a task=text seed=1",
+        "arm=b task=text seed=1",
+        "arm=a task=listops seed=0",
+        "arm=b task=listops seed=0",
+        "arm=a task=listops seed=1",
+        "arm=b task=listops seed=1",
+    ]
+    assert cells("--columns", "text:0", "--first", "b") == ["arm=b task=text seed=0", "arm=a task=text seed=0"]
+    assert cells("--columns", "listops:1,listops") == cells("--columns", "listops:1,listops:0")  # each cell once
+    for item, why in (
+        ("image", f"no cells of {grid} left for it (optional blocks need --include-optional)"),
+        ("text:2", f"no cells of {grid} left for it (optional blocks need --include-optional)"),
+        ("text:x", "write a column as TASK or TASK:SEED, e.g. text:1"),
+    ):
+        done = dry_run("--columns", f"listops,{item}")
+        assert done.returncode == 2 and done.stderr.strip() == f"--columns {item}: {why}"
+
+
 @pytest.mark.slow
 def test_cells_spread_over_gpu_slots_each_with_its_own_log(tmp_path, shared_cache):
     """--gpus runs one cell per listed device at once (CUDA_VISIBLE_DEVICES; smoke runs stay on CPU)."""

@@ -238,6 +238,25 @@ def put_first(grid: Grid, arms: list[str]) -> Grid:
     return replace(grid, cells=sorted(grid.cells, key=key))
 
 
+def select_columns(grid: Grid, columns: list[str]) -> Grid:
+    """The grid's cells of these columns only, the columns in the order given (``--columns``): each item a
+    task (each of its seeds in the grid's order) or ``task:seed``. For a slot whose machine holds one task's
+    data, or that gives a long column's cells a GPU first. An item that names no cell left is refused."""
+    chosen: list[Cell] = []
+    for item in columns:
+        task, _, seed = item.partition(":")
+        if seed and not seed.isdigit():
+            raise GridError(f"--columns {item}: write a column as TASK or TASK:SEED, e.g. text:1")
+        seeds = [int(seed)] if seed else list(dict.fromkeys(c.seed for c in grid.cells if c.task == task))
+        cells = [c for s in seeds for c in grid.cells if (c.task, c.seed) == (task, s) and c not in chosen]
+        if not cells:
+            raise GridError(
+                f"--columns {item}: no cells of {grid.path} left for it (optional blocks need --include-optional)"
+            )
+        chosen += cells
+    return replace(grid, cells=chosen)
+
+
 def command(runner: Path, cell: Cell, common: list[str], extra: list[str]) -> list[str]:
     """The cell's command line: ``python RUNNER arm=A task=T seed=S progress=false <common> <block's> <extra>``;
     a cell on several GPUs runs RUNNER under ``torchrun --standalone --nproc_per_node=<gpus>``, which forwards

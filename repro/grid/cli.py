@@ -22,7 +22,8 @@ background with ``setsid``, poll its output, and copy ``<out>`` back when it has
 
 It unpacks the previous slot's archives into ``output_dir`` (``--resume-from``), starts every
 cell left on every GPU, ``--per-gpu`` at once on each (a block's ``per_gpu`` wins for its cells),
-in the grid's order (``--first A,B``: those arms' cells first within each task and seed); starts
+in the grid's order (``--columns text:1,listops``: only those columns, in that order; ``--first A,B``: those
+arms' cells first within each task and seed); starts
 a cell only if its expected time (the plan's GPU-minutes or another seed's, else a record's of the
 same arm and task, here or in ``--records``, else the grid file's ``minutes_per_run +
 overhead_minutes``; times the fraction its checkpoint has left; times ``--pack-slowdown``, by default the GPU's
@@ -56,7 +57,7 @@ import sys
 import time
 from pathlib import Path
 
-from .cells import DEFAULT_RUNNER, GridError, command, load_grid, output_dir, put_first
+from .cells import DEFAULT_RUNNER, GridError, command, load_grid, output_dir, put_first, select_columns
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -103,6 +104,12 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="comma-separated arms whose cells start first within each task and seed, in this order (the slowest, so "
         "that they have a GPU from the slot's start)",
+    )
+    run.add_argument(
+        "--columns",
+        default=None,
+        help="comma-separated columns to run, in this order: TASK (every seed) or TASK:SEED, e.g. text:1,listops:2 "
+        "(the tasks whose data this machine holds; a long column's cells first)",
     )
     run.add_argument("--include-optional", action="store_true", help="also the cells of blocks marked optional")
     run.add_argument(
@@ -209,6 +216,8 @@ def _main(argv: list[str], started: float) -> int:
     _check(args)
     grid = load_grid(args.grid, args.include_optional)
     args.records = grid.records_folders(args.records)
+    if args.columns:
+        grid = select_columns(grid, [c.strip() for c in args.columns.split(",") if c.strip()])
     if args.first:
         grid = put_first(grid, [a.strip() for a in args.first.split(",") if a.strip()])
     if args.dry_run:
