@@ -208,9 +208,14 @@ def _copy_files(sources: list[Path], dest: Path, folder: str) -> list[str]:
     return copied
 
 
+def _counted(n: int, noun: str) -> str:
+    """``1 run record``, ``2 run records``."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _citation(version: str, created: datetime, commit: str, authors: list[str], title: str, n_runs: int) -> str:
-    records = "run record" if n_runs == 1 else "run records"
-    abstract = f"{n_runs} {records} of LRA-repro (Long Range Arena and its follow-up), checksummed in MANIFEST.json."
+    records = _counted(n_runs, "run record")
+    abstract = f"{records} of LRA-repro (Long Range Arena and its follow-up), checksummed in MANIFEST.json."
     lines = [
         "cff-version: 1.2.0",
         'message: "If you use these results, please cite them as below; verify with `python -m repro.bundle verify`."',
@@ -689,7 +694,7 @@ def main(argv: list[str] | None = None) -> int:
             for path in bundles:
                 m = load_manifest(path)
                 print(
-                    f"{m['version']}\t{m['created']}\t{len(m['runs'])} runs\t{', '.join(m['profiles'])}\t"
+                    f"{m['version']}\t{m['created']}\t{_counted(len(m['runs']), 'run')}\t{', '.join(m['profiles'])}\t"
                     f"sha256 {manifest_hash(path)[:16]}"
                 )
     except (BundleError, GridError) as err:

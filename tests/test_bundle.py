@@ -230,7 +230,7 @@ def test_command_line_freeze_verify_cite_ls(runs, tmp_path):
     digest = hashlib.sha256((tmp_path / "results/v2/MANIFEST.json").read_bytes()).hexdigest()
     cited = cli("cite", "results/v2")
     assert cited.returncode == 0 and "v2" in cited.stdout and digest in cited.stdout
-    assert cli("ls").stdout.startswith("v2\t")
+    assert cli("ls").stdout.startswith("v2\t") and "\t5 runs\t" in cli("ls").stdout
     (tmp_path / "results/v2/CITATION.cff").write_text("edited\n")
     failed = cli("verify", "results/v2")
     assert failed.returncode == 1 and "changed: CITATION.cff" in failed.stderr
