@@ -137,13 +137,19 @@ def test_columns_runs_only_the_columns_named_in_their_order_and_refuses_one_with
     ]
     assert cells("--columns", "text:0", "--first", "b") == ["arm=b task=text seed=0", "arm=a task=text seed=0"]
     assert cells("--columns", "listops:1,listops") == cells("--columns", "listops:1,listops:0")  # each cell once
+    assert cells("--columns", "listops,listops:1") == cells("--columns", "listops")
     for item, why in (
-        ("image", f"no cells of {grid} left for it (optional blocks need --include-optional)"),
-        ("text:2", f"no cells of {grid} left for it (optional blocks need --include-optional)"),
+        ("image", f"no cells of it in {grid} (optional blocks need --include-optional)"),
+        ("text:2", f"no cells of it in {grid} (optional blocks need --include-optional)"),
         ("text:x", "write a column as TASK or TASK:SEED, e.g. text:1"),
     ):
         done = dry_run("--columns", f"listops,{item}")
         assert done.returncode == 2 and done.stderr.strip() == f"--columns {item}: {why}"
+    done = dry_run("--columns", ",")
+    assert (
+        done.returncode == 2
+        and done.stderr.strip() == "--columns: name at least one column, e.g. --columns text:1,listops"
+    )
 
 
 @pytest.mark.slow

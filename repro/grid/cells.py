@@ -241,19 +241,22 @@ def put_first(grid: Grid, arms: list[str]) -> Grid:
 def select_columns(grid: Grid, columns: list[str]) -> Grid:
     """The grid's cells of these columns only, the columns in the order given (``--columns``): each item a
     task (each of its seeds in the grid's order) or ``task:seed``. For a slot whose machine holds one task's
-    data, or that gives a long column's cells a GPU first. An item that names no cell left is refused."""
+    data, or that gives a long column's cells a GPU first. A cell named twice keeps its first place; an item
+    that names no cell of the grid file (done or not) is refused, as is an empty list."""
+    if not columns:
+        raise GridError("--columns: name at least one column, e.g. --columns text:1,listops")
     chosen: list[Cell] = []
     for item in columns:
         task, _, seed = item.partition(":")
         if seed and not seed.isdigit():
             raise GridError(f"--columns {item}: write a column as TASK or TASK:SEED, e.g. text:1")
         seeds = [int(seed)] if seed else list(dict.fromkeys(c.seed for c in grid.cells if c.task == task))
-        cells = [c for s in seeds for c in grid.cells if (c.task, c.seed) == (task, s) and c not in chosen]
+        cells = [c for s in seeds for c in grid.cells if (c.task, c.seed) == (task, s)]
         if not cells:
             raise GridError(
-                f"--columns {item}: no cells of {grid.path} left for it (optional blocks need --include-optional)"
+                f"--columns {item}: no cells of it in {grid.path} (optional blocks need --include-optional)"
             )
-        chosen += cells
+        chosen += [c for c in cells if c not in chosen]
     return replace(grid, cells=chosen)
 
 

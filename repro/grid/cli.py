@@ -216,7 +216,7 @@ def _main(argv: list[str], started: float) -> int:
     _check(args)
     grid = load_grid(args.grid, args.include_optional)
     args.records = grid.records_folders(args.records)
-    if args.columns:
+    if args.columns is not None:
         grid = select_columns(grid, [c.strip() for c in args.columns.split(",") if c.strip()])
     if args.first:
         grid = put_first(grid, [a.strip() for a in args.first.split(",") if a.strip()])
