@@ -222,6 +222,11 @@ def superseded_source(message: str, grid_files: list[Path]) -> str:
     return ""
 
 
+def comma_list(text: str) -> list[str]:
+    """``"a, b,,c"`` -> ``["a", "b", "c"]``: a command-line list, blanks dropped."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 def put_first(grid: Grid, arms: list[str]) -> Grid:
     """The grid with the cells of ``arms`` moved to the front of each column (the cells of one task, seed and
     optionality, which may span blocks), in that order (``--first``): the columns keep their order, and so

@@ -57,7 +57,7 @@ import sys
 import time
 from pathlib import Path
 
-from .cells import DEFAULT_RUNNER, GridError, command, load_grid, output_dir, put_first, select_columns
+from .cells import DEFAULT_RUNNER, GridError, comma_list, command, load_grid, output_dir, put_first, select_columns
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -217,9 +217,9 @@ def _main(argv: list[str], started: float) -> int:
     grid = load_grid(args.grid, args.include_optional)
     args.records = grid.records_folders(args.records)
     if args.columns is not None:
-        grid = select_columns(grid, [c.strip() for c in args.columns.split(",") if c.strip()])
+        grid = select_columns(grid, comma_list(args.columns))
     if args.first:
-        grid = put_first(grid, [a.strip() for a in args.first.split(",") if a.strip()])
+        grid = put_first(grid, comma_list(args.first))
     if args.dry_run:
         return _dry_run(args, grid, extra)
     from .driver import plan_grid, run_grid

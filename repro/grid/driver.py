@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .. import records
 from .archive import pack
-from .cells import Grid, GridError, command, output_dir
+from .cells import Grid, GridError, comma_list, command, output_dir
 from .costs import cell_seconds, seconds_left
 from .gridlog import append_rows, gpu_totals, summary_line
 from .plan import gather_costs, plan_row, plan_rows, print_plan, read_plan, record_cost, run_probes, write_plan
@@ -34,7 +34,7 @@ def visible_gpus() -> list[str]:
     """``--gpus all``: the ids of ``CUDA_VISIBLE_DEVICES`` when set, else every device torch counts."""
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
-        ids = [item.strip() for item in listed.split(",") if item.strip() and item.strip() != "-1"]
+        ids = [item for item in comma_list(listed) if item != "-1"]
     else:
         import torch
 
@@ -52,7 +52,7 @@ def gpu_list(spec: str | None) -> list:
         return [None]
     if spec.strip() == "all":
         return visible_gpus()
-    ids = [item.strip() for item in spec.split(",") if item.strip()]
+    ids = comma_list(spec)
     if not ids:
         raise GridError(f"--gpus {spec!r}: give comma-separated GPU ids, e.g. --gpus 0,1, or --gpus all")
     return ids
