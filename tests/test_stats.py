@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -59,6 +60,16 @@ def test_welch_matches_scipy_and_the_welch_satterthwaite_interval():
     assert result.estimate == pytest.approx(diff)
     assert result.ci == pytest.approx((diff - half, diff + half), rel=1e-10)
     assert result.n == (7, 5)
+    # One arm constant (every seed at the majority class): the same numbers as scipy, and no warning.
+    flat = np.array([17.15, 17.15])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        one_flat = stats.welch(flat, a)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = sps.ttest_ind(flat, a, equal_var=False)
+    assert one_flat.p_value == pytest.approx(reference.pvalue, rel=1e-12)
+    assert one_flat.details["df"] == pytest.approx(reference.df, rel=1e-12)
 
 
 def test_tests_that_cannot_run_say_why_instead_of_failing():

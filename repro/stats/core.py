@@ -7,8 +7,9 @@ p-value. The computations are scipy's and statsmodels'; this module is the glue.
 Which test answers which question:
 
 * ``welch``: two arms on one task, one accuracy per seed each; Welch's t-test
-  (``scipy.stats.ttest_ind(equal_var=False)``); the CI is the Welch interval of the
-  difference in means (statsmodels ``CompareMeans.tconfint_diff(usevar="unequal")``).
+  (statsmodels ``CompareMeans.ttest_ind(usevar="unequal")``, equal to
+  ``scipy.stats.ttest_ind(equal_var=False)``); the CI is the Welch interval of the
+  difference in means (``CompareMeans.tconfint_diff(usevar="unequal")``).
 * ``bootstrap_seeds``: percentile bootstrap 95% CI of the difference in mean accuracy,
   resampling **seeds** within each arm independently (``scipy.stats.bootstrap``,
   ``method="percentile"``), seeded. Captures training variability only.
@@ -129,15 +130,19 @@ def welch(a, b, alpha: float = 0.05) -> StatResult:
     a, b, n, estimate, too_few = _two_arms("Welch t-test", a, b)
     if too_few:
         return too_few
-    result = sps.ttest_ind(a, b, equal_var=False)
-    low, high = CompareMeans(DescrStatsW(a), DescrStatsW(b)).tconfint_diff(alpha=alpha, usevar="unequal")
+    # statsmodels, not scipy.stats.ttest_ind: the same statistic, but scipy warns of "catastrophic
+    # cancellation" when one arm's seeds are equal (e.g. every seed at the majority class), a case
+    # the test handles (the other arm's variance carries it).
+    means = CompareMeans(DescrStatsW(a), DescrStatsW(b))
+    statistic, p_value, df = means.ttest_ind(usevar="unequal")
+    low, high = means.tconfint_diff(alpha=alpha, usevar="unequal")
     return StatResult(
         "Welch t-test",
         n,
         estimate,
         (float(low), float(high)),
-        float(result.pvalue),
-        details={"statistic": float(result.statistic), "df": float(getattr(result, "df", NAN))},
+        float(p_value),
+        details={"statistic": float(statistic), "df": float(df)},
     )
 
 
