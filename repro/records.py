@@ -19,6 +19,7 @@ import json
 import math
 import os
 import platform
+import re
 import secrets
 import subprocess
 import sys
@@ -180,6 +181,18 @@ def read_config(path: Path) -> dict:
         ) from err
 
 
+def commit_variable_problem() -> str | None:
+    """What is wrong with ``LRA_REPRO_GIT_COMMIT`` (a full commit, optionally ``+dirty``), or None.
+    A run checks it before training, so that a bad value stops it before the GPU time is spent."""
+    value = os.environ.get("LRA_REPRO_GIT_COMMIT")
+    if not value or re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", value):
+        return None
+    return (
+        f"LRA_REPRO_GIT_COMMIT={value!r} is not a full commit: set it to `git rev-parse HEAD` "
+        "(40 hex digits), with +dirty when the tree differs from it, or unset it"
+    )
+
+
 def git_commit(cwd: Path | None = None) -> str:
     """HEAD's commit, with ``+dirty`` when tracked files differ.
 
@@ -190,6 +203,9 @@ def git_commit(cwd: Path | None = None) -> str:
     """
     where = str(cwd or Path(__file__).resolve().parent)
     if os.environ.get("LRA_REPRO_GIT_COMMIT"):
+        problem = commit_variable_problem()
+        if problem:
+            raise ValueError(problem)
         return os.environ["LRA_REPRO_GIT_COMMIT"]
     fallback = "unknown"
     try:

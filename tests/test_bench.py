@@ -355,6 +355,11 @@ def test_a_failed_write_leaves_no_folder(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="disk full"):
         report.write_bundle(tmp_path, meta, report.complete_rows(synthetic_rows()), {}, [], {})
     assert list(tmp_path.iterdir()) == []
+    # A short commit in LRA_REPRO_GIT_COMMIT: refused in one line before measuring, no folder made.
+    monkeypatch.setenv("LRA_REPRO_GIT_COMMIT", "abc1234")
+    done = run_bench("models=[lra_transformer]", "lengths=[32]", "device=cpu", f"out_dir={tmp_path}")
+    assert done.returncode == 1 and done.stderr.startswith("bench: LRA_REPRO_GIT_COMMIT='abc1234' is not a full commit")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_accuracies_come_from_complete_records_paper_before_budget_never_smoke(tmp_path):

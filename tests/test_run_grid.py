@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -83,11 +84,20 @@ def test_a_cell_that_would_overrun_the_deadline_is_not_started(tmp_path, shared_
     assert not (tmp_path / "out" / "runs").exists()
 
 
-def test_a_grid_without_cells_names_the_key(tmp_path):
+def test_a_grid_without_cells_or_with_a_short_commit_names_the_fix(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("cells:\n  - {arms: [locality_k5], seeds: [0]}\n")
     done = subprocess.run([*GRID, str(bad), "--dry-run"], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode != 0 and "cells[0] lacks list key(s) tasks" in done.stderr
+    # A short commit in LRA_REPRO_GIT_COMMIT, which every cell's record would carry: refused before any cell.
+    good = tmp_path / "good.yaml"
+    good.write_text("cells:\n  - {arms: [locality_k5], tasks: [listops], seeds: [0]}\n")
+    env = {**os.environ, "LRA_REPRO_GIT_COMMIT": "abc1234"}
+    done = subprocess.run(
+        [*GRID, str(good), "--", f"output_dir={tmp_path / 'out'}"], capture_output=True, text=True, cwd=ROOT, env=env
+    )
+    assert done.returncode == 2 and done.stderr.startswith("LRA_REPRO_GIT_COMMIT='abc1234' is not a full commit")
+    assert not (tmp_path / "out").exists()
 
 
 def test_first_puts_arms_at_the_front_of_each_block_and_refuses_an_unknown_arm(tmp_path):

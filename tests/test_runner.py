@@ -107,11 +107,19 @@ def test_unknown_arm_exits_nonzero_listing_the_arms(tmp_path, shared_cache):
         assert name in done.stderr
 
 
-def test_unknown_profile_and_task_exit_nonzero_listing_names(tmp_path, shared_cache):
+def test_unknown_profile_and_task_and_a_short_commit_exit_nonzero_naming_the_fix(tmp_path, shared_cache):
     done = run_cli("arm=locality_k5", "task=listops", "profile=huge", *common(tmp_path, shared_cache))
     assert done.returncode != 0 and "Available options in 'profile'" in done.stderr and "smoke" in done.stderr
     done = run_cli("arm=locality_k5", "task=lisstops", *common(tmp_path, shared_cache))
     assert done.returncode != 0 and "Available options in 'task'" in done.stderr and "listops" in done.stderr
+    # A short commit in LRA_REPRO_GIT_COMMIT: refused in one line before any data or training, no folder made.
+    done = run_cli(
+        "arm=locality_k5", "task=listops", *common(tmp_path, shared_cache), env={"LRA_REPRO_GIT_COMMIT": "abc1234"}
+    )
+    assert done.returncode == 2 and done.stderr.startswith(
+        "[locality_k5/listops] refused: LRA_REPRO_GIT_COMMIT='abc1234' is not a full commit"
+    ), done.stderr
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow
@@ -168,10 +176,21 @@ def test_git_commit_prefers_the_environment_variable(monkeypatch):
     """A copied tree may carry stale git metadata: LRA_REPRO_GIT_COMMIT, when set, wins."""
     from repro import records
 
-    monkeypatch.setenv("LRA_REPRO_GIT_COMMIT", "abc1234")
-    assert records.git_commit() == "abc1234"
+    full = "0123456789abcdef0123456789abcdef01234567"
+    monkeypatch.setenv("LRA_REPRO_GIT_COMMIT", full + "+dirty")
+    assert records.git_commit() == full + "+dirty"
     monkeypatch.delenv("LRA_REPRO_GIT_COMMIT")
-    assert records.git_commit() != "abc1234"
+    assert records.git_commit() != full + "+dirty"
+    # A short commit would make records that the campaign's record checks refuse: it is refused first.
+    monkeypatch.setenv("LRA_REPRO_GIT_COMMIT", "abc1234")
+    message = (
+        "LRA_REPRO_GIT_COMMIT='abc1234' is not a full commit: set it to `git rev-parse HEAD` "
+        "(40 hex digits), with +dirty when the tree differs from it, or unset it"
+    )
+    assert records.commit_variable_problem() == message
+    with pytest.raises(ValueError) as refused:
+        records.git_commit()
+    assert str(refused.value) == message
 
 
 def test_every_arm_declares_the_techniques_its_defaults_pick():

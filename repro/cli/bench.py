@@ -29,7 +29,7 @@ from ..bench import report
 from ..bench.matrix import Settings, modes_for, run_matrix
 from ..bench.models import attention_dropout_setting, plan
 from ..bench.timing import matmul_peak_tflops
-from ..records import git_commit
+from ..records import commit_variable_problem, git_commit
 from ..runner import pick_device
 from . import config_dir, require_same_checkout
 
@@ -78,6 +78,8 @@ def setup(cfg: DictConfig) -> tuple[list, list[str], Settings]:
 
 def bench_app(cfg: DictConfig) -> None:
     """Measure the composed rows, write the bundle; exit 1 after writing when a row failed (not OOM)."""
+    if commit_variable_problem():  # the record names its commit: refuse a bad one before measuring
+        sys.exit(f"bench: {commit_variable_problem()}")
     try:
         specs, skipped, settings = setup(cfg)
     except (KeyError, ValueError, RuntimeError) as err:

@@ -57,6 +57,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..records import commit_variable_problem
 from .cells import DEFAULT_RUNNER, GridError, comma_list, command, load_grid, output_dir, put_first, select_columns
 
 
@@ -201,6 +202,8 @@ def _check(args) -> None:
         raise GridError(f"--runner {args.runner}: no such script; run from a checkout or pass --runner")
     if args.resume_from is not None and not args.resume_from.is_dir():
         raise GridError(f"--resume-from {args.resume_from}: no such folder")
+    if not args.dry_run and commit_variable_problem():  # every cell's record would carry it: refuse first
+        raise GridError(commit_variable_problem())
 
 
 def _main(argv: list[str], started: float) -> int:
