@@ -203,8 +203,7 @@ def git_commit(cwd: Path | None = None) -> str:
     """
     where = str(cwd or Path(__file__).resolve().parent)
     if os.environ.get("LRA_REPRO_GIT_COMMIT"):
-        problem = commit_variable_problem()
-        if problem:
+        if problem := commit_variable_problem():
             raise ValueError(problem)
         return os.environ["LRA_REPRO_GIT_COMMIT"]
     fallback = "unknown"

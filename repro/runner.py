@@ -335,8 +335,8 @@ def execute(cfg: DictConfig) -> int:
     """Train the run ``cfg`` describes and write its record; returns a process exit status."""
     run = resolve(cfg, command_line_task_keys())
     task_name = run["task"]["name"]
-    if records.commit_variable_problem():  # the record names its commit: refuse a bad one before training
-        print(f"[{run['arm']}/{task_name}] refused: {records.commit_variable_problem()}", file=sys.stderr)
+    if problem := records.commit_variable_problem():  # the record names its commit: refuse a bad one first
+        print(f"[{run['arm']}/{task_name}] refused: {problem}", file=sys.stderr)
         return 2
     run_dir = run_dir_for(cfg, run)
     workers = cfg.workers or min(16, os.cpu_count() or 1)

@@ -78,8 +78,8 @@ def setup(cfg: DictConfig) -> tuple[list, list[str], Settings]:
 
 def bench_app(cfg: DictConfig) -> None:
     """Measure the composed rows, write the bundle; exit 1 after writing when a row failed (not OOM)."""
-    if commit_variable_problem():  # the record names its commit: refuse a bad one before measuring
-        sys.exit(f"bench: {commit_variable_problem()}")
+    if problem := commit_variable_problem():  # the record names its commit: refuse a bad one before measuring
+        sys.exit(f"bench: {problem}")
     try:
         specs, skipped, settings = setup(cfg)
     except (KeyError, ValueError, RuntimeError) as err:

@@ -202,8 +202,9 @@ def _check(args) -> None:
         raise GridError(f"--runner {args.runner}: no such script; run from a checkout or pass --runner")
     if args.resume_from is not None and not args.resume_from.is_dir():
         raise GridError(f"--resume-from {args.resume_from}: no such folder")
-    if not args.dry_run and commit_variable_problem():  # every cell's record would carry it: refuse first
-        raise GridError(commit_variable_problem())
+    problem = None if args.dry_run else commit_variable_problem()
+    if problem:  # every cell's record would carry it: refuse before any cell
+        raise GridError(problem)
 
 
 def _main(argv: list[str], started: float) -> int:
