@@ -437,3 +437,68 @@ def test_a_damaged_cache_entry_is_detected_and_rebuilt(damage, tmp_path, capsys)
     assert f"warning: cache entry {entry} is damaged (" in capsys.readouterr().err
     again, meta = cached_arrays(tmp_path, "toy", {"n": 64}, build)
     assert len(builds) == 2 and meta["cache_hit"] is True  # the rebuilt entry is whole
+
+
+WAIT_FOR_ENTRY = """
+import sys
+import numpy as np
+from repro.tasks.cache import cached_arrays
+
+def build():
+    print("built", flush=True)
+    return {"x": np.zeros(3)}, {}
+
+arrays, meta = cached_arrays(sys.argv[1], "toy", {"n": 3}, build)
+print("hit" if meta["cache_hit"] else "miss", arrays["x"].tolist(), flush=True)
+"""
+
+
+def test_a_second_process_waits_for_the_build_and_loads_it(tmp_path):
+    """While one process builds an entry, another asking for it waits and loads it, not building again."""
+    import subprocess
+    import time
+
+    import numpy as np
+
+    from repro.tasks.cache import build_lock, cache_key, store
+
+    entry = tmp_path / "toy" / cache_key({"n": 3})
+    with build_lock(entry):
+        waiter = subprocess.Popen(
+            [sys.executable, "-c", WAIT_FOR_ENTRY, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        line = waiter.stderr.readline().decode()
+        assert line == f"waiting for another process to build cache entry {entry}\n"
+        time.sleep(0.2)
+        assert waiter.poll() is None  # still waiting
+        store(entry, {"n": 3}, {"x": np.arange(3.0)}, {})
+    out, err = waiter.communicate(timeout=60)
+    assert waiter.returncode == 0, err.decode()
+    assert out.decode() == "hit [0.0, 1.0, 2.0]\n"  # the stored arrays, never its own build's zeros
+
+
+HOLD_LOCK = """
+import sys, time
+from pathlib import Path
+from repro.tasks.cache import build_lock
+
+with build_lock(Path(sys.argv[1])):
+    print("locked", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_builder_that_dies_leaves_no_lock_behind(tmp_path):
+    import subprocess
+
+    import numpy as np
+
+    from repro.tasks.cache import cache_key, cached_arrays
+
+    entry = tmp_path / "toy" / cache_key({"n": 3})
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(entry)], stdout=subprocess.PIPE)
+    assert holder.stdout.readline() == b"locked\n"
+    holder.kill()
+    holder.wait(timeout=60)
+    arrays, meta = cached_arrays(tmp_path, "toy", {"n": 3}, lambda: ({"x": np.ones(3)}, {}))
+    assert meta["cache_hit"] is False and arrays["x"].tolist() == [1.0, 1.0, 1.0]

@@ -6,6 +6,13 @@ renamed into place, so a crashed build never leaves a half-written entry. Arrays
 memory-mapped, after their checksums are checked: a damaged entry (an edited, truncated or
 missing file) is named in a warning and built again. Entries written before checksums were
 kept are checked by loading only (a truncated file is caught, an edited one is not).
+
+One process builds an entry at a time: a builder holds ``<cache_dir>/<task>/.<key>.lock``
+(``flock``), and another process asking for the same entry waits, then loads what the first
+stored. Without it, grid cells started together on generated data each drew the whole set (four
+Pathfinder cells on one host: four builds of 200,000 images sharing its cores). The kernel drops
+the lock when its holder exits, so a crashed build leaves none behind. Where ``fcntl`` is missing
+(not POSIX) there is no lock: concurrent builders each build and the first to store wins.
 """
 
 from __future__ import annotations
@@ -16,10 +23,16 @@ import os
 import secrets
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no build lock (module docstring)
+    fcntl = None
 
 CACHE_FORMAT = 1
 
@@ -42,16 +55,50 @@ def cached_arrays(
     Returns ``(arrays, meta)`` with ``meta["cache_hit"]`` telling which happened.
     """
     entry = Path(cache_dir) / task / cache_key(params)
-    meta_file = entry / "meta.json"
-    if entry.exists():  # entries appear whole (a rename): one without its files is damaged
-        try:
-            return load_entry(entry)
-        except DamagedEntry as err:
-            print(f"warning: cache entry {entry} is damaged ({err}); building it again", file=sys.stderr, flush=True)
-            shutil.rmtree(entry, ignore_errors=True)
+    found = load_whole(entry)
+    if found is not None:
+        return found
+    with build_lock(entry):
+        found = load_whole(entry)  # another process may have built it while this one waited
+        if found is not None:
+            return found
+        return store(entry, params, *build())
 
-    arrays, meta = build()
+
+def load_whole(entry: Path) -> tuple[dict[str, np.ndarray], dict] | None:
+    """The entry's arrays and meta, or None when it is missing or damaged (then removed, with a warning)."""
+    if not entry.exists():  # entries appear whole (a rename): one without its files is damaged
+        return None
+    try:
+        return load_entry(entry)
+    except DamagedEntry as err:
+        print(f"warning: cache entry {entry} is damaged ({err}); building it again", file=sys.stderr, flush=True)
+        shutil.rmtree(entry, ignore_errors=True)
+        return None
+
+
+@contextmanager
+def build_lock(entry: Path) -> Iterator[None]:
+    """Hold the entry's lock file exclusively for the block; say so when another process holds it."""
     entry.parent.mkdir(parents=True, exist_ok=True)
+    if fcntl is None:
+        yield
+        return
+    with open(entry.parent / f".{entry.name}.lock", "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another process to build cache entry {entry}", file=sys.stderr, flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def store(entry: Path, params: dict, arrays: dict[str, np.ndarray], meta: dict) -> tuple[dict[str, np.ndarray], dict]:
+    """Write the arrays and meta.json under a temporary name, then rename it into place as ``entry``."""
+    meta_file = entry / "meta.json"
     tmp = entry.parent / f".{entry.name}.{secrets.token_hex(6)}"
     tmp.mkdir()  # the umask's permissions, as the entry's files get
     try:
