@@ -69,7 +69,7 @@ def _column_rows(statuses: list[dict]) -> list[str]:
         cell = status["cell"]
         columns.setdefault((cell.task, cell.seed, cell.optional), []).append(status)
     lines = [
-        "| task | seed | cells | done | left | GPU-min spent | GPU-min est. left | arms left |",
+        "| task | seed | cells | done | left | GPU-min spent (cells done or not) | GPU-min est. left | arms left |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for (task, seed, optional), group in columns.items():
