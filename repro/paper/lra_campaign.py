@@ -111,7 +111,8 @@ def table1(view: BundleView, name: str = "lra_table1") -> Table:
         ours_cols,
         [
             view.profile_note(),
-            "95% CI: Student t over the seeds' test accuracies (the mean's interval); 1 seed: none.",
+            "95% CI: Student t over the seeds' test accuracies (the mean's interval), not cut to 0-100 (with two "
+            "seeds the t factor is 12.7, so it can pass both ends); 1 seed: none.",
             "Avg: mean over the tasks in this table; ours only for an arm with all of them, the published "
             "over the same tasks. Published: Tay et al. 2021, Table 1.",
             "Columns not shown: " + ("; ".join(left_out) if left_out else "none") + ".",
