@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT
 
 from repro.grid.gridlog import GPU_TOTAL, read_rows
-from repro.grid.schedule import GpuSlots
+from repro.grid.schedule import CARRY_OVER_MIN_S, GpuSlots, Job, Scheduler
 
 GRID = [sys.executable, "-m", "repro.grid"]  # lra-grid, run with cwd=ROOT: this checkout's package
 FAKE = ROOT / "tests" / "grid_fake_runner.py"
@@ -376,3 +376,20 @@ def test_a_cell_spans_each_gpu_charge_once():
         else:
             busy[key] = slots.remove((None,), key, now)
     assert sum(busy.values()) == pytest.approx(slots.busy_s[None]) == pytest.approx(2.5 + 0.25)
+
+
+@pytest.mark.parametrize(
+    "left_s, carry_over, kept",
+    [
+        (CARRY_OVER_MIN_S, True, True),  # too short to end, long enough to be worth a checkpoint
+        (CARRY_OVER_MIN_S - 1, True, False),  # a carried-over start needs CARRY_OVER_MIN_S of the slot
+        (CARRY_OVER_MIN_S, False, False),
+        (3600.0, False, True),  # ends before the deadline: started either way
+    ],
+)
+def test_a_carried_over_job_starts_only_with_carry_over_min_s_left(left_s, carry_over, kept):
+    """The rule behind the idle tail of a slot whose GPUs come free a few minutes before the deadline."""
+    scheduler = Scheduler(["0"], deadline=1000.0 + left_s, carry_over=carry_over, clock=lambda: 1000.0)
+    job = Job("k", "a cell", ["true"], est_s=1800.0)
+    assert scheduler._drop_unfinishable([job], now=1000.0) == ([job] if kept else [])
+    assert scheduler.outcome.not_started == ([] if kept else [job])
