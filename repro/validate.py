@@ -13,6 +13,9 @@ records it checks that
   cap"; 0 is refused (it used to mean no cap, silently);
 - ``budget.minutes`` typed under a profile that does not read it (only ``profile=budget`` turns
   it into ``train.budget_minutes``) is refused: ``+train.budget_minutes=M`` caps any profile;
+- an arm file's own top-level ``model`` or ``train`` key is not overridden, for the task run, by a
+  per-task block the arm inherits (``base/locality`` sets ``depth`` per task): such a key would be
+  recorded nowhere and trained with the inherited value; it belongs under ``tasks.<task>``;
 - a ``data_dir`` given on the command line (or by ``LRA_DATA_DIR``) holds the task's files: a
   task that can generate its data does so under ``task.source=auto`` only when no data folder
   was named, so a wrong path never turns silently into generated data (``task.source=generated``
@@ -277,10 +280,49 @@ def check(cfg: DictConfig, overrides: list[str] | None = None) -> None:
         problems += unknown_typed_keys(typed, valid_keys(base_settings(cfg, overrides)), where)
     problems += out_of_range({**run, "budget": top["budget"]})
     problems += budget_not_read(cfg, run, typed)
+    problems += shadowed_arm_keys(arm_file(), cfg.arm, run["task"]["name"])
     if not problems and data_dir_given(overrides):
         problems += data_not_there(run, Path(cfg.data_dir))
     if problems:
         raise BadInput("\n".join(problems))
+
+
+def arm_file() -> Path | None:
+    """The YAML file Hydra read the run's arm from (the first config source holding it); None when
+    not running under Hydra's command line."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    runtime = HydraConfig.get().runtime
+    choice = runtime.choices.get("arm")
+    for source in runtime.config_sources:
+        path = Path(source.path) / "arm" / f"{choice}.yaml"
+        if source.schema == "file" and path.is_file():
+            return path
+    return None
+
+
+def shadowed_arm_keys(path: Path | None, arm: DictConfig, task: str) -> list[str]:
+    """Top-level ``model`` / ``train`` keys of the arm file ``path`` that a per-task block the arm
+    inherits (from its defaults list) overrides on ``task`` with another value: the file's value
+    would never train. Keys the file also sets under ``tasks.<task>`` are its own choice."""
+    if path is None or task not in arm.tasks:
+        return []
+    own = OmegaConf.to_container(OmegaConf.load(path), resolve=False) or {}
+    own_task = (own.get("tasks") or {}).get(task) or {}
+    per_task = _plain(arm.tasks[task])
+    problems = []
+    for group in ("model", "train"):
+        inherited, mine = per_task.get(group) or {}, own_task.get(group) or {}
+        for key, value in (own.get(group) or {}).items():
+            if key in inherited and key not in mine and inherited[key] != value:
+                problems.append(
+                    f"{path}: {group}.{key}={_show(value)} is overridden on task {task} by the per-task block "
+                    f"arm {arm.name} inherits ({group}.{key}={_show(inherited[key])}); set it under "
+                    f"tasks.{task}.{group}.{key} in that file, for each task it should change"
+                )
+    return problems
 
 
 def budget_not_read(cfg: DictConfig, run: dict, typed: list[Typed]) -> list[str]:

@@ -224,6 +224,29 @@ def test_bad_input_is_refused_in_one_line_and_nothing_is_complete(
         assert not list((tmp_path / "out").rglob("predictions.csv"))
 
 
+def test_an_arm_key_that_an_inherited_per_task_block_overrides_is_refused(tmp_path, shared_cache, monkeypatch, capsys):
+    """``model.depth`` at an arm file's top level loses to ``base/locality``'s per-task depth: refused, naming
+    the file and the fix; the same depth under ``tasks.listops`` is the arm's own choice and runs."""
+    arms = tmp_path / "my_conf" / "arm"
+    arms.mkdir(parents=True)
+    head = "# @package arm\ndefaults:\n  - /base/locality@_here_\n  - _self_\n"
+    (arms / "k9_depth3.yaml").write_text(head + "name: k9_depth3\nmodel: {kernel_size: 9, depth: 3}\n")
+    (arms / "k9_listops3.yaml").write_text(
+        head + "name: k9_listops3\nmodel: {kernel_size: 9}\ntasks: {listops: {model: {depth: 3}}}\n"
+    )
+    config_dir, common = ["--config-dir", str(tmp_path / "my_conf")], [*ARM[1:], *private(tmp_path, shared_cache)]
+    done, _, err = cli(monkeypatch, capsys, *config_dir, "arm=k9_depth3", *common)
+    assert done == 2, err[-3000:]
+    assert error_lines(err) == [
+        f"error: {arms / 'k9_depth3.yaml'}: model.depth=3 is overridden on task listops by the per-task block "
+        "arm k9_depth3 inherits (model.depth=6); set it under tasks.listops.model.depth in that file, for each "
+        "task it should change"
+    ]
+    assert not (tmp_path / "out").exists()
+    done, _, err = cli(monkeypatch, capsys, *config_dir, "arm=k9_listops3", *common)
+    assert done == 0 and not error_lines(err), err[-3000:]
+
+
 def test_debug_traceback_shows_the_traceback_of_a_refused_setting(tmp_path, shared_cache, monkeypatch, capsys):
     done, _, err = cli(monkeypatch, capsys, *ARM, *private(tmp_path, shared_cache), "seed=abc", "debug.traceback=true")
     assert done == 1 and "BadInput: seed='abc': must be an integer >= 0" in err, err[-3000:]
@@ -246,6 +269,7 @@ def test_every_shipped_arm_and_profile_passes_the_checks():
             for task in arm_tasks(cfg):  # a task file has no defaults list: loading it is composing it (faster)
                 cfg.task = OmegaConf.load(CONF / "task" / f"{task}.yaml")
                 validate.check(cfg, [])
+                assert validate.shadowed_arm_keys(CONF / "arm" / f"{arm}.yaml", cfg.arm, task) == [], (arm, task)
         for profile in ("budget", "paper"):
             validate.check(compose(config_name="config", overrides=["task=pathfinder", f"profile={profile}"]), [])
         typed = ["task=listops", "profile=budget", "budget.minutes=null", "++task.generate.n_train=10"]
