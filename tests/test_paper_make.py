@@ -359,6 +359,70 @@ def test_a_claim_row_shows_its_primary_test_and_the_rule_that_fired(made, frozen
     assert row[14] == f"{detect} / {match}"
 
 
+OWN_CLAIMS = """claims:
+  - id: mine-k5-above-k61-text
+    paper: ours
+    source: "an ablation of ours"
+    statement: "kernel 5 beats kernel 61 on text"
+    primary: {a: {arm: locality_k5}, b: {arm: locality_k61}, task: text, direction: greater}
+    effect: 3.0
+    margin: 2.0
+    margin_reason: "a test"
+"""
+
+
+def test_a_claim_of_your_own_is_tested_against_the_effect_it_expects(frozen, tmp_path):
+    """``paper: ours``: arms only, the typed effect in place of a published one, the same rules."""
+    own = tmp_path / "mine.yaml"
+    own.write_text(OWN_CLAIMS)
+    done = make(frozen, tmp_path / "out", "--claims", str(own))
+    assert done.returncode == 0, done.stderr
+    row = _claim_row((tmp_path / "out",), "mine-k5-above-k61-text")
+    a, b = _test_accs(frozen, "locality_k5", "text"), _test_accs(frozen, "locality_k61", "text")
+    low, high = _welch_ci(a, b, 0.95)
+    assert row[0] == "ours" and row[4] == "3.00 (expected)" and row[6] == "3/3"
+    assert row[7:9] == [f"{a.mean() - b.mean():.2f}", f"[{low:.2f}, {high:.2f}]"]
+    evidence = stats.Evidence(
+        published=3.0,
+        direction="greater",
+        margin=2.0,
+        estimate=a.mean() - b.mean(),
+        ci=(low, high),
+        ci_equivalence=_welch_ci(a, b, 0.90),
+        seeds={"locality_k5": 3, "locality_k61": 3},
+        shares={"locality_k5": 1.0, "locality_k61": 1.0},
+        means={"locality_k5": a.mean(), "locality_k61": b.mean()},
+        baseline=_baseline(frozen, "text")[1],
+        effect_name="expected",
+    )
+    expected = stats.decide(evidence)
+    assert row[11:13] == [expected.word, expected.rule] and expected.word != "not tested"
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (("    effect: 3.0\n", ""), "claims[0] lacks 'effect' (see the header of paper/claims.yaml)"),
+        (
+            ("b: {arm: locality_k61}", "b: {published: {table: lra_table1_accuracy, row: {model: transformer}}}"),
+            "claims[0].primary.b lacks 'arm': a claim of your own compares two of our arms",
+        ),
+        (("effect: 3.0", "effect: -3.0"), "claims[0].primary.direction 'greater' but its effect is -3.00"),
+        (
+            ("paper: ours", "paper: Tay et al. 2021"),
+            "claims[0].effect: only a claim of your own (paper: ours) types its effect; a paper's is read from its "
+            "published tables",
+        ),
+    ],
+)
+def test_a_malformed_claim_of_your_own_is_refused_naming_the_key(tmp_path, change, said):
+    own = tmp_path / "mine.yaml"
+    own.write_text(OWN_CLAIMS.replace(*change))
+    with pytest.raises(claims_file.ClaimsError) as error:
+        claims_file.load(own)
+    assert str(error.value) == f"{own}: {said}"
+
+
 def test_claims_that_cannot_be_tested_say_which_rule_fired(made):
     unrun = _claim_row(made, "lra-listops-linear")
     assert unrun[6] == "0/3" and unrun[11:13] == ["not tested", "R1: fewer than 2 seeds of lra_linear"]

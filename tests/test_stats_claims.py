@@ -132,6 +132,11 @@ CASES = [  # (what changes, verdict, rule)
         "contradicted",
         "R5: interval [7.50, 11.00] excludes the published +5.00",
     ),
+    (  # a claim of your own: the effect it expects stands where a published one would
+        {"ci": (7.5, 11.0), "ci_equivalence": (8.0, 10.5), "effect_name": "expected"},
+        "contradicted",
+        "R5: interval [7.50, 11.00] excludes the expected +5.00",
+    ),
     (
         {"ci": (0.5, 12.0), "ci_equivalence": (1.5, 11.0)},
         "supported",

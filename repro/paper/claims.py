@@ -9,6 +9,11 @@ within which our effect "matches" the published one, with its reason. The publis
 read from the published tables (``repro.reference``), never typed: each side names its
 ``published`` row (``table`` and a ``row`` selector such as ``{model: performer}``).
 ``secondary`` comparisons are computed and printed but give no verdict.
+
+A claim of your own (``paper: ours``: an ablation of yours, registered before its runs) has no
+published tables to read: its primary sides name arms only, and the claim types the ``effect`` it
+expects (a - b, accuracy points), which the verdict rules and the seeds needed then read in place
+of a published effect.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from ..stats.verdict import DIRECTIONS
 AVERAGE_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")  # LRA's average leaves Path-X out
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 PAPERS = ("Tay et al. 2021", "the follow-up study")
+OWN = "ours"  # a claim of the user's own: its expected effect typed, no published row
 
 
 class ClaimsError(ValueError):
@@ -69,6 +75,7 @@ class Comparison:
     task: str | None  # None: the LRA average
     direction: str = "none"
     tasks: tuple[str, ...] = AVERAGE_TASKS  # the average's tasks (task None only)
+    expected: float | None = None  # a claim of your own: the effect it expects, typed (paper: ours)
 
     def published_of(self, side: Side) -> float | None:
         """``side``'s published number: the mean of its row's ``published_columns`` (one, but for an average
@@ -79,6 +86,10 @@ class Comparison:
     def published_effect(self) -> float | None:
         a, b = self.published_of(self.a), self.published_of(self.b)
         return None if a is None or b is None else a - b
+
+    def claimed_effect(self) -> float | None:
+        """The effect the verdict is read against: the published one, or a claim of your own's expected one."""
+        return self.published_effect() if self.expected is None else self.expected
 
 
 @dataclass(frozen=True)
@@ -160,7 +171,7 @@ def _average_tasks(node: dict, where: str, path: Path) -> tuple[str, ...]:
     return tuple(t for t in AVERAGE_TASKS if t in given)
 
 
-def _comparison(node, where: str, path: Path, primary: bool) -> Comparison:
+def _comparison(node, where: str, path: Path, primary: bool, expected: float | None = None) -> Comparison:
     if not isinstance(node, dict):
         raise ClaimsError(f"{path}: {where} is {node!r}; expected a mapping with a, b and task (or metric: average)")
     metric = node.get("metric", "accuracy")
@@ -173,17 +184,21 @@ def _comparison(node, where: str, path: Path, primary: bool) -> Comparison:
         raise ClaimsError(f"{path}: {where}.tasks: only an average (metric: average) has tasks; this one has task")
     tasks = _average_tasks(node, where, path) if task is None else AVERAGE_TASKS
     columns = published_columns(task, tasks)
-    a = _side(node.get("a"), f"{where}.a", path, columns, primary)
-    b = _side(node.get("b"), f"{where}.b", path, columns, primary)
+    need_published = primary and expected is None
+    a = _side(node.get("a"), f"{where}.a", path, columns, need_published)
+    b = _side(node.get("b"), f"{where}.b", path, columns, need_published)
     if a.arm is None:
         raise ClaimsError(f"{path}: {where}.a lacks 'arm': side a is always one of our arms")
+    if expected is not None and b.arm is None:
+        raise ClaimsError(f"{path}: {where}.b lacks 'arm': a claim of your own compares two of our arms")
     direction = node.get("direction", "none")
     if direction not in DIRECTIONS:
         raise ClaimsError(f"{path}: {where}.direction {direction!r}: use one of {', '.join(DIRECTIONS)}")
-    comparison = Comparison(a, b, task, direction, tasks)
-    effect = comparison.published_effect()
+    comparison = Comparison(a, b, task, direction, tasks, expected)
+    effect = comparison.claimed_effect()
     if effect is not None and direction != "none" and (effect > 0) != (direction == "greater"):
-        raise ClaimsError(f"{path}: {where}.direction {direction!r} but the published effect is {effect:+.2f}")
+        said = "the published effect" if expected is None else "its effect"
+        raise ClaimsError(f"{path}: {where}.direction {direction!r} but {said} is {effect:+.2f}")
     return comparison
 
 
@@ -191,8 +206,19 @@ def _claim(node, i: int, path: Path) -> Claim:
     where = f"claims[{i}]"
     ident = _need(node, "id", where, path)
     paper = _need(node, "paper", where, path)
-    if paper not in PAPERS:
-        raise ClaimsError(f"{path}: {where}.paper {paper!r}: use one of {', '.join(repr(p) for p in PAPERS)}")
+    if paper not in (*PAPERS, OWN):
+        raise ClaimsError(
+            f"{path}: {where}.paper {paper!r}: use one of {', '.join(repr(p) for p in PAPERS)}, "
+            f"or {OWN!r} for a claim of your own"
+        )
+    expected = None
+    if paper == OWN:
+        expected = float(_need(node, "effect", where, path, (int, float)))
+    elif "effect" in node:
+        raise ClaimsError(
+            f"{path}: {where}.effect: only a claim of your own (paper: {OWN}) types its effect; "
+            "a paper's is read from its published tables"
+        )
     margin = _need(node, "margin", where, path, (int, float))
     if not margin > 0:
         raise ClaimsError(f"{path}: {where}.margin {margin!r}: a positive number of accuracy points")
@@ -204,7 +230,7 @@ def _claim(node, i: int, path: Path) -> Claim:
         paper,
         _need(node, "source", where, path),
         _need(node, "statement", where, path),
-        _comparison(node.get("primary"), f"{where}.primary", path, primary=True),
+        _comparison(node.get("primary"), f"{where}.primary", path, primary=True, expected=expected),
         float(margin),
         _need(node, "margin_reason", where, path),
         tuple(_comparison(s, f"{where}.secondary[{j}]", path, primary=False) for j, s in enumerate(secondary)),

@@ -93,6 +93,12 @@ def _verdict(r: ClaimResult, view: BundleView) -> str:
     return f"{r.verdict.word}; each arm at a trivial baseline ({sides})"
 
 
+def _effect(result: Result) -> str:
+    """The claimed effect: the published one, or a claim of your own's expected one, marked so."""
+    mark = "" if result.comparison.expected is None else " (expected)"
+    return fmt_number(result.published) + mark
+
+
 def claims_table(results: list[ClaimResult], view: BundleView, alpha: float, power: float) -> Table:
     rows = []
     for r in results:
@@ -103,7 +109,7 @@ def claims_table(results: list[ClaimResult], view: BundleView, alpha: float, pow
                 r.claim.id,
                 _where(r.claim.primary),
                 _test(res),
-                fmt_number(res.published),
+                _effect(res),
                 f"±{r.claim.margin:g}",
                 _seeds(res),
                 fmt_number(res.primary.estimate),
@@ -125,7 +131,12 @@ def claims_table(results: list[ClaimResult], view: BundleView, alpha: float, pow
         "training set, or its step cap × batch), mean over seeds, A / B. Trivial baseline: the strongest on "
         "the task's test set, with its 95% Wilson interval. A verdict other than 'not tested' whose arms' "
         "means each lie inside some trivial baseline's interval says so and names the baselines: it compares "
-        "trivial predictors.",
+        "trivial predictors."
+        + (
+            " Marked (expected): a claim of your own (paper: ours), whose Δ is the effect its claims file expects."
+            if any(r.result.comparison.expected is not None for r in results)
+            else ""
+        ),
         RULES_NOTE,
         "Without R2: the same rules with R2 left out: what the numbers say at the budget the runs had, "
         "never a verdict on the paper.",
@@ -164,7 +175,7 @@ def _secondary_rows(claim_id: str, kind: str, result: Result) -> list[list[str]]
     """One row per test of the pair: the secondary comparison's own Welch (or one-sample t), the exact
     permutation and the per-example CMH."""
     c, where = result.comparison, _where(result.comparison)
-    lead = [claim_id, kind, where, c.a.arm, c.b.arm or c.b.label, _seeds(result), fmt_number(result.published)]
+    lead = [claim_id, kind, where, c.a.arm, c.b.arm or c.b.label, _seeds(result), _effect(result)]
     tests = []
     if kind == "secondary":
         p = result.primary

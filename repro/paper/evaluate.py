@@ -121,14 +121,14 @@ def compare(view: BundleView, comparison: Comparison, alpha: float, margin: floa
         reference = comparison.published_of(comparison.b)
         primary = stats.one_sample(a.values, reference, alpha=alpha)
         equivalence = stats.tost_published(a.values, reference, margin=margin, alpha=alpha).ci
-        return Result(comparison, comparison.published_effect(), a, None, reference, primary, equivalence, None, None)
+        return Result(comparison, comparison.claimed_effect(), a, None, reference, primary, equivalence, None, None)
     primary = stats.welch(a.values, b.values, alpha=alpha)
     equivalence = stats.tost_ind(a.values, b.values, margin=margin, alpha=alpha).ci
     permutation = stats.permutation(a.values, b.values, alpha=alpha)
     cmh = None
     if a.correct is not None and b.correct is not None and np.array_equal(a.labels, b.labels):
         cmh = stats.cmh_seed_pairs(a.correct, b.correct)
-    return Result(comparison, comparison.published_effect(), a, b, None, primary, equivalence, permutation, cmh)
+    return Result(comparison, comparison.claimed_effect(), a, b, None, primary, equivalence, permutation, cmh)
 
 
 def pooled_sds(view: BundleView) -> tuple[dict[str, float], float]:
@@ -173,6 +173,7 @@ def _evidence(result: Result, claim: Claim, baseline: Baseline | None, alpha: fl
         baseline=baseline.interval if baseline else None,
         alpha=alpha,
         missing={s.label: s.missing for s in sides if s.missing},
+        effect_name="published" if claim.primary.expected is None else "expected",
     )
 
 

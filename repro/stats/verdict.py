@@ -50,6 +50,7 @@ class Evidence:
     baseline: tuple[float, float] | None = None  # the task's trivial baseline's 95% interval, or None
     alpha: float = 0.05  # CI is the (1 - alpha) interval, ci_equivalence the (1 - 2 alpha) one
     missing: dict = field(default_factory=dict)  # arm -> the average's tasks it has no record of (R1 names them)
+    effect_name: str = "published"  # "expected": a claim of your own, whose effect is typed, not published
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
@@ -109,7 +110,9 @@ def decide(e: Evidence, share_rule: bool = True) -> Verdict:
     if sign and (high < 0 if sign > 0 else low > 0):
         return Verdict("contradicted", f"R5: interval {_interval(e.ci)} on the side of zero opposite to the claim")
     if not low <= e.published <= high:
-        return Verdict("contradicted", f"R5: interval {_interval(e.ci)} excludes the published {_fmt(e.published)}")
+        return Verdict(
+            "contradicted", f"R5: interval {_interval(e.ci)} excludes the {e.effect_name} {_fmt(e.published)}"
+        )
     if sign and (low > 0 if sign > 0 else high < 0):
         return Verdict(
             "supported", f"R6: interval {_interval(e.ci)} on the claimed side of zero, holds {_fmt(e.published)}"
