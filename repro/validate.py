@@ -303,24 +303,62 @@ def arm_file() -> Path | None:
     return None
 
 
+def _own_leaves(raw, resolved, prefix: tuple = ()) -> list[tuple]:
+    """The key paths an arm file sets (``raw``, unresolved), down to the leaves of the resolved values."""
+    if isinstance(raw, dict):
+        below = resolved if isinstance(resolved, dict) else {}
+        return [path for k, v in raw.items() for path in _own_leaves(v, below.get(k), (*prefix, k))]
+    if isinstance(resolved, dict) and resolved:  # an interpolation that resolves to a block: its leaves
+        return [path for k, v in resolved.items() for path in _own_leaves(v, v, (*prefix, k))]
+    return [prefix]
+
+
+def _at(tree, path: tuple) -> tuple[bool, object]:
+    """(whether ``path`` runs through ``tree``'s blocks to a value, that value)."""
+    for key in path:
+        if not isinstance(tree, dict) or key not in tree:
+            return False, None
+        tree = tree[key]
+    return True, tree
+
+
+def _set_by(raw, path: tuple) -> bool:
+    """Whether the unresolved block ``raw`` sets ``path``, or a prefix of it to a whole value (interpolation)."""
+    for key in path:
+        if not isinstance(raw, dict):
+            return True
+        if key not in raw:
+            return False
+        raw = raw[key]
+    return True
+
+
 def shadowed_arm_keys(path: Path | None, arm: DictConfig, task: str) -> list[str]:
-    """Top-level ``model`` / ``train`` keys of the arm file ``path`` that a per-task block the arm
-    inherits (from its defaults list) overrides on ``task`` with another value: the file's value
-    would never train. Keys the file also sets under ``tasks.<task>`` are its own choice."""
+    """Settings the arm file ``path`` sets in its top-level ``model`` / ``train`` blocks that a per-task
+    block the arm inherits (from its defaults list) sets to another value on ``task``: the file's value
+    would never train. Compared leaf by leaf on the resolved settings, as blocks merge key by key; what
+    the file also sets under ``tasks.<task>`` (an interpolated block included) is its own choice."""
     if path is None or task not in arm.tasks:
         return []
     own = OmegaConf.to_container(OmegaConf.load(path), resolve=False) or {}
-    own_task = (own.get("tasks") or {}).get(task) or {}
+    own_tasks = own.get("tasks") or {}
+    own_task = own_tasks.get(task) if isinstance(own_tasks, dict) else None
+    if own_task is not None and not isinstance(own_task, dict):
+        return []  # the whole per-task block is the file's (an interpolation)
     per_task = _plain(arm.tasks[task])
     problems = []
     for group in ("model", "train"):
-        inherited, mine = per_task.get(group) or {}, own_task.get(group) or {}
-        for key, value in (own.get(group) or {}).items():
-            if key in inherited and key not in mine and inherited[key] != value:
+        resolved, inherited = _plain(arm.get(group)), per_task.get(group) or {}
+        mine = (own_task or {}).get(group, {})
+        for leaf in _own_leaves(own.get(group) or {}, resolved):
+            found, theirs = _at(inherited, leaf)
+            ours = _at(resolved, leaf)[1]
+            if found and theirs != ours and not _set_by(mine, leaf):
+                key = ".".join((group, *map(str, leaf)))
                 problems.append(
-                    f"{path}: {group}.{key}={_show(value)} is overridden on task {task} by the per-task block "
-                    f"arm {arm.name} inherits ({group}.{key}={_show(inherited[key])}); set it under "
-                    f"tasks.{task}.{group}.{key} in that file, for each task it should change"
+                    f"{path}: {key}={_show(ours)} is overridden on task {task} by the per-task block arm "
+                    f"{arm.name} inherits ({key}={_show(theirs)}); set it under tasks.{task}.{key} in that file, "
+                    "for each task it should change"
                 )
     return problems
 

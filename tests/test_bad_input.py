@@ -247,6 +247,42 @@ def test_an_arm_key_that_an_inherited_per_task_block_overrides_is_refused(tmp_pa
     assert done == 0 and not error_lines(err), err[-3000:]
 
 
+@pytest.mark.parametrize(
+    "base, body, task, said",
+    [
+        ("/base/locality", "my_lr: 0.001\ntrain:\n  lr: ${arm.my_lr}", "listops", None),  # resolved: equal
+        ("/base/locality", "model: {depth: 4}\ntasks:\n  listops: ${arm.tasks.text}", "listops", None),  # its own
+        ("/arm/lra_local", "model: {attention_params: {release: false}}", "pathfinder", None),  # merged by key
+        (
+            "/arm/lra_local",
+            "model: {attention_params: {block_size: 32}}",
+            "pathfinder",
+            "model.attention_params.block_size=32 is overridden on task pathfinder by the per-task block arm mine "
+            "inherits (model.attention_params.block_size=64)",
+        ),
+    ],
+)
+def test_shadowed_arm_keys_are_compared_leaf_by_leaf_on_resolved_values(tmp_path, base, body, task, said):
+    from hydra import compose, initialize_config_dir
+
+    from repro.validate import shadowed_arm_keys
+
+    (tmp_path / "arm").mkdir()
+    arm = tmp_path / "arm" / "mine.yaml"
+    arm.write_text(f"# @package arm\ndefaults:\n  - {base}@_here_\n  - _self_\nname: mine\n{body}\n")
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"hydra.searchpath=[file://{tmp_path}]", "arm=mine"])
+    found = shadowed_arm_keys(arm, cfg.arm, task)
+    assert found == (
+        []
+        if said is None
+        else [
+            f"{arm}: {said}; set it under tasks.{task}.{said.split('=')[0]} in "
+            "that file, for each task it should change"
+        ]
+    )
+
+
 def test_debug_traceback_shows_the_traceback_of_a_refused_setting(tmp_path, shared_cache, monkeypatch, capsys):
     done, _, err = cli(monkeypatch, capsys, *ARM, *private(tmp_path, shared_cache), "seed=abc", "debug.traceback=true")
     assert done == 1 and "BadInput: seed='abc': must be an integer >= 0" in err, err[-3000:]
