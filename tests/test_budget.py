@@ -85,6 +85,25 @@ def test_a_run_with_an_example_budget_trains_that_many_and_its_record_says_so(tm
         assert max(int(row["step"]) for row in csv.DictReader(handle)) == 5
 
 
+def test_a_fraction_typed_on_the_command_line_reads_the_protocol_inside_the_run(tmp_path, shared_cache):
+    """The protocol is composed inside the running Hydra app (it once failed there: "GlobalHydra is already
+    initialized"), and the run trains the fraction's examples at its own batch."""
+    fraction = 3.5e-6
+    done = run_cli(
+        "arm=locality_k5",
+        "task=listops",
+        "profile=smoke",
+        *SHORT_LISTOPS_OVERRIDES,
+        f"+train.budget_fraction={fraction}",
+        *common(tmp_path, shared_cache),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = read_json(tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / "seed0" / "metrics.json")
+    steps = max(1, round(fraction * paper_examples("locality_k5", "listops") / 8))  # smoke's batch of 8
+    assert metrics["steps"] == steps > 1 and metrics["budget_examples"] == steps * 8
+    assert metrics["budget_fraction"] == fraction
+
+
 def test_a_run_stopped_at_a_step_is_the_uninterrupted_run_cut_there_with_its_schedule(tmp_path, shared_cache):
     """``train.stop_at_step`` ends training early without moving the schedule: every step up to the stop
     (learning rate and loss, logged at each step) equals the uninterrupted run's, and the record says why

@@ -408,6 +408,8 @@ def test_a_claim_of_your_own_is_tested_against_the_effect_it_expects(frozen, tmp
             "claims[0].primary.b lacks 'arm': a claim of your own compares two of our arms",
         ),
         (("effect: 3.0", "effect: -3.0"), "claims[0].primary.direction 'greater' but its effect is -3.00"),
+        (("effect: 3.0", "effect: .nan"), "claims[0].effect nan: a finite number of accuracy points (a - b)"),
+        (("effect: 3.0", "effect: true"), "claims[0].effect True: a finite number of accuracy points (a - b)"),
         (
             ("paper: ours", "paper: Tay et al. 2021"),
             "claims[0].effect: only a claim of your own (paper: ours) types its effect; a paper's is read from its "

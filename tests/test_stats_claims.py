@@ -379,6 +379,19 @@ def test_an_unknown_protocol_or_record_says_why():
     assert math.isnan(share) and "config.yaml not found" in note
 
 
+def test_an_arm_of_your_own_has_its_protocol_read_from_its_config_folder(tmp_path):
+    """``lra-paper --config-dir``: an arm outside the package gets its protocol (and so its share) from there."""
+    (tmp_path / "arm").mkdir()
+    (tmp_path / "arm" / "locality_k9.yaml").write_text(
+        "# @package arm\ndefaults:\n  - /base/locality@_here_\n  - _self_\nname: locality_k9\nmodel: {kernel_size: 9}\n"
+    )
+    metrics = {"steps": 300, "train_settings": {"batch_size": 32}, "data": {"sizes": {"train": 96_000}}}
+    mine = protocol.share(metrics, "locality_k9", "listops", arm_dirs=(str(tmp_path),))
+    assert mine == protocol.share(metrics, "locality_k61", "listops") and mine[0] > 0  # one protocol, one share
+    share, note = protocol.share(metrics, "locality_k9", "listops")
+    assert math.isnan(share) and note.endswith("Could not find 'arm/locality_k9'")
+
+
 def test_the_budget_a_record_ran_under():
     assert protocol.budget_label({"budget_minutes": 3, "budget_fraction": 0.1}) == "fraction 0.1 of the protocol"
     assert protocol.budget_label({"budget_minutes": 3}) == "3 min wall clock"

@@ -46,21 +46,30 @@ class Protocol:
 
 
 @cache
-def paper_protocol(arm: str, task: str, techniques: str = "none", conf_dir: Path = CONF_DIR) -> Protocol:
-    """The paper profile's epochs, step cap and batch of ``arm`` on ``task`` with ``techniques``."""
+def paper_protocol(
+    arm: str, task: str, techniques: str = "none", conf_dir: Path = CONF_DIR, arm_dirs: tuple[str, ...] = ()
+) -> Protocol:
+    """The paper profile's epochs, step cap and batch of ``arm`` on ``task`` with ``techniques``; ``arm_dirs``:
+    config folders searched after ``conf_dir`` (an arm of your own, as ``--config-dir`` gives it). Inside a
+    run (``budget.fraction``), Hydra is initialised already: the run's own config folders are composed from."""
     if not (Path(conf_dir) / "config.yaml").is_file():
         raise ProtocolUnknown(
             f"{conf_dir}/config.yaml not found: the protocol is read from a checkout's experiments/conf"
         )
     from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
 
     from ..runner import resolve
 
     overrides = [f"arm={arm}", f"task={task}", "profile=paper", f"techniques={techniques}"]
+    search = [f"hydra.searchpath=[{','.join(f'file://{Path(d).resolve()}' for d in arm_dirs)}]"] if arm_dirs else []
     try:
-        with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
+        if GlobalHydra.instance().is_initialized():
             run = resolve(compose(config_name="config", overrides=overrides))
+        else:
+            with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
+                run = resolve(compose(config_name="config", overrides=overrides + search))
     except (HydraException, KeyError) as err:
         raise ProtocolUnknown(f"{' '.join(overrides)}: {str(err).splitlines()[0]}") from None
     train, generate = run["train"], (run["task"].get("generate") or {})
@@ -88,10 +97,17 @@ def protocol_n_train(metrics: dict, protocol: Protocol) -> int | None:
     return int(size) if size is not None else None
 
 
-def share(metrics: dict, arm: str, task: str, techniques: str = "none", conf_dir: Path = CONF_DIR) -> tuple[float, str]:
+def share(
+    metrics: dict,
+    arm: str,
+    task: str,
+    techniques: str = "none",
+    conf_dir: Path = CONF_DIR,
+    arm_dirs: tuple[str, ...] = (),
+) -> tuple[float, str]:
     """(examples trained / the protocol's, "" or why it is unknown) of one record; NaN when unknown."""
     try:
-        protocol = paper_protocol(arm, task, techniques, Path(conf_dir))
+        protocol = paper_protocol(arm, task, techniques, Path(conf_dir), tuple(arm_dirs))
     except ProtocolUnknown as err:
         return math.nan, str(err)
     n_train, trained = protocol_n_train(metrics, protocol), trained_examples(metrics)

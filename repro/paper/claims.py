@@ -18,6 +18,7 @@ of a published effect.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -213,7 +214,10 @@ def _claim(node, i: int, path: Path) -> Claim:
         )
     expected = None
     if paper == OWN:
-        expected = float(_need(node, "effect", where, path, (int, float)))
+        effect = _need(node, "effect", where, path, (int, float))
+        if isinstance(effect, bool) or not math.isfinite(effect):
+            raise ClaimsError(f"{path}: {where}.effect {effect!r}: a finite number of accuracy points (a - b)")
+        expected = float(effect)
     elif "effect" in node:
         raise ClaimsError(
             f"{path}: {where}.effect: only a claim of your own (paper: {OWN}) types its effect; "

@@ -125,13 +125,15 @@ def _figures(view: BundleView, bench, counts, operator_rows, note: str, figures_
     ]
 
 
-def _views(bundles, profile: str | None, verify: bool, leave_out: list[Path] | None = None) -> BundleView:
+def _views(
+    bundles, profile: str | None, verify: bool, leave_out: list[Path] | None = None, arm_dirs: tuple = ()
+) -> BundleView:
     """The view of one bundle folder or a list of them, each verified first (unless ``verify`` is off)."""
     bundles = [Path(b) for b in (bundles if isinstance(bundles, (list, tuple)) else [bundles])]
     if verify:
         for bundle in bundles:
             require_intact(bundle)
-    return BundleView(bundles, profile, leave_out=leave_out)
+    return BundleView(bundles, profile, leave_out=leave_out, arm_dirs=tuple(arm_dirs))
 
 
 LRA_PAPER = "Tay et al. 2021"  # the claims of paper/claims.yaml that lra-table1 tests
@@ -176,12 +178,13 @@ def make(
     claims: Path = DEFAULT_CLAIMS,
     listops_arm: str | None = None,
     verify: bool = True,
+    arm_dirs: tuple = (),
 ) -> list[Path]:
     """Write every table and figure; returns the paths written. Nothing is written when the bundle
     fails verification or the claims file is malformed. Records of profile paper of the ``lra_*`` arms
     (the LRA campaign) also get ``lra_table1.md``, as ``lra-table1`` writes it."""
     spec = claims_file.load(Path(claims))
-    view = _views(bundle, profile, verify)
+    view = _views(bundle, profile, verify, arm_dirs=arm_dirs)
     bench = bench_frame(view)
     results = evaluate(view, spec)
     counts, operator_rows, note = listops_analysis(view, listops_arm)
@@ -278,6 +281,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--listops-arm", help="arm of the ListOps per-operator figure (default: best mean ListOps accuracy)")
     p.add_argument("--no-verify", action="store_true", help="skip checking the bundle's checksums first")
+    p.add_argument(
+        "--config-dir",
+        action="append",
+        default=[],
+        help="a config folder holding arms of your own, as experiments/run.py --config-dir took them (repeatable): "
+        "their protocol is read from it",
+    )
     return p
 
 
@@ -302,7 +312,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args = parser().parse_args(argv)
     try:
-        written = make(args.bundle, args.out, args.profile, args.claims, args.listops_arm, verify=not args.no_verify)
+        written = make(
+            args.bundle,
+            args.out,
+            args.profile,
+            args.claims,
+            args.listops_arm,
+            verify=not args.no_verify,
+            arm_dirs=tuple(args.config_dir),
+        )
     except (BundleError, claims_file.ClaimsError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

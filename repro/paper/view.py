@@ -67,11 +67,11 @@ def data_source(task: str, data: dict) -> str:
     return str(source or "unknown")
 
 
-def _row(record: str, metrics: dict, conf_dir: Path) -> dict:
+def _row(record: str, metrics: dict, conf_dir: Path, arm_dirs: tuple[str, ...] = ()) -> dict:
     config = read_config(Path(record) / "config.yaml")
     techniques = (config.get("techniques") or {}).get("name") or "none"
     peak = metrics.get("peak_gpu_mem_bytes")
-    share, note = protocol.share(metrics, metrics["arm"], metrics["task"], techniques, conf_dir)
+    share, note = protocol.share(metrics, metrics["arm"], metrics["task"], techniques, conf_dir, arm_dirs)
     return {
         "arm": metrics["arm"],
         "techniques": techniques,
@@ -106,8 +106,10 @@ class BundleView:
         profile: str | None,
         conf_dir: Path = protocol.CONF_DIR,
         leave_out: list[Path] | None = None,
+        arm_dirs: tuple[str, ...] = (),
     ):
-        """``leave_out``: record folders of these bundles not to show (each must be one of their records)."""
+        """``leave_out``: record folders of these bundles not to show (each must be one of their records);
+        ``arm_dirs``: config folders holding arms of your own, for their protocol (``lra-paper --config-dir``)."""
         self.paths = [Path(p) for p in paths]
         if not self.paths:
             raise BundleError("no bundle given")
@@ -128,7 +130,7 @@ class BundleView:
         if unknown:
             raise BundleError(f"--leave-out {unknown[0]}: not a record of the bundles given (give bundle/runs/...)")
         records = [r for r in records if Path(r).resolve() not in leaving]
-        rows = [_row(record, self.metrics(record), conf_dir) for record in records]
+        rows = [_row(record, self.metrics(record), conf_dir, tuple(arm_dirs)) for record in records]
         frame = pd.DataFrame(rows, columns=COLUMNS)
         _refuse_repeated_records(frame)
         self.all_runs = frame.sort_values(["arm", "techniques", "task", "profile", "seed"]).reset_index(drop=True)
