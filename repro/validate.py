@@ -313,13 +313,25 @@ def _own_leaves(raw, resolved, prefix: tuple = ()) -> list[tuple]:
     return [prefix]
 
 
-def _at(tree, path: tuple) -> tuple[bool, object]:
-    """(whether ``path`` runs through ``tree``'s blocks to a value, that value)."""
+def _at(tree, path: tuple):
+    """The value at ``path`` through ``tree``'s blocks (None where it does not run through)."""
     for key in path:
         if not isinstance(tree, dict) or key not in tree:
-            return False, None
+            return None
         tree = tree[key]
-    return True, tree
+    return tree
+
+
+def _reach(tree: dict, path: tuple) -> tuple[tuple | None, object]:
+    """The part of ``path`` a block ``tree`` sets, with its value: the whole path, or a shorter one whose value
+    is not a block (it replaces the block below, as blocks merge); (None, None) where ``tree`` sets neither."""
+    for i, key in enumerate(path):
+        if i and not isinstance(tree, dict):
+            return path[:i], tree
+        if key not in tree:
+            return None, None
+        tree = tree[key]
+    return path, tree
 
 
 def _set_by(raw, path: tuple) -> bool:
@@ -343,24 +355,26 @@ def shadowed_arm_keys(path: Path | None, arm: DictConfig, task: str) -> list[str
     own = OmegaConf.to_container(OmegaConf.load(path), resolve=False) or {}
     own_tasks = own.get("tasks") or {}
     own_task = own_tasks.get(task) if isinstance(own_tasks, dict) else None
-    if own_task is not None and not isinstance(own_task, dict):
-        return []  # the whole per-task block is the file's (an interpolation)
+    if not isinstance(own_tasks, dict) or (own_task is not None and not isinstance(own_task, dict)):
+        return []  # the per-task blocks are the file's own (an interpolation)
     per_task = _plain(arm.tasks[task])
-    problems = []
+    problems: dict[str, str] = {}
     for group in ("model", "train"):
         resolved, inherited = _plain(arm.get(group)), per_task.get(group) or {}
         mine = (own_task or {}).get(group, {})
         for leaf in _own_leaves(own.get(group) or {}, resolved):
-            found, theirs = _at(inherited, leaf)
-            ours = _at(resolved, leaf)[1]
-            if found and theirs != ours and not _set_by(mine, leaf):
-                key = ".".join((group, *map(str, leaf)))
-                problems.append(
+            where, theirs = _reach(inherited, leaf)
+            if where is None or _set_by(mine, where):
+                continue
+            ours = _at(resolved, where)
+            if theirs != ours:
+                key = ".".join((group, *map(str, where)))
+                problems[key] = (
                     f"{path}: {key}={_show(ours)} is overridden on task {task} by the per-task block arm "
                     f"{arm.name} inherits ({key}={_show(theirs)}); set it under tasks.{task}.{key} in that file, "
                     "for each task it should change"
                 )
-    return problems
+    return list(problems.values())
 
 
 def budget_not_read(cfg: DictConfig, run: dict, typed: list[Typed]) -> list[str]:

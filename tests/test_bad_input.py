@@ -260,6 +260,14 @@ def test_an_arm_key_that_an_inherited_per_task_block_overrides_is_refused(tmp_pa
             "model.attention_params.block_size=32 is overridden on task pathfinder by the per-task block arm mine "
             "inherits (model.attention_params.block_size=64)",
         ),
+        (  # a per-task value that is no block replaces the file's block: named by that shorter key
+            "/arm/parent",
+            "train:\n  schedule_params: {warmup: 20}",
+            "listops",
+            "train.schedule_params={'warmup': 20} is overridden on task listops by the per-task block arm mine "
+            "inherits (train.schedule_params=null)",
+        ),
+        ("/base/locality", "my:\n  listops: {model: {depth: 3}}\nmodel: {depth: 2}\ntasks: ${arm.my}", "listops", None),
     ],
 )
 def test_shadowed_arm_keys_are_compared_leaf_by_leaf_on_resolved_values(tmp_path, base, body, task, said):
@@ -268,6 +276,10 @@ def test_shadowed_arm_keys_are_compared_leaf_by_leaf_on_resolved_values(tmp_path
     from repro.validate import shadowed_arm_keys
 
     (tmp_path / "arm").mkdir()
+    (tmp_path / "arm" / "parent.yaml").write_text(
+        "# @package arm\ndefaults:\n  - /base/locality@_here_\n  - _self_\nname: parent\n"
+        "tasks:\n  listops:\n    train: {schedule_params: null}\n"
+    )
     arm = tmp_path / "arm" / "mine.yaml"
     arm.write_text(f"# @package arm\ndefaults:\n  - {base}@_here_\n  - _self_\nname: mine\n{body}\n")
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

@@ -411,6 +411,10 @@ def test_a_claim_of_your_own_is_tested_against_the_effect_it_expects(frozen, tmp
         (("effect: 3.0", "effect: .nan"), "claims[0].effect nan: a finite number of accuracy points (a - b)"),
         (("effect: 3.0", "effect: true"), "claims[0].effect True: a finite number of accuracy points (a - b)"),
         (
+            ("effect: 3.0", "effect: " + "1" * 400),
+            f"claims[0].effect {'1' * 20}...: a finite number of accuracy points (a - b)",
+        ),
+        (
             ("paper: ours", "paper: Tay et al. 2021"),
             "claims[0].effect: only a claim of your own (paper: ours) types its effect; a paper's is read from its "
             "published tables",

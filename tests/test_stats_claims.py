@@ -392,6 +392,28 @@ def test_an_arm_of_your_own_has_its_protocol_read_from_its_config_folder(tmp_pat
     assert math.isnan(share) and note.endswith("Could not find 'arm/locality_k9'")
 
 
+def test_the_protocol_is_cached_per_config_search_path(tmp_path):
+    """Read inside a Hydra app (a run's ``budget.fraction``), the protocol comes from that app's config folders
+    and is not served to a caller in another context."""
+    import shutil
+
+    from hydra import initialize_config_dir
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    base = conf / "base" / "locality.yaml"
+    base.write_text(
+        base.read_text().replace(
+            "train: {lr: 0.001, batch_size: 32, weight_decay: 0.1, epochs: 120}",
+            "train: {lr: 0.001, batch_size: 32, weight_decay: 0.1, epochs: 7}",
+        )
+    )
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        inside = protocol.paper_protocol("locality_k5", "listops")
+    outside = protocol.paper_protocol("locality_k5", "listops")
+    assert (inside.epochs, outside.epochs) == (7, 120)
+
+
 def test_the_budget_a_record_ran_under():
     assert protocol.budget_label({"budget_minutes": 3, "budget_fraction": 0.1}) == "fraction 0.1 of the protocol"
     assert protocol.budget_label({"budget_minutes": 3}) == "3 min wall clock"

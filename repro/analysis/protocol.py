@@ -45,19 +45,34 @@ class Protocol:
         return self.steps(n_train) * self.batch_size
 
 
-@cache
 def paper_protocol(
     arm: str, task: str, techniques: str = "none", conf_dir: Path = CONF_DIR, arm_dirs: tuple[str, ...] = ()
 ) -> Protocol:
     """The paper profile's epochs, step cap and batch of ``arm`` on ``task`` with ``techniques``; ``arm_dirs``:
     config folders searched after ``conf_dir`` (an arm of your own, as ``--config-dir`` gives it). Inside a
-    run (``budget.fraction``), Hydra is initialised already: the run's own config folders are composed from."""
-    if not (Path(conf_dir) / "config.yaml").is_file():
+    run (``budget.fraction``), Hydra is initialised already: the run's own config search path is composed
+    from, and the result is cached per search path."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    running = GlobalHydra.instance()
+    sources = None
+    if running.is_initialized():
+        if arm_dirs:
+            raise ProtocolUnknown("arm_dirs name config folders of their own; inside a run its search path is used")
+        sources = tuple(f"{s.scheme()}://{s.path}" for s in running.config_loader().get_sources())
+    return _paper_protocol(arm, task, techniques, Path(conf_dir), tuple(str(d) for d in arm_dirs), sources)
+
+
+@cache
+def _paper_protocol(
+    arm: str, task: str, techniques: str, conf_dir: Path, arm_dirs: tuple[str, ...], sources: tuple[str, ...] | None
+) -> Protocol:
+    """``paper_protocol``; ``sources``: the running Hydra's config sources (None: none running), part of the key."""
+    if not (conf_dir / "config.yaml").is_file():
         raise ProtocolUnknown(
             f"{conf_dir}/config.yaml not found: the protocol is read from a checkout's experiments/conf"
         )
     from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
 
     from ..runner import resolve
@@ -65,10 +80,10 @@ def paper_protocol(
     overrides = [f"arm={arm}", f"task={task}", "profile=paper", f"techniques={techniques}"]
     search = [f"hydra.searchpath=[{','.join(f'file://{Path(d).resolve()}' for d in arm_dirs)}]"] if arm_dirs else []
     try:
-        if GlobalHydra.instance().is_initialized():
+        if sources is not None:
             run = resolve(compose(config_name="config", overrides=overrides))
         else:
-            with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
+            with initialize_config_dir(config_dir=str(conf_dir.resolve()), version_base="1.3"):
                 run = resolve(compose(config_name="config", overrides=overrides + search))
     except (HydraException, KeyError) as err:
         raise ProtocolUnknown(f"{' '.join(overrides)}: {str(err).splitlines()[0]}") from None

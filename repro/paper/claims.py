@@ -215,9 +215,13 @@ def _claim(node, i: int, path: Path) -> Claim:
     expected = None
     if paper == OWN:
         effect = _need(node, "effect", where, path, (int, float))
-        if isinstance(effect, bool) or not math.isfinite(effect):
-            raise ClaimsError(f"{path}: {where}.effect {effect!r}: a finite number of accuracy points (a - b)")
-        expected = float(effect)
+        try:
+            expected = math.nan if isinstance(effect, bool) else float(effect)
+        except OverflowError:
+            expected = math.inf
+        if not math.isfinite(expected):
+            shown = f"{effect!r}" if len(repr(effect)) < 40 else f"{repr(effect)[:20]}..."
+            raise ClaimsError(f"{path}: {where}.effect {shown}: a finite number of accuracy points (a - b)")
     elif "effect" in node:
         raise ClaimsError(
             f"{path}: {where}.effect: only a claim of your own (paper: {OWN}) types its effect; "

@@ -83,8 +83,14 @@ def _bundles_line(view: BundleView) -> str:
 
 
 def _bundle_flags(view: BundleView) -> str:
-    """The ``--bundle`` (and ``--leave-out``) options that regenerate the view."""
-    return " ".join([*(f"--bundle {p.as_posix()}" for p in view.paths), *(f"--leave-out {r}" for r in view.left_out)])
+    """The ``--bundle`` (``--leave-out``, ``--config-dir``) options that regenerate the view."""
+    return " ".join(
+        [
+            *(f"--bundle {p.as_posix()}" for p in view.paths),
+            *(f"--leave-out {r}" for r in view.left_out),
+            *(f"--config-dir {d}" for d in view.arm_dirs),
+        ]
+    )
 
 
 def index_page(view: BundleView, tables: list[Table], figures: list[Path], campaign: bool = False) -> str:

@@ -111,6 +111,7 @@ class BundleView:
         """``leave_out``: record folders of these bundles not to show (each must be one of their records);
         ``arm_dirs``: config folders holding arms of your own, for their protocol (``lra-paper --config-dir``)."""
         self.paths = [Path(p) for p in paths]
+        self.arm_dirs = tuple(str(d) for d in arm_dirs)
         if not self.paths:
             raise BundleError("no bundle given")
         self.path = self.paths[0]
