@@ -377,6 +377,8 @@ def test_a_claim_of_your_own_is_tested_against_the_effect_it_expects(frozen, tmp
     own.write_text(OWN_CLAIMS)
     done = make(frozen, tmp_path / "out", "--claims", str(own))
     assert done.returncode == 0, done.stderr
+    table = (tmp_path / "out" / "tables" / "statistics_claims.md").read_text()
+    assert table.splitlines()[0] == "### Claims: the primary test, its interval and the verdict rule"
     row = _claim_row((tmp_path / "out",), "mine-k5-above-k61-text")
     a, b = _test_accs(frozen, "locality_k5", "text"), _test_accs(frozen, "locality_k61", "text")
     low, high = _welch_ci(a, b, 0.95)

@@ -8,7 +8,7 @@ import math
 from ..analysis.baselines import Baseline
 from ..stats.verdict import SHARE_NEEDED
 from .accuracy import TASK_NAMES
-from .claims import AVERAGE_TASKS
+from .claims import AVERAGE_TASKS, PAPERS
 from .evaluate import ClaimResult, Result, shares_frame
 from .render import MISSING, Table, fmt_ci, fmt_number, fmt_p
 from .view import BundleView
@@ -145,9 +145,11 @@ def claims_table(results: list[ClaimResult], view: BundleView, alpha: float, pow
         "the seed sd pooled over the bundle's cells (see statistics_secondary).",
         "Secondary tests (statistics_secondary) give no verdict.",
     ]
+    papers = {r.claim.paper for r in results}
+    whose = "Claims of both papers" if papers <= set(PAPERS) else "Claims"
     return Table(
         "statistics_claims",
-        "Claims of both papers: the primary test, its interval and the verdict rule",
+        f"{whose}: the primary test, its interval and the verdict rule",
         [
             "Paper",
             "Claim",
