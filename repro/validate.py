@@ -112,9 +112,10 @@ RULES = {
 _ABSENT = object()
 
 
-def _lookup(tree: dict, dotted: str):
+def _lookup(tree: dict, path: tuple):
+    """The value at ``path`` through ``tree``'s blocks, or ``_ABSENT``."""
     node = tree
-    for key in dotted.split("."):
+    for key in path:
         if not isinstance(node, dict) or key not in node:
             return _ABSENT
         node = node[key]
@@ -125,7 +126,7 @@ def out_of_range(settings: dict) -> list[str]:
     """One message per setting of ``settings`` (the resolved run plus ``budget``, ``workers``) that breaks ``RULES``."""
     found = []
     for name, (allowed, test) in RULES.items():
-        value = _lookup(settings, name)
+        value = _lookup(settings, tuple(name.split(".")))
         if value is not _ABSENT and not test(value):
             found.append(f"{name}={_show(value)}: must be {allowed}")
     return found
@@ -149,15 +150,17 @@ class Typed:
     path: tuple[str, ...]
 
 
+def _leaf_paths(path: tuple, value) -> list[tuple]:
+    """The key paths of ``value``'s leaves below ``path`` (anything but a non-empty block is a leaf)."""
+    if isinstance(value, dict) and value:
+        return [leaf for key, item in value.items() for leaf in _leaf_paths((*path, str(key)), item)]
+    return [path]
+
+
 def typed_settings(overrides: list[str]) -> list[Typed]:
     """The command line's settings under ``model``, ``task``, ``train`` and ``budget`` (deletions and
     group choices such as ``task=listops`` left out); a block typed whole names each of its leaves."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    def leaves(path: tuple, value) -> list[tuple]:
-        if isinstance(value, dict) and value:
-            return [leaf for key, item in value.items() for leaf in leaves((*path, str(key)), item)]
-        return [path]
 
     found = []
     for override in OverridesParser.create().parse_overrides(list(overrides)):
@@ -165,7 +168,7 @@ def typed_settings(overrides: list[str]) -> list[Typed]:
         if group not in GROUPS or override.is_delete() or (not rest and group == "task"):
             continue
         start = tuple(rest.split(".")) if rest else ()
-        found += [Typed(override.input_line, group, path) for path in leaves(start, override.value()) if path]
+        found += [Typed(override.input_line, group, path) for path in _leaf_paths(start, override.value()) if path]
     return found
 
 
@@ -308,18 +311,7 @@ def _own_leaves(raw, resolved, prefix: tuple = ()) -> list[tuple]:
     if isinstance(raw, dict):
         below = resolved if isinstance(resolved, dict) else {}
         return [path for k, v in raw.items() for path in _own_leaves(v, below.get(k), (*prefix, k))]
-    if isinstance(resolved, dict) and resolved:  # an interpolation that resolves to a block: its leaves
-        return [path for k, v in resolved.items() for path in _own_leaves(v, v, (*prefix, k))]
-    return [prefix]
-
-
-def _at(tree, path: tuple):
-    """The value at ``path`` through ``tree``'s blocks (None where it does not run through)."""
-    for key in path:
-        if not isinstance(tree, dict) or key not in tree:
-            return None
-        tree = tree[key]
-    return tree
+    return _leaf_paths(prefix, resolved)  # a value, or an interpolation resolving to a block: its leaves
 
 
 def _reach(tree: dict, path: tuple) -> tuple[tuple | None, object]:
@@ -366,7 +358,7 @@ def shadowed_arm_keys(path: Path | None, arm: DictConfig, task: str) -> list[str
             where, theirs = _reach(inherited, leaf)
             if where is None or _set_by(mine, where):
                 continue
-            ours = _at(resolved, where)
+            ours = _lookup(resolved, where)
             if theirs != ours:
                 key = ".".join((group, *map(str, where)))
                 problems[key] = (

@@ -122,7 +122,7 @@ def share(
 ) -> tuple[float, str]:
     """(examples trained / the protocol's, "" or why it is unknown) of one record; NaN when unknown."""
     try:
-        protocol = paper_protocol(arm, task, techniques, Path(conf_dir), tuple(arm_dirs))
+        protocol = paper_protocol(arm, task, techniques, conf_dir, arm_dirs)
     except ProtocolUnknown as err:
         return math.nan, str(err)
     n_train, trained = protocol_n_train(metrics, protocol), trained_examples(metrics)

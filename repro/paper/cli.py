@@ -139,7 +139,7 @@ def _views(
     if verify:
         for bundle in bundles:
             require_intact(bundle)
-    return BundleView(bundles, profile, leave_out=leave_out, arm_dirs=tuple(arm_dirs))
+    return BundleView(bundles, profile, leave_out=leave_out, arm_dirs=arm_dirs)
 
 
 LRA_PAPER = "Tay et al. 2021"  # the claims of paper/claims.yaml that lra-table1 tests
@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
             args.claims,
             args.listops_arm,
             verify=not args.no_verify,
-            arm_dirs=tuple(args.config_dir),
+            arm_dirs=args.config_dir,
         )
     except (BundleError, claims_file.ClaimsError) as err:
         print(f"error: {err}", file=sys.stderr)

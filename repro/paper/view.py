@@ -131,7 +131,7 @@ class BundleView:
         if unknown:
             raise BundleError(f"--leave-out {unknown[0]}: not a record of the bundles given (give bundle/runs/...)")
         records = [r for r in records if Path(r).resolve() not in leaving]
-        rows = [_row(record, self.metrics(record), conf_dir, tuple(arm_dirs)) for record in records]
+        rows = [_row(record, self.metrics(record), conf_dir, self.arm_dirs) for record in records]
         frame = pd.DataFrame(rows, columns=COLUMNS)
         _refuse_repeated_records(frame)
         self.all_runs = frame.sort_values(["arm", "techniques", "task", "profile", "seed"]).reset_index(drop=True)
