@@ -26,6 +26,7 @@ from repro.bundle import BundleError
 from repro.paper import claims as claims_file
 from repro.paper.cli import make as make_all
 from repro.paper.cli import make_lra_table1
+from repro.paper.figures import shared_tasks, tradeoff_points
 from repro.paper.lra_campaign import rank_correlation, ranking
 from repro.paper.view import BundleView
 from repro.reference import published
@@ -649,9 +650,56 @@ def test_the_main_command_writes_the_campaign_table_as_lra_table1_writes_it(slot
     a, b, _ = slots
     make_all([a, b], tmp_path / "main")
     make_lra_table1([a, b], tmp_path / "sub")
-    for name in ("lra_table1.md", "lra_table1.tex"):
-        assert (tmp_path / "main" / "tables" / name).read_bytes() == (tmp_path / "sub" / "tables" / name).read_bytes()
-    assert "[lra_table1.md](lra_table1.md)" in (tmp_path / "main" / "tables" / "index.md").read_text()
+    for name in ("tables/lra_table1.md", "tables/lra_table1.tex", "figures/lra_table1_figure3.png"):
+        assert (tmp_path / "main" / name).read_bytes() == (tmp_path / "sub" / name).read_bytes()
+    index = (tmp_path / "main" / "tables" / "index.md").read_text()
+    assert "[lra_table1.md](lra_table1.md)" in index and "(../figures/lra_table1_figure3.png)" in index
+    # the campaign's Figure 3 is the one drawn, once
+    assert not (tmp_path / "main" / "figures" / "lra_figure3_tradeoff.png").exists()
+
+
+def test_campaign_figure3_averages_both_panels_over_the_tasks_every_arm_has(slots):
+    """Slot A and B: every arm has ListOps, two have text too, so both panels average ListOps alone: ours the
+    seed means, the published its ListOps column; speed and memory from the text records where there are any."""
+    a, b, _ = slots
+    view = BundleView([a, b], "paper")
+    published_points, ours, axis, tasks = tradeoff_points(view, pd.DataFrame())
+    assert tasks == ("listops",) and axis.startswith("training examples/s on text (run records")
+    pub = published("lra_table1_accuracy").set_index("model")
+    assert [p["accuracy"] for p in published_points] == [float(pub.loc[p["name"], "listops"]) for p in published_points]
+    by_name = {p["name"]: p for p in ours}
+    for model, arm in {"transformer": "lra_transformer", "linformer": "lra_linformer"}.items():
+        assert by_name[model]["accuracy"] == pytest.approx(np.mean(view.accuracies(arm, "listops")))
+    text = view.seeds("lra_transformer", "text")
+    assert by_name["transformer"]["speed"] == pytest.approx(text["examples_per_s"].mean())
+    assert math.isnan(by_name["linformer"]["speed"])  # no text record: not placed
+    assert math.isnan(by_name["bigbird"]["accuracy"])  # no record
+
+
+class _Accuracies:
+    """A stand-in view: ``accuracies(arm, task)`` from a dict."""
+
+    def __init__(self, have: dict[str, tuple[str, ...]]):
+        self.have = have
+
+    def accuracies(self, arm: str, task: str) -> list[float]:
+        return [50.0] if task in self.have.get(arm, ()) else []
+
+
+@pytest.mark.parametrize(
+    "have, expected",
+    [
+        ({}, ("listops", "text", "retrieval", "image", "pathfinder")),  # no records: LRA's own average
+        (
+            {"lra_transformer": ("listops", "text", "image"), "lra_local": ("text", "image", "listops")},
+            ("listops", "text", "image"),
+        ),
+        ({"lra_transformer": ("listops", "text", "pathx"), "lra_local": ("text",)}, ("text",)),
+        ({"lra_transformer": ("listops",), "lra_local": ("text",)}, ()),  # nothing shared: each arm its own
+    ],
+)
+def test_figure3_tasks_are_those_every_arm_with_records_has(have, expected):
+    assert shared_tasks(_Accuracies(have)) == expected
 
 
 def test_the_listops_baseline_comes_from_the_bundle_that_analysed_that_test_set(slots, tmp_path):

@@ -17,6 +17,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from .accuracy import TASK_NAMES  # noqa: E402
+
 PNG_METADATA = {"Software": None}  # no matplotlib version in the file: same input, same bytes
 STYLE = {
     "font.size": 8,
@@ -45,22 +47,24 @@ def _not_run(ax, text: str) -> None:
     ax.set_yticks([])
 
 
-def tradeoff(published: list[dict], ours: list[dict], ours_axis: str, path: Path) -> Path:
+def tradeoff(published: list[dict], ours: list[dict], ours_axis: str, tasks: tuple[str, ...], path: Path) -> Path:
     """LRA Figure 3: accuracy (y) against speed (x), circle area proportional to peak memory.
 
     ``published`` / ``ours``: dicts with name, accuracy, speed, memory_gb (NaN where not run)
-    and, for ours, ``tasks`` (how many tasks the accuracy averages).
+    and, for ours, ``tasks`` (how many tasks the accuracy averages; None: all of ``tasks``, the
+    tasks both panels average, named in the titles; empty: each arm its own).
     """
+    names = ", ".join(TASK_NAMES[t] for t in tasks)
     with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4.3))
         panels = (
             (
                 axes[0],
                 published,
-                "Published (LRA Tables 1-2, TPU v3): avg accuracy vs steps/s at 4K",
+                f"Published (LRA Tables 1-2, TPU v3)\naccuracy over {names or 'the five tasks'}",
                 "steps/s at 4K (TPU v3)",
             ),
-            (axes[1], ours, f"Ours: test accuracy vs {ours_axis}", ours_axis),
+            (axes[1], ours, f"Ours: test accuracy over {names or 'the tasks run'}\n(seed means)", ours_axis),
         )
         for ax, points, title, xlabel in panels:
             ax.set_title(title)
@@ -71,7 +75,7 @@ def tradeoff(published: list[dict], ours: list[dict], ours_axis: str, path: Path
                 continue
             biggest = max(p["memory_gb"] for p in placed) or 1.0
             for p in placed:
-                partial = p.get("tasks", 5) < 5
+                partial = p.get("tasks") is not None and p["tasks"] < 5
                 ax.scatter(
                     p["speed"],
                     p["accuracy"],
