@@ -548,6 +548,7 @@ LISTOPS = {
 }
 SLOT_A = ("lra_transformer", "lra_local", "lra_linformer")
 TEXT = {"lra_transformer": [0.6], "lra_local": [0.7]}
+TEXT_EXAMPLES_PER_S = {"lra_transformer": 1234.0, "lra_local": 777.0}  # the ListOps records say 1000
 
 
 @pytest.fixture(scope="module")
@@ -586,6 +587,7 @@ def slots(tmp_path_factory) -> tuple[Path, Path, dict]:
                 labels=fixed_labels("text", 100),
                 accuracy=acc,
                 train_counts={0: 50, 1: 50},
+                examples_per_s=TEXT_EXAMPLES_PER_S[arm],
             )
     quiet = {"data_dir": tmp / "nodata", "cache_dir": cache, "log": lambda *a, **k: None}
     a = bundle.freeze("slotA", tmp / "a" / "runs", tmp / "results", **quiet)
@@ -670,20 +672,24 @@ def test_campaign_figure3_averages_both_panels_over_the_tasks_every_arm_has(slot
     by_name = {p["name"]: p for p in ours}
     for model, arm in {"transformer": "lra_transformer", "linformer": "lra_linformer"}.items():
         assert by_name[model]["accuracy"] == pytest.approx(np.mean(view.accuracies(arm, "listops")))
-    text = view.seeds("lra_transformer", "text")
-    assert by_name["transformer"]["speed"] == pytest.approx(text["examples_per_s"].mean())
+    assert by_name["transformer"]["speed"] == TEXT_EXAMPLES_PER_S["lra_transformer"]  # the text records' speed
     assert math.isnan(by_name["linformer"]["speed"])  # no text record: not placed
     assert math.isnan(by_name["bigbird"]["accuracy"])  # no record
 
 
 class _Accuracies:
-    """A stand-in view: ``accuracies(arm, task)`` from a dict."""
+    """A stand-in view without speed records: ``accuracies(arm, task)``, 50% (or ``score[task]``) on the tasks
+    ``have`` lists for the arm."""
 
-    def __init__(self, have: dict[str, tuple[str, ...]]):
-        self.have = have
+    def __init__(self, have: dict[str, tuple[str, ...]], score: dict[str, float] | None = None):
+        self.have, self.score = have, score or {}
+        self.runs = pd.DataFrame(columns=["arm", "task", "device", "examples_per_s", "peak_mem_gb"])
 
     def accuracies(self, arm: str, task: str) -> list[float]:
-        return [50.0] if task in self.have.get(arm, ()) else []
+        return [self.score.get(task, 50.0)] if task in self.have.get(arm, ()) else []
+
+    def seeds(self, arm: str, task: str) -> pd.DataFrame:
+        return self.runs
 
 
 @pytest.mark.parametrize(
@@ -696,10 +702,27 @@ class _Accuracies:
         ),
         ({"lra_transformer": ("listops", "text", "pathx"), "lra_local": ("text",)}, ("text",)),
         ({"lra_transformer": ("listops",), "lra_local": ("text",)}, ()),  # nothing shared: each arm its own
+        ({"lra_transformer": ("listops",), "lra_local": ("pathx",)}, ("listops",)),  # Path-X: not in the average
     ],
 )
 def test_figure3_tasks_are_those_every_arm_with_records_has(have, expected):
     assert shared_tasks(_Accuracies(have)) == expected
+
+
+def test_figure3_published_points_average_the_shared_tasks_or_take_the_papers_average():
+    pub = published("lra_table1_accuracy").set_index("model")
+    two = _Accuracies({"lra_transformer": ("text", "image"), "lra_local": ("image", "text")}, {"text": 60.0})
+    published_points, ours, _, tasks = tradeoff_points(two, pd.DataFrame())
+    assert tasks == ("text", "image")
+    for point in published_points:
+        assert point["accuracy"] == pytest.approx(
+            (pub.loc[point["name"], "text"] + pub.loc[point["name"], "image"]) / 2
+        )
+    assert ours[0]["name"] == "transformer" and ours[0]["accuracy"] == 55.0 and ours[0]["own_tasks"] is None
+    apart = _Accuracies({"lra_transformer": ("listops",), "lra_local": ("text", "image")})
+    published_points, ours, _, tasks = tradeoff_points(apart, pd.DataFrame())
+    assert tasks == () and all(p["accuracy"] == float(pub.loc[p["name"], "avg"]) for p in published_points)
+    assert [(p["name"], p["own_tasks"]) for p in ours[:2]] == [("transformer", 1), ("local_attention", 2)]
 
 
 def test_the_listops_baseline_comes_from_the_bundle_that_analysed_that_test_set(slots, tmp_path):

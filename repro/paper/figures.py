@@ -44,11 +44,11 @@ def shared_tasks(view: BundleView) -> tuple[str, ...]:
     """The tasks of LRA's average that every ``lra_*`` arm with records on any of them has records of: the
     average both panels of Figure 3 take. All five when no arm has one (LRA's own average), none when the
     arms' tasks do not meet."""
-    have = [
-        {t for t in LRA_AVG_TASKS if view.accuracies(arm, t)}
+    scored = [
+        {t for t in LRA_AVG_TASKS if math.isfinite(_mean_or_nan(view.accuracies(arm, t)))}
         for arm in LRA_MODEL_ARMS.values()
-        if any(view.accuracies(arm, t) for t in LRA_AVG_TASKS)
     ]
+    have = [tasks for tasks in scored if tasks]
     if not have:
         return LRA_AVG_TASKS
     common = set.intersection(*have)
@@ -60,7 +60,7 @@ def tradeoff_points(view: BundleView, bench: pd.DataFrame) -> tuple[list[dict], 
     (Tables 1-2) and ours (speed and memory from benchmark records, else the text run records), both averaged
     over ``shared_tasks`` (returned last), so that a point compares like with like; published over all five
     (the paper's ``avg``) when those are all five. When no task is shared, ours averages each arm's own tasks
-    (``tasks`` counts them) and the published points take the paper's average."""
+    (``own_tasks`` counts them) and the published points take the paper's average."""
     tasks = shared_tasks(view)
     pub_acc = published("lra_table1_accuracy").set_index("model")
     pub_eff = published("lra_table2_efficiency").set_index("model")
@@ -89,7 +89,7 @@ def tradeoff_points(view: BundleView, bench: pd.DataFrame) -> tuple[list[dict], 
                 "accuracy": float(np.mean(done)) if done else math.nan,
                 "speed": speed,
                 "memory_gb": memory,
-                "tasks": len(done) if not tasks else None,
+                "own_tasks": len(done) if not tasks else None,
             }
         )
     return pub_points, ours, _speed_axis(view, bench), tasks

@@ -47,14 +47,17 @@ def _not_run(ax, text: str) -> None:
     ax.set_yticks([])
 
 
-def tradeoff(published: list[dict], ours: list[dict], ours_axis: str, tasks: tuple[str, ...], path: Path) -> Path:
+NOT_PLACED = "not placed (accuracy, speed or memory missing): "
+
+
+def tradeoff(published: list[dict], ours: list[dict], ours_axis: str, shared: tuple[str, ...], path: Path) -> Path:
     """LRA Figure 3: accuracy (y) against speed (x), circle area proportional to peak memory.
 
-    ``published`` / ``ours``: dicts with name, accuracy, speed, memory_gb (NaN where not run)
-    and, for ours, ``tasks`` (how many tasks the accuracy averages; None: all of ``tasks``, the
-    tasks both panels average, named in the titles; empty: each arm its own).
+    ``published`` / ``ours``: dicts with name, accuracy, speed, memory_gb (NaN where missing).
+    ``shared``: the tasks both panels average, named in the titles; when empty, each of our arms
+    averages its own tasks, ``own_tasks`` of them, marked on its point.
     """
-    names = ", ".join(TASK_NAMES[t] for t in tasks)
+    names = ", ".join(TASK_NAMES[t] for t in shared)
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(1, 2, figsize=(10, 4.3))
         panels = (
@@ -71,11 +74,11 @@ def tradeoff(published: list[dict], ours: list[dict], ours_axis: str, tasks: tup
             placed = [p for p in points if all(math.isfinite(p[k]) for k in ("accuracy", "speed", "memory_gb"))]
             absent = sorted(p["name"] for p in points if p not in placed)
             if not placed:
-                _not_run(ax, "not run: " + (", ".join(absent) if absent else "no records"))
+                _not_run(ax, NOT_PLACED + (", ".join(absent) if absent else "no records"))
                 continue
             biggest = max(p["memory_gb"] for p in placed) or 1.0
             for p in placed:
-                partial = p.get("tasks") is not None and p["tasks"] < 5
+                partial = p.get("own_tasks") is not None and p["own_tasks"] < 5
                 ax.scatter(
                     p["speed"],
                     p["accuracy"],
@@ -84,7 +87,7 @@ def tradeoff(published: list[dict], ours: list[dict], ours_axis: str, tasks: tup
                     facecolors="none" if partial else None,
                     edgecolors="C0",
                 )
-                label = p["name"] + (f" ({p['tasks']}/5 tasks)" if partial else "")
+                label = p["name"] + (f" ({p['own_tasks']}/5 tasks)" if partial else "")
                 ax.annotate(label, (p["speed"], p["accuracy"]), fontsize=7, ha="center", va="bottom")
             ax.set_xlabel(xlabel)
             ax.set_ylabel("accuracy (%)")
@@ -92,7 +95,7 @@ def tradeoff(published: list[dict], ours: list[dict], ours_axis: str, tasks: tup
                 ax.text(
                     0.01,
                     0.01,
-                    "not run: " + ", ".join(absent),
+                    NOT_PLACED + ", ".join(absent),
                     transform=ax.transAxes,
                     fontsize=6,
                     color="0.35",
