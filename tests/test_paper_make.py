@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import itertools
 import json
 import math
 import os
@@ -634,7 +635,7 @@ def test_cells_are_the_seeds_mean_sd_and_student_t_interval(slots, tmp_path):
     assert transformer[-1] == f"{np.mean([pub.loc['transformer', 'listops'], pub.loc['transformer', 'text']]):.2f}"
     assert _cells(md, "Linformer")[-2] == "—"
     assert "| ListOps ours | ListOps 95% CI | ListOps pub. | Text ours |" in md and "Image ours" not in md
-    assert "Retrieval: the AAN data is not public any more" in md and "Image: no records yet" in md
+    assert "Retrieval: the AAN data is not public any more" in md and "Image: no records in these bundles" in md
     # the LRA paper's claims of paper/claims.yaml, one row each, none of the follow-up's
     claim_rows = [line for line in md.splitlines() if line.startswith("| Tay et al. 2021 | lra-")]
     lra_claims = [c for c in claims_file.load(ROOT / "paper" / "claims.yaml").claims if c.paper == "Tay et al. 2021"]
@@ -769,6 +770,9 @@ def test_rank_correlation_is_spearmans_rho_of_the_seed_means(slots):
     theirs = [float(pub.loc[m, "listops"]) for m in models.values()]
     assert result["arms"] == 5 and result["seeds"] == [2, 3]
     assert result["rho"] == pytest.approx(sps.spearmanr(ours, theirs).statistic, abs=1e-12)
+    # five arms: all 120 pairings; p is the share whose rho reaches the observed one
+    pairings = [sps.spearmanr([ours[i] for i in order], theirs).statistic for order in itertools.permutations(range(5))]
+    assert result["p"] == pytest.approx(np.mean([r >= result["rho"] - 1e-12 for r in pairings]), abs=1e-12)
     low, high = result["interval"]
     assert -1.0 <= low <= high <= 1.0
     assert rank_correlation(view, "listops") == result  # fixed bootstrap seed: the same interval

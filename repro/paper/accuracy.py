@@ -63,8 +63,8 @@ FOLLOWUP_TABLE4 = {
     ("rotary", "yes"): "rotary_transformer",
 }
 MARKS_NOTE = (
-    "† our mean lies inside the task's trivial baseline's 95% interval, ‡ below it: the runs have not "
-    "left the trivial predictor (trivial_baselines)."
+    "† our mean lies inside the 95% interval of the task's strongest trivial baseline (ListOps: the root "
+    "operator), ‡ below that interval: the runs do no better than a trivial predictor (trivial_baselines)."
 )
 
 
