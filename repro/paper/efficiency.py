@@ -17,7 +17,7 @@ import pandas as pd
 from ..reference import LRA_MODEL_ARMS, published
 from .accuracy import LRA_NAMES, pub_cell
 from .render import MISSING, Table, fmt_number
-from .view import BundleView
+from .view import GB, BundleView
 
 LENGTHS = (("1k", 1024), ("2k", 2048), ("3k", 3072), ("4k", 4096))
 
@@ -34,7 +34,7 @@ def bench_frame(view: BundleView) -> pd.DataFrame:
         if "mode" in frame.columns:
             frame = frame[frame["mode"].astype(str) == "train"]
         if "peak_mem_gb" not in frame.columns:
-            frame["peak_mem_gb"] = pd.to_numeric(frame.get("peak_mem_bytes"), errors="coerce") / 2**30
+            frame["peak_mem_gb"] = pd.to_numeric(frame.get("peak_mem_bytes"), errors="coerce") / GB
         frame["status"] = frame["status"].astype(str) if "status" in frame.columns else "ok"
         frame["layers"] = pd.to_numeric(frame["layers"], errors="coerce") if "layers" in frame.columns else math.nan
         frames.append(frame[["model", "length", "steps_per_s", "peak_mem_gb", "status", "layers"]])

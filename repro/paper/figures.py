@@ -37,7 +37,8 @@ def _speed_axis(view: BundleView, bench: pd.DataFrame) -> str:
         return "training steps/s at 4K (benchmark records)"
     text = view.runs[view.runs["arm"].isin(LRA_MODEL_ARMS.values()) & (view.runs["task"] == "text")]
     devices = sorted({str(d) for d in text["device"].dropna()})
-    return "training examples/s on text (run records" + (f", {' and '.join(devices)})" if devices else ")")
+    where = f", {' and '.join(devices)}" if devices else ""
+    return f"training examples/s on text, mean over the text records{where}"
 
 
 def shared_tasks(view: BundleView) -> tuple[str, ...]:

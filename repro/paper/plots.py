@@ -47,60 +47,66 @@ def _not_run(ax, text: str) -> None:
     ax.set_yticks([])
 
 
-NOT_PLACED = "not placed (accuracy, speed or memory missing): "
+def _absent_note(points: list[dict], placed: list[dict]) -> str:
+    """Which points are not drawn, and what each lacks."""
+    no_accuracy = sorted(p["name"] for p in points if p not in placed and not math.isfinite(p["accuracy"]))
+    no_speed = sorted(p["name"] for p in points if p not in placed and math.isfinite(p["accuracy"]))
+    parts = [f"no accuracy: {', '.join(no_accuracy)}"] if no_accuracy else []
+    parts += [f"no speed or memory: {', '.join(no_speed)}"] if no_speed else []
+    return "not placed (" + "; ".join(parts) + ")" if parts else ""
 
 
 def tradeoff(published: list[dict], ours: list[dict], ours_axis: str, shared: tuple[str, ...], path: Path) -> Path:
-    """LRA Figure 3: accuracy (y) against speed (x), circle area proportional to peak memory.
+    """LRA Figure 3: mean accuracy (y) against speed (x), circle area proportional to peak memory within
+    each panel, one colour per model in both panels.
 
-    ``published`` / ``ours``: dicts with name, accuracy, speed, memory_gb (NaN where missing).
-    ``shared``: the tasks both panels average, named in the titles; when empty, each of our arms
-    averages its own tasks, ``own_tasks`` of them, marked on its point.
+    ``published`` / ``ours``: dicts with name, accuracy, speed, memory_gb (NaN where missing), the same
+    models in the same order. ``shared``: the tasks both panels average, named in the titles; when empty,
+    each of our arms averages its own tasks, ``own_tasks`` of them, marked on its point.
     """
     names = ", ".join(TASK_NAMES[t] for t in shared)
+    palette = plt.get_cmap("tab20")
+    colours = {p["name"]: palette((2 * i) % 20 + (2 * i) // 20) for i, p in enumerate(published)}
     with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4.3))
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
         panels = (
             (
                 axes[0],
                 published,
-                f"Published (LRA Tables 1-2, TPU v3)\naccuracy over {names or 'the five tasks'}",
-                "steps/s at 4K (TPU v3)",
+                f"Published (Tay et al. 2021, Tables 1-2), recomputed\nover {names or 'the five tasks'}",
+                "training steps/s at 4K (TPU v3)",
             ),
-            (axes[1], ours, f"Ours: test accuracy over {names or 'the tasks run'}\n(seed means)", ours_axis),
+            (axes[1], ours, f"Ours (seed means)\nover {names or 'the tasks run'}", ours_axis),
         )
         for ax, points, title, xlabel in panels:
             ax.set_title(title)
             placed = [p for p in points if all(math.isfinite(p[k]) for k in ("accuracy", "speed", "memory_gb"))]
-            absent = sorted(p["name"] for p in points if p not in placed)
+            absent = _absent_note(points, placed)
             if not placed:
-                _not_run(ax, NOT_PLACED + (", ".join(absent) if absent else "no records"))
+                _not_run(ax, absent or "no records")
                 continue
             biggest = max(p["memory_gb"] for p in placed) or 1.0
             for p in placed:
                 partial = p.get("own_tasks") is not None and p["own_tasks"] < 5
+                colour = colours.get(p["name"], "C0")
                 ax.scatter(
                     p["speed"],
                     p["accuracy"],
                     s=40 + 1200 * p["memory_gb"] / biggest,
                     alpha=0.45,
-                    facecolors="none" if partial else None,
-                    edgecolors="C0",
+                    color=colour,
+                    facecolors="none" if partial else colour,
+                    edgecolors=colour,
                 )
                 label = p["name"] + (f" ({p['own_tasks']}/5 tasks)" if partial else "")
-                ax.annotate(label, (p["speed"], p["accuracy"]), fontsize=7, ha="center", va="bottom")
-            ax.set_xlabel(xlabel)
-            ax.set_ylabel("accuracy (%)")
-            if absent:
-                ax.text(
-                    0.01,
-                    0.01,
-                    NOT_PLACED + ", ".join(absent),
-                    transform=ax.transAxes,
-                    fontsize=6,
-                    color="0.35",
-                    wrap=True,
+                ax.annotate(
+                    label, (p["speed"], p["accuracy"]), fontsize=7, ha="center", va="bottom", annotation_clip=False
                 )
+            ax.margins(x=0.12, y=0.08)
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("mean test accuracy (%)")
+            note = f"circle area: peak memory, largest {biggest:.1f} GB" + (f"\n{absent}" if absent else "")
+            ax.text(0.01, 0.01, note, transform=ax.transAxes, fontsize=6, color="0.35", wrap=True)
         fig.tight_layout()
         return save(fig, path)
 
