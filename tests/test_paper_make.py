@@ -27,6 +27,7 @@ from repro.bundle import BundleError
 from repro.paper import claims as claims_file
 from repro.paper.cli import make as make_all
 from repro.paper.cli import make_lra_table1
+from repro.paper.evaluate import _average_data
 from repro.paper.figures import shared_tasks, tradeoff_points
 from repro.paper.lra_campaign import rank_correlation, ranking
 from repro.paper.view import BundleView
@@ -645,6 +646,21 @@ def test_cells_are_the_seeds_mean_sd_and_student_t_interval(slots, tmp_path):
         view.accuracies("lra_transformer", "listops")
     )
     assert performer[6] == "2/3" and performer[7] == f"{delta:.2f}"
+
+
+def test_an_average_with_a_task_unrun_has_no_seed_and_no_share():
+    """Seeds 0 and 1 on ListOps and text at the whole protocol, nothing on the other tasks of the average: the
+    average has no seed, and its share of the protocol is unknown, not the run tasks' 100%."""
+
+    class Records:
+        def seeds(self, arm: str, task: str) -> pd.DataFrame:
+            rows = [(s, 0.5, 1.0, "") for s in (0, 1)] if task in ("listops", "text") else []
+            return pd.DataFrame(rows, columns=["seed", "test_acc", "share", "share_note"])
+
+    average = _average_data(Records(), "lra_transformer", "A", ("listops", "text", "image"))
+    assert average.seeds == () and math.isnan(average.share) and average.missing == ("image",)
+    both = _average_data(Records(), "lra_transformer", "A", ("listops", "text"))
+    assert both.seeds == (0, 1) and both.share == 1.0
 
 
 def test_the_main_command_writes_the_campaign_table_as_lra_table1_writes_it(slots, tmp_path):

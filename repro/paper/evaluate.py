@@ -100,7 +100,7 @@ def _average_data(view: BundleView, arm: str, label: str, tasks: tuple[str, ...]
         label,
         tuple(common),
         np.asarray(values, dtype=float),
-        min(shares) if shares else math.nan,
+        min(shares) if common else math.nan,  # no seed with every task: no share (min would skip a NaN)
         notes[0] if notes else "",
         None,
         None,
