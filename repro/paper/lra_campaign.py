@@ -136,7 +136,7 @@ def rho_p_value(ours, theirs, seed: int = 0) -> float:
         return math.nan
     centred = reference - reference.mean()
 
-    def rho(x, axis):
+    def rho(x, axis):  # Pearson's r of the ranks, which is Spearman's rho, over many pairings at once
         x = x - x.mean(axis=axis, keepdims=True)
         return (x * centred).sum(axis=axis) / np.sqrt((x**2).sum(axis=axis) * (centred**2).sum())
 
