@@ -46,7 +46,10 @@ def torchrun(script: Path, *args: str, timeout: int = 600) -> subprocess.Complet
     """``script`` under ``torch.distributed.run`` with two local processes, one thread each."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script), *args]
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    if done.returncode:  # whole, in the test's captured output: the assertion's message is cut short
+        print(done.stdout, done.stderr, sep="\n")
+    return done
 
 
 def folder(out: Path, arm: str = "locality_k5", seed: int = 0) -> Path:
