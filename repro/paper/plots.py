@@ -86,6 +86,9 @@ def tradeoff(published: list[dict], ours: list[dict], ours_axis: str, shared: tu
                 _not_run(ax, absent or "no records")
                 continue
             biggest = max(p["memory_gb"] for p in placed) or 1.0
+            span_x = max(p["speed"] for p in placed) - min(p["speed"] for p in placed) or 1.0
+            span_y = max(p["accuracy"] for p in placed) - min(p["accuracy"] for p in placed) or 1.0
+            above: list[tuple[float, float]] = []  # the points whose labels sit above their centre
             for p in placed:
                 partial = p.get("own_tasks") is not None and p["own_tasks"] < 5
                 colour = colours.get(p["name"], "C0")
@@ -99,8 +102,21 @@ def tradeoff(published: list[dict], ours: list[dict], ours_axis: str, shared: tu
                     edgecolors=colour,
                 )
                 label = p["name"] + (f" ({p['own_tasks']}/5 tasks)" if partial else "")
+                # just above the centre, or just below it where that would overlap a neighbour's label
+                crowded = any(
+                    abs(p["speed"] - x) < 0.12 * span_x and abs(p["accuracy"] - y) < 0.04 * span_y for x, y in above
+                )
+                if not crowded:
+                    above.append((p["speed"], p["accuracy"]))
                 ax.annotate(
-                    label, (p["speed"], p["accuracy"]), fontsize=7, ha="center", va="bottom", annotation_clip=False
+                    label,
+                    (p["speed"], p["accuracy"]),
+                    xytext=(0, -2 if crowded else 2),
+                    textcoords="offset points",
+                    fontsize=7,
+                    ha="center",
+                    va="top" if crowded else "bottom",
+                    annotation_clip=False,
                 )
             ax.margins(x=0.12, y=0.08)
             ax.set_xlabel(xlabel)
