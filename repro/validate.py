@@ -314,27 +314,17 @@ def _own_leaves(raw, resolved, prefix: tuple = ()) -> list[tuple]:
     return _leaf_paths(prefix, resolved)  # a value, or an interpolation resolving to a block: its leaves
 
 
-def _reach(tree: dict, path: tuple) -> tuple[tuple | None, object]:
-    """The part of ``path`` a block ``tree`` sets, with its value: the whole path, or a shorter one whose value
-    is not a block (it replaces the block below, as blocks merge); (None, None) where ``tree`` sets neither."""
+def _reach(tree, path: tuple) -> tuple[tuple | None, object]:
+    """The part of ``path`` that ``tree`` sets, with its value: the whole path, or a shorter one whose value
+    is not a block (it replaces the block below, as blocks merge; in an unresolved block, an interpolation
+    of the whole); (None, None) where ``tree`` sets neither."""
     for i, key in enumerate(path):
-        if i and not isinstance(tree, dict):
+        if not isinstance(tree, dict):
             return path[:i], tree
         if key not in tree:
             return None, None
         tree = tree[key]
     return path, tree
-
-
-def _set_by(raw, path: tuple) -> bool:
-    """Whether the unresolved block ``raw`` sets ``path``, or a prefix of it to a whole value (interpolation)."""
-    for key in path:
-        if not isinstance(raw, dict):
-            return True
-        if key not in raw:
-            return False
-        raw = raw[key]
-    return True
 
 
 def shadowed_arm_keys(path: Path | None, arm: DictConfig, task: str) -> list[str]:
@@ -356,7 +346,7 @@ def shadowed_arm_keys(path: Path | None, arm: DictConfig, task: str) -> list[str
         mine = (own_task or {}).get(group, {})
         for leaf in _own_leaves(own.get(group) or {}, resolved):
             where, theirs = _reach(inherited, leaf)
-            if where is None or _set_by(mine, where):
+            if where is None or _reach(mine, where)[0] is not None:  # unset, or the file's own per-task choice
                 continue
             ours = _lookup(resolved, where)
             if theirs != ours:
