@@ -97,7 +97,6 @@ def tradeoff(published: list[dict], ours: list[dict], ours_axis: str, shared: tu
                     p["accuracy"],
                     s=40 + 1200 * p["memory_gb"] / biggest,
                     alpha=0.45,
-                    color=colour,
                     facecolors="none" if partial else colour,
                     edgecolors=colour,
                 )
