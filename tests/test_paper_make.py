@@ -268,6 +268,18 @@ def test_lra_table1_shows_ours_beside_published_and_counts_missing_cells(made, f
     assert "\\begin{tabular}" in tex and "$\\pm$" in tex and "---" in tex and "68 of 77" in tex
 
 
+def test_table_footer_counts_missing_cells_and_cells_with_fewer_seeds():
+    from repro.paper.render import Table
+
+    rows = [["a", "41.26 ± 0.85 (n=2)", "63.38 ± 0.33 (n=3)", "ref 1"], ["b", "—", "60.00 (n=1)", "ref 2"]]
+    table = Table("t", "T", ["arm", "x", "y", "published"], rows, ours_columns=[1, 2])
+    assert table.footer() == (
+        "Missing cells (not run, marked —): 1 of 4. Cells with fewer seeds than the table's most (n=3): 2."
+    )
+    even = Table("t", "T", ["arm", "x"], [["a", "1.00 ± 0.10 (n=3)"], ["b", "—"]], ours_columns=[1])
+    assert even.footer() == "Missing cells (not run, marked —): 1 of 2."  # every seed count the same: no count
+
+
 def test_followup_tables_map_arms_to_rows(made, frozen):
     locality = (made[0] / "tables/followup_table1_locality.md").read_text()
     k61 = _row(locality, "61")

@@ -9,12 +9,14 @@ under the rows and not counted.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 MISSING = "—"
+SEED_COUNT = re.compile(r"\(n=(\d+)\)")  # how a cell of ours shows its seeds: "37.25 ± 0.56 (n=3)"
 
 
 def fmt_number(value, digits: int = 2) -> str:
@@ -65,9 +67,20 @@ class Table:
         cells = [row[i] for row in self.rows for i in self.ours_columns]
         return sum(c == MISSING for c in cells), len(cells)
 
+    def seed_counts(self) -> list[int]:
+        """The seed count ``n`` of every cell of ours that shows one (``(n=3)``), in order."""
+        cells = [row[i] for row in self.rows for i in self.ours_columns]
+        return [int(found) for cell in cells for found in SEED_COUNT.findall(cell)]
+
     def footer(self) -> str:
         missing, total = self.missing()
-        return f"Missing cells (not run, marked {MISSING}): {missing} of {total}."
+        line = f"Missing cells (not run, marked {MISSING}): {missing} of {total}."
+        counts = self.seed_counts()
+        most = max(counts, default=0)
+        fewer = sum(n < most for n in counts)
+        if fewer:
+            line += f" Cells with fewer seeds than the table's most (n={most}): {fewer}."
+        return line
 
     def markdown(self) -> str:
         lines = [

@@ -160,6 +160,7 @@ def generate(
             chunk += need_chunks
             results = pool.imap(_chunk_ids, batch) if pool else map(_chunk_ids, batch)
             for ids, labs in results:
+                before = len(rows)
                 for row, label in zip(ids, labs, strict=True):
                     if len(rows) == total:
                         break
@@ -170,7 +171,7 @@ def generate(
                     seen.add(key)
                     rows.append(row)
                     labels.append(label)
-                    bar.update(1)
+                bar.update(len(rows) - before)  # a chunk at a time, so the rate shown is the chunks' rate
     finally:
         bar.close()
         if pool:
