@@ -17,8 +17,10 @@ Commands (``python -m repro.bundle <command> --help`` lists every option)::
 or infinity among its metrics; checkpoints never) into
 ``results/<version>/runs/<arm>/<task>/<profile>/seed<k>/``, benchmark files given with
 ``--bench`` into ``bench/``, other files that back a finding (``--extra``: a probe's output,
-a record whose predictions were not kept) into ``extra/``, and writes ``CITATION.cff``, ``MANIFEST.json`` (sha256 and
-size of every file, the git commit of the freezing checkout and of each record,
+a record whose predictions were not kept) into ``extra/`` (a source inside a bundle under that
+bundle's version and its path there; two sources on one path are refused), and writes
+``CITATION.cff``, ``MANIFEST.json`` (sha256 and size of every file,
+the git commit of the freezing checkout and of each record,
 package versions, devices, creation date, the profile of each run, and each record
 left out with the reason) and ``MANIFEST.sha256`` (the manifest's own hash, in
 ``sha256sum -c`` format). The bundle's hash is the sha256 of ``MANIFEST.json``.
@@ -188,24 +190,42 @@ def find_records(runs_root: Path, arms=None, tasks=None, profiles=None, seeds=No
 # ---------------------------------------------------------------- freezing
 
 
+def _copy_name(source: Path) -> Path:
+    """Where a ``--bench``/``--extra`` source goes under its folder: a file or folder inside a bundle keeps
+    the bundle's version and its path there (``v0.2-lra-slot01/runs/lra_local/listops/paper/seed0``), so that
+    the same record folder of two bundles stays two folders; anything else keeps its own name."""
+    resolved = source.resolve()
+    for parent in resolved.parents:
+        if (parent / MANIFEST).is_file():
+            return Path(parent.name, resolved.relative_to(parent))
+    return Path(source.name)
+
+
 def _copy_files(sources: list[Path], dest: Path, folder: str) -> list[str]:
-    """Copy files and folders (``--bench``, ``--extra``) into ``dest/folder``; returns the bundle paths."""
-    copied = []
+    """Copy files and folders (``--bench``, ``--extra``) into ``dest/folder``; returns the bundle paths.
+    Two sources that would land on one path are refused, naming both."""
+    copied: dict[str, Path] = {}
     for source in sources:
         source = Path(source)
         if not source.exists():
             raise BundleError(f"--{folder} {source}: no such file or folder")
         files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
+        name = _copy_name(source)
         for path in files:
-            rel_inside = path.name if source.is_file() else Path(source.name, path.relative_to(source)).as_posix()
+            rel_inside = name.as_posix() if source.is_file() else (name / path.relative_to(source)).as_posix()
             if path.suffix in CHECKPOINT_SUFFIXES or "checkpoints" in Path(rel_inside).parts:
                 print(f"left out {path}: checkpoints never go into a bundle", file=sys.stderr)
                 continue
+            if f"{folder}/{rel_inside}" in copied:
+                raise BundleError(
+                    f"--{folder} {path} and {copied[f'{folder}/{rel_inside}']} would both be {folder}/{rel_inside}: "
+                    "copy one into a folder of another name first"
+                )
+            copied[f"{folder}/{rel_inside}"] = path
             target = dest / folder / rel_inside
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
-            copied.append(f"{folder}/{rel_inside}")
-    return copied
+    return list(copied)
 
 
 def _counted(n: int, noun: str) -> str:

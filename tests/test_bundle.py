@@ -338,6 +338,35 @@ def test_extra_files_are_copied_checksummed_and_listed(tmp_path):
     assert bundle.verify(made) == ["changed: extra/probes/control.json"]
 
 
+def test_extra_folders_of_one_name_stay_apart_inside_bundles_and_are_refused_outside(tmp_path):
+    (tmp_path / "runs").mkdir()
+    records = []
+    for version in ("slot1", "slot2"):  # the same record path in two bundles
+        record = tmp_path / "results" / version / "runs" / "lra_local" / "listops" / "paper" / "seed0"
+        record.mkdir(parents=True)
+        (record / "metrics.json").write_text(f'{{"from": "{version}"}}\n')
+        (tmp_path / "results" / version / "MANIFEST.json").write_text("{}\n")
+        records.append(record)
+    made = bundle.freeze("v1", tmp_path / "runs", tmp_path / "out", extra=records, analysis=False, log=quiet)
+    assert bundle.load_manifest(made)["extra"] == [
+        "extra/slot1/runs/lra_local/listops/paper/seed0/metrics.json",
+        "extra/slot2/runs/lra_local/listops/paper/seed0/metrics.json",
+    ]
+    assert (made / "extra/slot2/runs/lra_local/listops/paper/seed0/metrics.json").read_text() == '{"from": "slot2"}\n'
+    loose = []
+    for parent in ("a", "b"):  # two folders named seed0 outside any bundle
+        (tmp_path / parent / "seed0").mkdir(parents=True)
+        (tmp_path / parent / "seed0" / "metrics.json").write_text("{}\n")
+        loose.append(tmp_path / parent / "seed0")
+    with pytest.raises(BundleError) as err:
+        bundle.freeze("v2", tmp_path / "runs", tmp_path / "out", extra=loose, analysis=False, log=quiet)
+    assert str(err.value) == (
+        f"--extra {loose[1] / 'metrics.json'} and {loose[0] / 'metrics.json'} would both be extra/seed0/metrics.json: "
+        "copy one into a folder of another name first"
+    )
+    assert not (tmp_path / "out" / "v2").exists()  # nothing half-written
+
+
 def slot_bundles(tmp_path) -> tuple[Path, Path]:
     """Two bundles frozen slot by slot: locality_k5 seeds 0-1 (with notes and an extra file), locality_k61 seed 0."""
     labels, results = fixed_labels("text", 30), tmp_path / "results"
