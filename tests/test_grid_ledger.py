@@ -137,6 +137,14 @@ def test_a_cell_counts_as_done_in_any_of_several_records_folders(tmp_path):
     ledger = (tmp_path / "camp" / "LEDGER.md").read_text()
     assert _table(ledger, "required")[:3] == ["required", "2 of 2", f"{(3.5 + 60.0) / 60:.1f}"]
     assert f"`{bundle.as_posix()}/extra/grid_log.csv`" in ledger
+    # a merged bundle keeps its slot bundles' grid logs under sources/<slot version>/extra/: read there too
+    (bundle / "sources" / "slot1" / "extra").mkdir(parents=True)
+    (bundle / "extra" / "grid_log.csv").rename(bundle / "sources" / "slot1" / "extra" / "grid_log.csv")
+    merged = subprocess.run([*command, "--records", str(bundle)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert merged.returncode == 0, merged.stderr[-2000:]
+    ledger = (tmp_path / "camp" / "LEDGER.md").read_text()
+    assert _table(ledger, "required")[:3] == ["required", "2 of 2", f"{(3.5 + 60.0) / 60:.1f}"]
+    assert f"`{bundle.as_posix()}/sources/slot1/extra/grid_log.csv`" in ledger
 
 
 def test_dry_run_marks_the_cells_a_records_folder_already_holds(tmp_path):

@@ -458,9 +458,18 @@ CAMPAIGN_BUNDLES = sorted([*RESULTS.glob("v0.2-lra-slot*"), *RESULTS.glob("v0.2-
 
 
 def _campaign_records():
+    """Every record the campaign's bundles list as runs, then each superseded record the grid file names that
+    is not among them (a merged bundle keeps those under ``extra/``), each once."""
+    from repro.grid.cells import load_grid
+
+    seen = set()
     for bundle_dir in CAMPAIGN_BUNDLES:
         for run in json.loads((bundle_dir / "MANIFEST.json").read_text())["runs"]:
+            seen.add(bundle_dir / run["path"])
             yield bundle_dir / run["path"]
+    for folder in load_grid(ROOT / "experiments" / "grids" / "v0.2-lra.yaml").superseded:
+        if ROOT / folder not in seen:
+            yield ROOT / folder
 
 
 def test_sinkhorn_s_head_and_synthesizer_s_q_k_term_are_the_release_s():

@@ -120,7 +120,10 @@ def render(grid_path: Path, statuses: list[dict], sources: list[str]) -> str:
 
 
 def _default_logs(folders: list[Path]) -> list[Path]:
+    """Each folder's grid log: an output folder's ``grid_log.csv``, a slot bundle's ``extra/grid_log.csv``, and
+    those a merged bundle keeps of its slot bundles (``sources/<slot version>/extra/grid_log.csv``)."""
     found = [f / name for f in folders for name in ("grid_log.csv", "extra/grid_log.csv")]
+    found += [log for f in folders for log in sorted(f.glob("sources/*/extra/grid_log.csv"))]
     return [path for path in found if path.exists()]
 
 
