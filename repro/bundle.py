@@ -690,7 +690,7 @@ def main(argv: list[str] | None = None) -> int:
                 extra=args.extra,
                 log=log,
                 from_bundles=args.from_bundle,
-                leave_out=[*(args.leave_out or []), *superseded_records(args.leave_out_from)],
+                leave_out=[*(args.leave_out or []), *superseded_records(args.leave_out_from, args.from_bundle or [])],
             )
         elif args.command == "verify":
             problems = verify(args.bundle)

@@ -247,6 +247,13 @@ def test_a_grid_s_superseded_records_are_what_leave_out_from_reads_and_a_bad_lis
         Path("results/b/runs/a/t/paper/seed0"),
         Path("results/c/runs/a/t/paper/seed1"),
     ]
+    # a merged bundle keeps a superseded record under its extra/: nothing to leave out of that bundle's runs
+    apart = tmp_path / "merged" / "extra" / "slot1" / "runs" / "a" / "t" / "paper" / "seed0"
+    apart.mkdir(parents=True)
+    missing = tmp_path / "merged" / "extra" / "slot2" / "runs" / "a" / "t" / "paper" / "seed0"
+    path.write_text(f"superseded: [{apart}, {missing}]\ncells: []\n")
+    assert superseded_records([path], [tmp_path / "merged"]) == [missing]  # one that does not exist still goes on
+    assert superseded_records([path], [tmp_path / "other"]) == [apart, missing]  # another bundle: refused later
     path.write_text("superseded: results/b/runs/a/t/paper/seed0\ncells: []\n")
     with pytest.raises(GridError) as error:
         load_grid(path)

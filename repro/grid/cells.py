@@ -204,9 +204,13 @@ def load_grid(path: Path, include_optional: bool = False) -> Grid:
     )
 
 
-def superseded_records(grid_files: list[Path]) -> list[Path]:
-    """The ``superseded`` record folders of these grid files (``--leave-out-from``)."""
-    return [Path(folder) for path in grid_files for folder in load_grid(path).superseded]
+def superseded_records(grid_files: list[Path], bundles: list[Path] = ()) -> list[Path]:
+    """The ``superseded`` record folders of these grid files (``--leave-out-from``), but for those that one of
+    ``bundles`` keeps under its ``extra/``: a merged bundle holds its superseded records there, apart from its
+    runs, so there is nothing to leave out (any other folder is still refused if no bundle holds it as a run)."""
+    kept_apart = [(Path(b) / "extra").resolve() for b in bundles]
+    folders = [Path(folder) for path in grid_files for folder in load_grid(path).superseded]
+    return [f for f in folders if not (f.exists() and any(f.resolve().is_relative_to(x) for x in kept_apart))]
 
 
 def superseded_source(message: str, grid_files: list[Path]) -> str:

@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["lra-table1"]:
         args = table1_parser().parse_args(argv[1:])
         try:
-            leave_out = [*args.leave_out, *superseded_records(args.leave_out_from)]
+            leave_out = [*args.leave_out, *superseded_records(args.leave_out_from, args.bundle)]
             written = make_lra_table1(
                 args.bundle, args.out, args.profile, args.claims, verify=not args.no_verify, leave_out=leave_out
             )
