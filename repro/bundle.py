@@ -216,12 +216,13 @@ def _copy_files(sources: list[Path], dest: Path, folder: str) -> list[str]:
             if path.suffix in CHECKPOINT_SUFFIXES or "checkpoints" in Path(rel_inside).parts:
                 print(f"left out {path}: checkpoints never go into a bundle", file=sys.stderr)
                 continue
-            if f"{folder}/{rel_inside}" in copied:
+            key = f"{folder}/{rel_inside}"
+            if key in copied:
                 raise BundleError(
-                    f"--{folder} {path} and {copied[f'{folder}/{rel_inside}']} would both be {folder}/{rel_inside}: "
+                    f"--{folder} {path} and {copied[key]} would both be {key}: "
                     "copy one into a folder of another name first"
                 )
-            copied[f"{folder}/{rel_inside}"] = path
+            copied[key] = path
             target = dest / folder / rel_inside
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)

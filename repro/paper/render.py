@@ -62,15 +62,18 @@ class Table:
     notes: list[str] = field(default_factory=list)
     reference_rows: list[list[str]] = field(default_factory=list)  # printed after the rows, never counted
 
+    def our_cells(self) -> list[str]:
+        """The cells whose numbers come from our records, row by row."""
+        return [row[i] for row in self.rows for i in self.ours_columns]
+
     def missing(self) -> tuple[int, int]:
         """(cells of ours shown as not run, cells of ours in total)."""
-        cells = [row[i] for row in self.rows for i in self.ours_columns]
+        cells = self.our_cells()
         return sum(c == MISSING for c in cells), len(cells)
 
     def seed_counts(self) -> list[int]:
         """The seed count ``n`` of every cell of ours that shows one (``(n=3)``), in order."""
-        cells = [row[i] for row in self.rows for i in self.ours_columns]
-        return [int(found) for cell in cells for found in SEED_COUNT.findall(cell)]
+        return [int(found) for cell in self.our_cells() for found in SEED_COUNT.findall(cell)]
 
     def footer(self) -> str:
         missing, total = self.missing()
