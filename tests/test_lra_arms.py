@@ -454,7 +454,11 @@ def test_learned_positions_arm_is_lra_transformer_but_for_its_positions(task):
 
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
-CAMPAIGN_BUNDLES = sorted([*RESULTS.glob("v0.2-lra-slot*"), *RESULTS.glob("v0.2-lra")])  # not the repeats' bundle
+CAMPAIGN_BUNDLES = [RESULTS / "v0.2-lra"]  # not the repeats' bundle
+
+
+def _manifest_runs(bundle_dir: Path) -> list[dict]:
+    return json.loads((bundle_dir / "MANIFEST.json").read_text())["runs"]
 
 
 def _campaign_records():
@@ -464,7 +468,7 @@ def _campaign_records():
 
     seen = set()
     for bundle_dir in CAMPAIGN_BUNDLES:
-        for run in json.loads((bundle_dir / "MANIFEST.json").read_text())["runs"]:
+        for run in _manifest_runs(bundle_dir):
             seen.add(bundle_dir / run["path"])
             yield bundle_dir / run["path"]
     for folder in load_grid(ROOT / "experiments" / "grids" / "v0.2-lra.yaml").superseded:
@@ -512,8 +516,9 @@ def test_the_campaign_records_trained_at_the_release_settings_of_their_cell():
     data source and commit named, and its model, training and task settings those this package resolves
     for its (arm, task) at profile=paper -- the release's (the tests above check those against the release)
     -- or, for a cell whose settings were corrected since (``CORRECTED``), differing in those keys only
-    and listed as superseded by the grid file, which the README's Table 1 command and the final freeze
-    leave out; every superseded entry is such a record."""
+    and listed as superseded by the grid file, which the merged bundle keeps apart from its runs (under
+    ``extra/``, which Table 1 does not read) and the final freeze leaves out; every superseded entry is such
+    a record."""
     from repro.records import read_config
 
     records = list(_campaign_records())
@@ -521,9 +526,11 @@ def test_the_campaign_records_trained_at_the_release_settings_of_their_cell():
     from repro.grid.cells import load_grid
 
     superseded = set(load_grid(ROOT / "experiments" / "grids" / "v0.2-lra.yaml").superseded)
-    leave_out = "--leave-out-from experiments/grids/v0.2-lra.yaml"
-    for readme in ("README.md", "experiments/grids/v0.2-lra/README.md"):  # Table 1; the final freeze
-        assert leave_out in " ".join((ROOT / readme).read_text().split()), readme
+    leave_out = "--leave-out-from experiments/grids/v0.2-lra.yaml"  # the final freeze's
+    assert leave_out in " ".join((ROOT / "experiments/grids/v0.2-lra/README.md").read_text().split())
+    for bundle_dir in CAMPAIGN_BUNDLES:  # no superseded record among any bundle's runs, which Table 1 reads
+        runs = {(bundle_dir / run["path"]).relative_to(ROOT).as_posix() for run in _manifest_runs(bundle_dir)}
+        assert not runs & superseded, bundle_dir
     left_out = set()
     for record in records:
         metrics = json.loads((record / "metrics.json").read_text())
