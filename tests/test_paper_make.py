@@ -867,3 +867,19 @@ def test_a_record_in_two_bundles_is_refused(slots, tmp_path):
     a, _, _ = slots
     with pytest.raises(BundleError, match=r"^the record of lra_linformer listops paper seed 0 is in .* and .*: pass"):
         BundleView([a, a], "paper")
+
+
+def test_the_readme_s_table_1_is_the_generated_one_s_seed_means():
+    """README's Results lead with LRA Table 1: each row the generated table's (paper/tables/lra_table1.md) model,
+    mean ± sd with its baseline mark, published number and averages, the intervals and seed counts left out."""
+    readme = (ROOT / "README.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(readme) if line.startswith("| Model | ListOps ours | ListOps pub. |"))
+    ours = list(itertools.takewhile(str.strip, readme[start + 2 :]))
+    generated = (ROOT / "paper" / "tables" / "lra_table1.md").read_text().splitlines()
+    first = next(i for i, line in enumerate(generated) if line.startswith("| Model | Arm | ListOps ours"))
+    rows = list(itertools.takewhile(lambda line: not line.startswith("| Data"), generated[first + 2 :]))
+    assert len(rows) == len(ours) == 11
+    for row, line in zip(rows, ours, strict=True):
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        kept = [cells[0], *(cells[i].replace(" (n=3)", "") for i in (2, 4, 5, 7, 8, 10)), cells[11], cells[12]]
+        assert [c.strip() for c in line.strip("|").split("|")] == kept, cells[0]
