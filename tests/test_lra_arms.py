@@ -454,7 +454,7 @@ def test_learned_positions_arm_is_lra_transformer_but_for_its_positions(task):
 
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
-CAMPAIGN_BUNDLES = [RESULTS / "v0.2-lra"]  # not the repeats' bundle
+CAMPAIGN_BUNDLES = sorted(RESULTS.glob("v0.2-lra"))  # the merged bundle (not the repeats' bundle), if present
 
 
 def _manifest_runs(bundle_dir: Path) -> list[dict]:
