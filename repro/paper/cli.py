@@ -125,14 +125,10 @@ def _tradeoff(view: BundleView, bench, path: Path) -> Path:
     return plots.tradeoff(*tradeoff_points(view, bench), path)
 
 
-def _figures(
-    view: BundleView, bench, counts, operator_rows, note: str, figures_dir: Path, campaign: bool
-) -> list[Path]:
-    """The bundle's figures; a campaign's Figure 3 is ``write_lra_table1``'s, so not drawn here."""
+def _figures(view: BundleView, counts, operator_rows, note: str, figures_dir: Path) -> list[Path]:
+    """The bundle's figures but LRA Figure 3 (``make`` draws the one that fits its records)."""
     kernels, pub_curves, our_curves = kernel_curves(view)
-    tradeoff = [] if campaign else [_tradeoff(view, bench, figures_dir / "lra_figure3_tradeoff.png")]
     return [
-        *tradeoff,
         plots.accuracy_vs_kernel(
             list(FOLLOWUP_TASKS), kernels, pub_curves, our_curves, figures_dir / "followup_accuracy_vs_kernel.png"
         ),
@@ -229,10 +225,12 @@ def make(
     ]
     written = [p for t in tables for p in t.write(out / "tables")]
     campaign = view.profile == "paper" and bool(tasks_run(view))
-    figures = _figures(view, bench, counts, operator_rows, note, out / "figures", campaign)
     if campaign:
         written += write_lra_table1(view, spec, results, out)
-        figures.insert(0, write_lra_figure3(view, bench, out))
+        figure3 = write_lra_figure3(view, bench, out)
+    else:
+        figure3 = _tradeoff(view, bench, out / "figures" / "lra_figure3_tradeoff.png")
+    figures = [figure3, *_figures(view, counts, operator_rows, note, out / "figures")]
     index = out / "tables" / "index.md"
     index.write_text(index_page(view, tables, figures, campaign), encoding="utf-8")
     return written + figures + [index]
