@@ -261,6 +261,26 @@ def test_variant_replaces_attention_params_when_it_changes_the_attention():
     assert peer["attention_params"] == {"window_size": 256} and arm["attention_params"] == {"backend": "sdpa"}
 
 
+def test_every_row_of_the_default_benchmark_builds():
+    """Each arm and each variant of experiments/conf/bench.yaml (peers aside: their packages are
+    optional) constructs at a short length: a variant whose keys an arm no longer accepts fails here,
+    not as an error row of a GPU run."""
+    from omegaconf import OmegaConf
+
+    variants = OmegaConf.to_container(OmegaConf.load(ROOT / "experiments" / "conf" / "bench.yaml").variants)
+    specs, _ = plan(None, variants, task="text", depth=1, attention_dropout=None)
+    assert {"lra_local_w256", "lra_transformer_materialized"} <= {spec.name for spec in specs}
+    failed = {}
+    for spec in specs:
+        if spec.kind == "peer":
+            continue
+        try:
+            build(spec, 64, torch.device("cpu"))
+        except (ValueError, TypeError) as err:
+            failed[spec.name] = str(err)
+    assert failed == {}
+
+
 def synthetic_rows() -> list[dict]:
     rows = []
     for model, speed, mem in [("lra_transformer", 10.0, 1.0), ("lra_performer", 25.0, 0.5)]:
