@@ -880,6 +880,11 @@ VARIANTS = [
     Variant("lra_sinkhorn", "sdpa bias eager", _attn(sdpa_min_len=0, sdpa_mask="bias", balance="eager"), 1),
     Variant("lra_sinkhorn", "sdpa fold compiled", _attn(sdpa_min_len=0, sdpa_mask="fold", balance="compiled")),
     Variant("lra_sinkhorn", "sdpa fold eager", _attn(sdpa_min_len=0, sdpa_mask="fold", balance="eager")),
+    Variant(
+        "lra_sinkhorn",
+        "sdpa fold compiled attend",
+        _attn(sdpa_min_len=0, sdpa_mask="fold", balance="compiled", attend="compiled"),
+    ),
     Variant("lra_sinkhorn", "materialized compiled", _attn(backend="materialized", balance="compiled")),
     Variant("lra_sinkhorn", "materialized eager", _attn(backend="materialized", balance="eager")),
     Variant("s5", "time_major float32", {"ssm_fft_layout": "time_major", "ssm_proj_dtype": "float32"}, 1),

@@ -380,6 +380,26 @@ def test_sinkhorn_compiled_balance_equals_the_eager_one():
     torch.testing.assert_close(results[1][1], results[0][1], rtol=0, atol=1e-12)
 
 
+def test_sinkhorn_compiled_attend_equals_the_eager_one():
+    """``attend=compiled`` runs ``attend_blocks`` through torch.compile (on CUDA in the mixer; compiled here on
+    CPU): with padding (43 tokens in blocks of 4, one sample of 17, so the key mask is folded and its host
+    check breaks the graph), forward and gradients equal the eager path in float64."""
+    from repro.original.attention.sinkhorn import attend_fn, compiled_attend
+
+    module = build("sinkhorn", max_len=64, backend="sdpa", sdpa_mask="fold", block_size=4)
+    assert attend_fn(torch.device("cpu"), "compiled") is type(module).attend_blocks  # compiled only on CUDA
+    mask = torch.arange(43)[None, :] < torch.tensor([43, 17])[:, None]
+    q, k, v = (torch.randn(2, H, 43, DH, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    results = []
+    for fn in (type(module).attend_blocks, compiled_attend()):
+        out = fn(module, q, k, v, mask)
+        grads = torch.autograd.grad((out * torch.linspace(-1, 1, DH, dtype=torch.float64)).sum(), [q, k, v])
+        results.append((out.detach(), grads))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=0, atol=1e-10)
+    for compiled, eager in zip(results[1][1], results[0][1], strict=True):
+        torch.testing.assert_close(compiled, eager, rtol=0, atol=1e-10)
+
+
 def test_sinkhorn_fold_passes_no_attn_mask(monkeypatch):
     """``sdpa_mask=fold``: one SDPA call per block pair without an ``attn_mask`` (the flash kernel's
     condition), the key mask in one extra feature and the values padded to the same width."""

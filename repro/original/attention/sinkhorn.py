@@ -77,7 +77,14 @@ small reduction over [B, H, n_b, n_b] (1 MB at 4K), so eagerly the 20 iterations
 launches forward and twice that backward, each shorter than its launch; compiled, a few fused
 kernels per iteration.
 
-``sdpa_min_len``, ``sdpa_mask`` and ``balance`` default to ``"auto"``: ``fast_defaults.FAST_DEFAULTS``.
+The block attention as a whole (``attend``): ``eager``, or ``compiled``: ``attend`` (blocks, sorting
+matrix, balancing, the sorted keys, the SDPA or materialised attention) through ``torch.compile`` on
+CUDA, the same function. Eagerly a step of the LRA text model launches about 1,200 kernels, and at 1K
+its GPU time is a third of its wall time (paper/performance.md); compiled, the many small copies and
+reductions around the attention kernels fuse.
+
+``sdpa_min_len``, ``sdpa_mask``, ``balance`` and ``attend`` default to ``"auto"``:
+``fast_defaults.FAST_DEFAULTS``.
 """
 
 from __future__ import annotations
@@ -101,6 +108,7 @@ from .fast_defaults import check_at_least, check_choice, choose
 
 BACKENDS = ("auto", "sdpa", "materialized")
 _COMPILED_BALANCE = None
+_COMPILED_ATTEND = None
 
 
 def sinkhorn_log(log_alpha: torch.Tensor, n_iters: int) -> torch.Tensor:
@@ -109,6 +117,22 @@ def sinkhorn_log(log_alpha: torch.Tensor, n_iters: int) -> torch.Tensor:
         log_alpha = log_alpha - torch.logsumexp(log_alpha, dim=-1, keepdim=True)
         log_alpha = log_alpha - torch.logsumexp(log_alpha, dim=-2, keepdim=True)
     return torch.exp(log_alpha)
+
+
+def attend_fn(device: torch.device, mode: str):
+    """``SinkhornAttention.attend_blocks``, through ``torch.compile`` when ``mode`` is ``compiled`` and the
+    device is CUDA."""
+    if mode != "compiled" or device.type != "cuda":
+        return SinkhornAttention.attend_blocks
+    return compiled_attend()
+
+
+def compiled_attend():
+    """The one ``torch.compile`` of ``SinkhornAttention.attend_blocks`` (shapes static: one graph per length)."""
+    global _COMPILED_ATTEND
+    if _COMPILED_ATTEND is None:
+        _COMPILED_ATTEND = torch.compile(SinkhornAttention.attend_blocks, dynamic=False)
+    return _COMPILED_ATTEND
 
 
 def balance_fn(device: torch.device, mode: str):
@@ -141,13 +165,15 @@ class SinkhornAttention(HeadedMixer):
         sdpa_min_len="auto",
         sdpa_mask: str = "auto",
         balance: str = "auto",
+        attend: str = "auto",
         release: bool = False,
     ):
         super().__init__(d_model, n_heads, max_len, dropout, ("q", "k", "v"), bias)
         self.release = bool(release)
         if self.release:
             given = dict(n_iters=n_iters, temperature=temperature, sort_activation=sort_activation, combine=combine)
-            given.update(backend=backend, sdpa_min_len=sdpa_min_len, sdpa_mask=sdpa_mask, balance=balance)
+            given.update(backend=backend, sdpa_min_len=sdpa_min_len, sdpa_mask=sdpa_mask)
+            given.update(balance=balance, attend=attend)
             refuse_release_ignored("sinkhorn", given, RELEASE_IGNORES)
             self.RELEASE_ZERO_MASK = "padding"  # the release's attention takes (inputs > 0) as its padding
         if backend not in BACKENDS:
@@ -156,6 +182,7 @@ class SinkhornAttention(HeadedMixer):
         self.sdpa_min_len = check_at_least("sinkhorn", "sdpa_min_len", sdpa_min_len, 0, "a length")
         self.sdpa_mask = check_choice("sinkhorn", "sdpa_mask", sdpa_mask, "attention_params.sdpa_mask")
         self.balance = check_choice("sinkhorn", "balance", balance, "attention_params.balance")
+        self.attend_mode = check_choice("sinkhorn", "attend", attend, "attention_params.attend")
         if sort_activation not in ("sinkhorn", "softmax"):
             raise ValueError(f"sort_activation must be 'sinkhorn' or 'softmax', not {sort_activation!r}")
         if combine not in ("joint", "sum"):
@@ -231,6 +258,10 @@ class SinkhornAttention(HeadedMixer):
         return "sdpa" if device.type == "cuda" and length >= min_len else "materialized"
 
     def attend(self, q, k, v, mask):
+        """``attend_blocks``, eager or compiled (``attend``)."""
+        return attend_fn(q.device, choose("sinkhorn", "attend", self.attend_mode))(self, q, k, v, mask)
+
+    def attend_blocks(self, q, k, v, mask):
         b, h, length, dh = q.shape
         kb, mb = self._blocks(k, mask)
         vb, _ = self._blocks(v, mask)
@@ -309,4 +340,5 @@ RELEASE_IGNORES = dict(
     sdpa_min_len="auto",
     sdpa_mask="auto",
     balance="auto",
+    attend="auto",
 )
