@@ -67,7 +67,7 @@ FAST_DEFAULTS: dict[str, dict] = {
     "sparse": {"flex_block": 128, "flex_global_rows": "dense", "flex_lse_pass": "narrow"},
     "longformer": {"flex_block": 128, "flex_global_rows": "flex", "flex_lse_pass": "narrow"},
     # Sinkhorn's attend compiled: 26.5 steps/s against 21.2 eager at 4K, 33.2 against 30.0 at 1K (LRA text
-    # model, batch 32, steps back to back, one H200, a probe); not yet run at the tasks' lengths (1,002 tokens
+    # model, batch 32, steps back to back, one H200, a probe); not yet run at the tasks' lengths (1,001 tokens
     # on text, 1,025 on image, where the blocks are padded and the key mask is folded), so eager stays.
     "sinkhorn": {"sdpa_min_len": 0, "sdpa_mask": "fold", "balance": "compiled", "attend": "eager"},
     "reformer": {"windows": "unfold", "gather": "fused", "sdpa_backends": None},

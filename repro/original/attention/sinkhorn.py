@@ -77,11 +77,12 @@ small reduction over [B, H, n_b, n_b] (1 MB at 4K), so eagerly the 20 iterations
 launches forward and twice that backward, each shorter than its launch; compiled, a few fused
 kernels per iteration.
 
-The block attention as a whole (``attend``): ``eager``, or ``compiled``: ``attend`` (blocks, sorting
-matrix, balancing, the sorted keys, the SDPA or materialised attention) through ``torch.compile`` on
-CUDA, the same function. Eagerly a step of the LRA text model launches about 1,200 kernels, and at 1K
-its GPU time is a third of its wall time (paper/performance.md); compiled, the many small copies and
-reductions around the attention kernels fuse.
+The block attention as a whole (``attend``): ``eager``, or ``compiled``: ``attend_blocks`` (blocks,
+sorting matrix, balancing, the sorted keys, the SDPA or materialised attention) through
+``torch.compile`` on CUDA, the same function. Eagerly a step of the LRA text model launches about
+1,200 kernels, and at 1K its GPU time is a third of its wall time (paper/performance.md); compiled,
+the many small copies and reductions around the attention kernels fuse. Where the key mask is folded
+(padded lengths), its host check (``bool(key_ok.all())``) splits the compiled graph in two.
 
 ``sdpa_min_len``, ``sdpa_mask``, ``balance`` and ``attend`` default to ``"auto"``:
 ``fast_defaults.FAST_DEFAULTS``.
