@@ -484,6 +484,8 @@ def test_sinkhorn_auto_backend_by_length(monkeypatch):
         build("sinkhorn", sdpa_mask="none")
     with pytest.raises(ValueError, match=r"sinkhorn: attention_params.sdpa_min_len=-1 is not auto or a length"):
         build("sinkhorn", sdpa_min_len=-1)
+    with pytest.raises(ValueError, match=r"sinkhorn: attention_params.attend='jit' is not one of 'auto', 'eager'"):
+        build("sinkhorn", attend="jit")
 
 
 # --------------------------------------------------------------------------- approximation
