@@ -365,13 +365,13 @@ def test_sinkhorn_release_mode_is_the_release_s_attention(lengths):
 def test_sinkhorn_compiled_balance_equals_the_eager_one():
     """``balance=compiled`` runs ``sinkhorn_log`` through torch.compile (on CUDA in the mixer; compiled here on
     CPU, the same graph): forward and gradient equal the eager iterations in float64."""
-    from repro.original.attention.sinkhorn import sinkhorn_log
+    from repro.original.attention.sinkhorn import compiled, sinkhorn_log
 
     logits = torch.randn(2, H, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     logits[1, :, 4:, :4] = torch.finfo(torch.float64).min  # a padding block, as the mixer writes it
     logits[1, :, :4, 4:] = torch.finfo(torch.float64).min
     results = []
-    for fn in (sinkhorn_log, torch.compile(sinkhorn_log, dynamic=False)):
+    for fn in (sinkhorn_log, compiled(sinkhorn_log)):
         x = logits.clone().requires_grad_(True)
         y = fn(x, 7)
         (y.square() * torch.arange(6.0, dtype=torch.float64)).sum().backward()
@@ -384,20 +384,21 @@ def test_sinkhorn_compiled_attend_equals_the_eager_one():
     """``attend=compiled`` runs ``attend_blocks`` through torch.compile (on CUDA in the mixer; compiled here on
     CPU): with padding (43 tokens in blocks of 4, one sample of 17, so the key mask is folded and its host
     check breaks the graph), forward and gradients equal the eager path in float64."""
-    from repro.original.attention.sinkhorn import attend_fn, compiled_attend
+    from repro.original.attention.sinkhorn import compiled, on_device
 
     module = build("sinkhorn", max_len=64, backend="sdpa", sdpa_mask="fold", block_size=4)
-    assert attend_fn(torch.device("cpu"), "compiled") is type(module).attend_blocks  # compiled only on CUDA
+    eager = type(module).attend_blocks
+    assert on_device(eager, torch.device("cpu"), "compiled") is eager  # compiled only on CUDA
     mask = torch.arange(43)[None, :] < torch.tensor([43, 17])[:, None]
     q, k, v = (torch.randn(2, H, 43, DH, dtype=torch.float64, requires_grad=True) for _ in range(3))
     results = []
-    for fn in (type(module).attend_blocks, compiled_attend()):
+    for fn in (eager, compiled(eager)):
         out = fn(module, q, k, v, mask)
         grads = torch.autograd.grad((out * torch.linspace(-1, 1, DH, dtype=torch.float64)).sum(), [q, k, v])
         results.append((out.detach(), grads))
     torch.testing.assert_close(results[1][0], results[0][0], rtol=0, atol=1e-10)
-    for compiled, eager in zip(results[1][1], results[0][1], strict=True):
-        torch.testing.assert_close(compiled, eager, rtol=0, atol=1e-10)
+    for from_compiled, from_eager in zip(results[1][1], results[0][1], strict=True):
+        torch.testing.assert_close(from_compiled, from_eager, rtol=0, atol=1e-10)
 
 
 def test_sinkhorn_fold_passes_no_attn_mask(monkeypatch):

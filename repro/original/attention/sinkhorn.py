@@ -108,8 +108,7 @@ from ._lowrank_common import HeadedMixer, neg_fill, pad_to_multiple, xavier_line
 from .fast_defaults import check_at_least, check_choice, choose
 
 BACKENDS = ("auto", "sdpa", "materialized")
-_COMPILED_BALANCE = None
-_COMPILED_ATTEND = None
+_COMPILED: dict = {}  # function -> its torch.compile
 
 
 def sinkhorn_log(log_alpha: torch.Tensor, n_iters: int) -> torch.Tensor:
@@ -120,30 +119,17 @@ def sinkhorn_log(log_alpha: torch.Tensor, n_iters: int) -> torch.Tensor:
     return torch.exp(log_alpha)
 
 
-def attend_fn(device: torch.device, mode: str):
-    """``SinkhornAttention.attend_blocks``, through ``torch.compile`` when ``mode`` is ``compiled`` and the
-    device is CUDA."""
-    if mode != "compiled" or device.type != "cuda":
-        return SinkhornAttention.attend_blocks
-    return compiled_attend()
+def compiled(fn):
+    """The one ``torch.compile`` of ``fn`` (shapes static: one graph per shape)."""
+    if fn not in _COMPILED:
+        _COMPILED[fn] = torch.compile(fn, dynamic=False)
+    return _COMPILED[fn]
 
 
-def compiled_attend():
-    """The one ``torch.compile`` of ``SinkhornAttention.attend_blocks`` (shapes static: one graph per length)."""
-    global _COMPILED_ATTEND
-    if _COMPILED_ATTEND is None:
-        _COMPILED_ATTEND = torch.compile(SinkhornAttention.attend_blocks, dynamic=False)
-    return _COMPILED_ATTEND
-
-
-def balance_fn(device: torch.device, mode: str):
-    """``sinkhorn_log``, through ``torch.compile`` when ``mode`` is ``compiled`` and the device is CUDA."""
-    global _COMPILED_BALANCE
-    if mode != "compiled" or device.type != "cuda":
-        return sinkhorn_log
-    if _COMPILED_BALANCE is None:
-        _COMPILED_BALANCE = torch.compile(sinkhorn_log, dynamic=False)
-    return _COMPILED_BALANCE
+def on_device(fn, device: torch.device, mode: str):
+    """``fn``, through ``torch.compile`` when ``mode`` is ``compiled`` and the device is CUDA (``balance``
+    with ``sinkhorn_log``, ``attend`` with ``SinkhornAttention.attend_blocks``)."""
+    return compiled(fn) if mode == "compiled" and device.type == "cuda" else fn
 
 
 @ATTENTION.register("sinkhorn")
@@ -249,7 +235,8 @@ class SinkhornAttention(HeadedMixer):
         logits = logits.masked_fill(pad_diag, 0.0)
         if self.sort_activation == "softmax":
             return torch.softmax(logits, dim=-1)
-        return balance_fn(logits.device, choose("sinkhorn", "balance", self.balance))(logits, self.n_iters)
+        balance = on_device(sinkhorn_log, logits.device, choose("sinkhorn", "balance", self.balance))
+        return balance(logits, self.n_iters)
 
     def resolved_backend(self, device: torch.device, length: int) -> str:
         """``sdpa`` or ``materialized``: ``auto`` is sdpa on CUDA from ``sdpa_min_len`` tokens on."""
@@ -260,7 +247,8 @@ class SinkhornAttention(HeadedMixer):
 
     def attend(self, q, k, v, mask):
         """``attend_blocks``, eager or compiled (``attend``)."""
-        return attend_fn(q.device, choose("sinkhorn", "attend", self.attend_mode))(self, q, k, v, mask)
+        mode = choose("sinkhorn", "attend", self.attend_mode)
+        return on_device(SinkhornAttention.attend_blocks, q.device, mode)(self, q, k, v, mask)
 
     def attend_blocks(self, q, k, v, mask):
         b, h, length, dh = q.shape
