@@ -212,7 +212,7 @@ def test_lra_settings_and_documented_choices():
     assert rel.release_spec(32, "easy").num_distractors == 10
     assert (SPEC128.num_distractors, SPEC128.snake_contrast, SPEC128.paddle_margins) == (17, 0.73, (2, 3))
     assert rel.release_spec(128, "hard", distractor_budget=35).num_distractors == 8
-    assert rel.release_spec(64, "hard").num_distractors == 5
+    assert (rel.release_spec(64, "hard").num_distractors, rel.release_spec(64, "hard").paddle_margins) == (5, (0, 1))
 
 
 @pytest.mark.parametrize(
