@@ -37,8 +37,9 @@ code does not fix are settled by those 16 images: the markers are scaled to peak
 two rim pixels of a marker read 255 and 254, not 255 and 255), and with both, every pixel of
 an isolated official dash is reproduced by LRA's documented contrast 0.8 at 64x64 but by 0.73
 instead of 0.9 at 128x128 (``LRA_SETTINGS``). Path-X's distractor count is about twice the
-documented one (``DISTRACTOR_BUDGET``). No official 32x32 image is public: Pathfinder uses
-LRA's 32x32 settings with the same drawing rules.
+documented one (``DISTRACTOR_BUDGET``). At 64x64 the paddle margin is drawn per image from {0, 1}
+(LRA: 1), since half the official 64x64 images join consecutive dashes. No official 32x32 image is
+public: Pathfinder uses LRA's 32x32 settings with the same drawing rules.
 """
 
 from __future__ import annotations
@@ -64,14 +65,15 @@ RENDER_VERSION = 1  # bump when the images a seed gives change; part of cache ke
 DISTRACTOR_BUDGET = {32: 20, 64: 22, 128: 70}
 
 # LRA's settings per resolution (lra_benchmarks/data/pathfinder.py docstrings; generator defaults
-# for what they leave out: paddle_length 5, paddle_contrast 1), with one exception the official
-# images settle. Fitted to the 16 official images (every dash pixel of an isolated dash, markers
-# at peak 1, truncating quantisation), the dash contrast is 0.798-0.800 at 64x64 (LRA: 0.8) and
-# 0.730-0.731 at 128x128, where LRA documents 0.9; Path-X therefore uses 0.73.
-# 64: the paddle margin is 0 or 1 per image (the documented 1 alone never joins consecutive dashes,
-# which half the official 64x64 images do: their median component of pixels >= 64 holds 25-35 pixels
-# in four of eight, 8-14 in the rest; with 0 or 1, 400 generated images bracket 87 of the 88
-# per-image checks against those images, with 1 alone 81; paper/findings.md).
+# for what they leave out: paddle_length 5, paddle_contrast 1), with two exceptions the official
+# images settle (the 128x128 dash contrast; the 64x64 paddle margin, below). Fitted to the 16
+# official images (every dash pixel of an isolated dash, markers at peak 1, truncating
+# quantisation), the dash contrast is 0.798-0.800 at 64x64 (LRA: 0.8) and 0.730-0.731 at 128x128,
+# where LRA documents 0.9; Path-X therefore uses 0.73.
+# 64: the paddle margin is 0 or 1 per image (the documented 1 alone almost never joins consecutive
+# dashes, which half the official 64x64 images do: their median component of pixels >= 64 holds
+# 25-35 pixels in four of eight, 8-14 in the rest; with 0 or 1, 400 generated images bracket 87 of
+# the 88 per-image checks against those images, with 1 alone 81; paper/findings.md).
 LRA_SETTINGS = {
     32: dict(
         padding=1,
