@@ -1174,6 +1174,8 @@ def estimated_s(arm: str, changes: dict, dropout: float | None = None) -> float:
         return 100.0 if block == 64 else 40.0  # 64-wide tiles: max-autotune compiles of the backward
     if arm == "mega" and changes.get("attention_impl", "flex") == "flex":
         return 40.0
+    if arm == "lra_sinkhorn" and params.get("attend") == "compiled":
+        return 60.0  # the whole block attention compiled, forward and backward
     return 25.0 if params.get("balance", "compiled") == "compiled" and arm == "lra_sinkhorn" else 12.0
 
 
