@@ -177,7 +177,10 @@ def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"device={name} but CUDA is not available; use device=cpu or profile=smoke")
+        raise ValueError(
+            f"device={name}: CUDA is not available on this machine; use device=cpu, or device=auto (a GPU when "
+            "there is one)"
+        )
     return torch.device(name)
 
 

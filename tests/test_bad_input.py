@@ -224,6 +224,19 @@ def test_bad_input_is_refused_in_one_line_and_nothing_is_complete(
         assert not list((tmp_path / "out").rglob("predictions.csv"))
 
 
+def test_a_gpu_asked_for_on_a_machine_without_one_is_refused_in_one_line(tmp_path, shared_cache, monkeypatch, capsys):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    done, _, err = cli(monkeypatch, capsys, *ARM, *private(tmp_path, shared_cache), "device=cuda")
+    assert done == 2 and "Traceback" not in err, err[-3000:]
+    assert error_lines(err) == [
+        "error: device=cuda: CUDA is not available on this machine; use device=cpu, or device=auto (a GPU when "
+        "there is one)"
+    ]
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*"))
+
+
 def test_an_arm_key_that_an_inherited_per_task_block_overrides_is_refused(tmp_path, shared_cache, monkeypatch, capsys):
     """``model.depth`` at an arm file's top level loses to ``base/locality``'s per-task depth: refused, naming
     the file and the fix; the same depth under ``tasks.listops`` is the arm's own choice and runs."""
