@@ -149,6 +149,26 @@ CASES = [
         f"error: +train.lrr=0.1: train has no key 'lrr' {TYPO_WHERE}; did you mean train.lr? ...",
     ),
     (
+        "unknown arm",
+        ["arm=megaa"],
+        2,
+        "experiments/run.py: error: arm=megaa: no megaa.yaml in {conf}/arm; choose one of: gmlp, learned_pe, ...",
+    ),
+    (
+        "unknown task in a sweep",
+        ["task=listops,texts"],
+        2,
+        "experiments/run.py: error: task=texts: no texts.yaml in {conf}/task; choose one of: image, listops, "
+        "pathfinder, pathx, retrieval, text",
+    ),
+    (
+        "train setting without +",
+        ["train.lr=0.1"],
+        2,
+        "experiments/run.py: error: train.lr=0.1: settings under train are added to the arm's with a leading +: "
+        "+train.lr=0.1",
+    ),
+    (
         "budget key typo",
         ["+budget.minuts=3"],
         2,
@@ -209,7 +229,7 @@ def test_bad_input_is_refused_in_one_line_and_nothing_is_complete(
     before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "out").rglob("*"))
     done, out, err = cli(monkeypatch, capsys, *base, *private(tmp_path, shared_cache), *typed)
     assert done == status, err[-3000:]
-    expected = expected.replace("{t}", str(tmp_path))
+    expected = expected.replace("{t}", str(tmp_path)).replace("{conf}", str(CONF))
     lines = error_lines(err)
     assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
     if expected.endswith("..."):
@@ -222,6 +242,19 @@ def test_bad_input_is_refused_in_one_line_and_nothing_is_complete(
         assert after == before, after
     else:  # trained nothing: no metrics, no predictions
         assert not list((tmp_path / "out").rglob("predictions.csv"))
+
+
+def test_the_command_line_check_finds_arms_in_a_users_config_dir_and_leaves_hydra_sweeps_alone(tmp_path):
+    from repro.cli import command_line_problem as problem
+
+    (tmp_path / "arm").mkdir()
+    (tmp_path / "arm" / "mine.yaml").write_text("name: mine\n")
+    assert problem(["arm=mine"], CONF).startswith("arm=mine: no mine.yaml in ")
+    for extra in (["--config-dir", str(tmp_path)], [f"--config-dir={tmp_path}"], ["-cd", str(tmp_path)]):
+        assert problem([*extra, "arm=mine", "task=listops", "+train.lr=0.1", "++model.depth=2"], CONF) is None
+    assert problem(["-m", "arm=choice(locality_k5,megaa)"], CONF) is None  # Hydra's sweep syntax: Hydra checks
+    assert problem(["hydra.searchpath=[file:///x]", "arm=elsewhere"], CONF) is None
+    assert problem(["arm=locality_k5", "task=null", "techniques=followup", "profile=paper"], CONF) is None
 
 
 def test_a_gpu_asked_for_on_a_machine_without_one_is_refused_in_one_line(tmp_path, shared_cache, monkeypatch, capsys):

@@ -20,6 +20,7 @@ Scaling out:
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -27,7 +28,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from ..runner import arm_tasks, execute
-from . import config_dir, require_same_checkout
+from . import command_line_problem, config_dir, fail, require_same_checkout
 
 
 class MemberFailed(RuntimeError):
@@ -70,7 +71,10 @@ def main(script: str | None = None) -> None:
     """``lra-run``; experiments/run.py passes its own path as ``script`` (it must be this checkout's)."""
     if script is not None:
         require_same_checkout(script)
-    conf = config_dir("experiments/run.py" if script else "lra-run", "config")
+    prog = "experiments/run.py" if script else "lra-run"
+    conf = config_dir(prog, "config")
+    if mistake := command_line_problem(sys.argv[1:], Path(conf)):
+        fail(f"{prog}: error: {mistake}")
     hydra.main(version_base="1.3", config_path=conf, config_name="config")(run_app)()
 
 
