@@ -68,6 +68,9 @@ def test_cli_writes_a_record_with_every_field(bundle):
         assert key in record, key
     assert record["device"] == "cpu" and record["batch"] == 2 and record["lengths"] == LENGTHS
     assert record["matmul_peak_tflops"] > 0
+    assert record["cuda"] is None  # a CPU run names no CUDA version, and its table says how it computed:
+    header = (bundle / "table.md").read_text().splitlines()[2]
+    assert "float32 on the CPU" in header and "CUDA" not in header.replace("CUDA only", "")
     rows = record["rows"]
     assert len(rows) == len(MODELS) * len(LENGTHS) * 2
     assert {(r["model"], r["length"], r["mode"]) for r in rows} == {

@@ -366,14 +366,24 @@ def reference_section(meta: dict, rows: list[dict]) -> list[str]:
 
 def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str], pairs: dict | None = None) -> str:
     peak = meta.get("matmul_peak_tflops")
+    on_gpu = meta.get("cuda") is not None
+    arithmetic = (
+        f"dtype {meta['dtype']} (autocast: {meta['autocast']}), torch {meta['torch']}, CUDA {meta['cuda']}"
+        if on_gpu
+        else f"float32 on the CPU (dtype {meta['dtype']} autocasts on CUDA only), torch {meta['torch']}"
+    )
+    memory = (
+        "Peak memory in GB (10^9 bytes): torch.cuda.max_memory_allocated over the measured steps, weights and "
+        "optimiser state included."
+        if on_gpu
+        else "Peak memory: measured on CUDA only."
+    )
     lines = [
         f"# Speed and memory, LRA text configuration ({meta['date']}, {meta['device']})",
         "",
-        f"Batch {meta['batch']}, dtype {meta['dtype']} (autocast: {meta['autocast']}), torch {meta['torch']}, "
-        f"CUDA {meta['cuda']}; warm-up {meta['warmup']} steps, median of up to {meta['reps']} timed steps. "
-        f"Ratios in parentheses: to `{REFERENCE_MODEL}` (SDPA) at the same length; for the LRA TPU columns "
-        "(Tay et al. 2021, Table 2, 4x4 TPU v3), to the published Transformer. Peak memory in GB (10^9 bytes): "
-        "torch.cuda.max_memory_allocated over the measured steps, weights and optimiser state included. "
+        f"Batch {meta['batch']}, {arithmetic}; warm-up {meta['warmup']} steps, median of up to {meta['reps']} "
+        f"timed steps. Ratios in parentheses: to `{REFERENCE_MODEL}` (SDPA) at the same length; for the LRA TPU "
+        f"columns (Tay et al. 2021, Table 2, 4x4 TPU v3), to the published Transformer. {memory} "
         f"Attention dropout: {dropout_words(meta.get('attention_dropout'))}.",
         "",
         f"{meta.get('matmul_dtype', 'bf16')} matmul peak measured in this run: {peak:.3g} TFLOP/s "

@@ -106,7 +106,7 @@ def bench_app(cfg: DictConfig) -> None:
         "device": name,
         "device_slug": report.slug(name),
         "torch": torch.__version__,
-        "cuda": torch.version.cuda,
+        "cuda": torch.version.cuda if device.type == "cuda" else None,
         "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
         "dtype": settings.dtype,
         "autocast": str(settings.autocast_dtype).replace("torch.", "") if settings.autocast_dtype else "none",
@@ -126,7 +126,9 @@ def bench_app(cfg: DictConfig) -> None:
         "matmul_peak_tflops": peak,
         "matmul_n": matmul_n,
         "matmul_dtype": str(matmul_dtype).replace("torch.", ""),
-        "memory_unit": "GB = 10^9 bytes, torch.cuda.max_memory_allocated after reset_peak_memory_stats",
+        "memory_unit": "GB = 10^9 bytes, torch.cuda.max_memory_allocated after reset_peak_memory_stats"
+        if device.type == "cuda"
+        else "not measured (CUDA only)",
         "flops_counted": "matrix products only, 2 per multiply-add; training = 3x forward (repro/bench/flops.py)",
         "git_commit": git_commit(),
         "command": " ".join([*invocation(), *sys.argv[1:]]),
