@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import composed, read_json, run_cli
+from conftest import CONF, composed, read_json, run_cli
 
 from repro.records import METRIC_FIELDS
 
@@ -101,17 +101,22 @@ def test_killed_run_resumes_to_the_uninterrupted_metrics(tmp_path, shared_cache,
 
 def test_unknown_arm_exits_nonzero_listing_the_arms(tmp_path, shared_cache):
     done = run_cli("arm=no_such_arm", "task=listops", *common(tmp_path, shared_cache))
-    assert done.returncode != 0
-    assert "Could not find 'arm/no_such_arm'" in done.stderr
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(
+        f"experiments/run.py: error: arm=no_such_arm: no no_such_arm.yaml in {CONF / 'arm'}; choose one of: gmlp, "
+    )
     for name in ("locality_k5", "locality_k31", "locality_k61"):
         assert name in done.stderr
 
 
 def test_unknown_profile_and_task_and_a_short_commit_exit_nonzero_naming_the_fix(tmp_path, shared_cache):
     done = run_cli("arm=locality_k5", "task=listops", "profile=huge", *common(tmp_path, shared_cache))
-    assert done.returncode != 0 and "Available options in 'profile'" in done.stderr and "smoke" in done.stderr
+    assert done.returncode == 2 and done.stderr == (
+        f"experiments/run.py: error: profile=huge: no huge.yaml in {CONF / 'profile'}; choose one of: budget, "
+        "paper, smoke\n"
+    )
     done = run_cli("arm=locality_k5", "task=lisstops", *common(tmp_path, shared_cache))
-    assert done.returncode != 0 and "Available options in 'task'" in done.stderr and "listops" in done.stderr
+    assert done.returncode == 2 and "task=lisstops: no lisstops.yaml" in done.stderr and "listops" in done.stderr
     # A short commit in LRA_REPRO_GIT_COMMIT: refused in one line before any data or training, no folder made.
     done = run_cli(
         "arm=locality_k5", "task=listops", *common(tmp_path, shared_cache), env={"LRA_REPRO_GIT_COMMIT": "abc1234"}
