@@ -235,8 +235,8 @@ def _counted(n: int, noun: str) -> str:
 
 
 def _citation(version: str, created: datetime, commit: str, authors: list[str], title: str, n_runs: int) -> str:
-    records = _counted(n_runs, "run record")
-    abstract = f"{records} of LRA-repro (Long Range Arena and its follow-up), checksummed in MANIFEST.json."
+    what = _counted(n_runs, "run record") if n_runs else "Files backing a finding (no run records)"
+    abstract = f"{what} of LRA-repro (Long Range Arena and its follow-up), checksummed in MANIFEST.json."
     lines = [
         "cff-version: 1.2.0",
         'message: "If you use these results, please cite them as below; verify with `python -m repro.bundle verify`."',

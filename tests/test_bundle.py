@@ -158,6 +158,12 @@ def test_cite_contains_version_and_manifest_hash(runs):
     assert f'abstract: "{n_runs} run records of LRA-repro' in cff
     single = freeze(runs, version="one", arms=["lra_transformer"])
     assert 'abstract: "1 run record of LRA-repro' in (single / "CITATION.cff").read_text()
+    table = runs.parents[1] / "statistics.json"
+    table.write_text('{"n": 400}\n')
+    files_only = freeze(runs, version="files", arms=["no_such_arm"], extra=[table])  # a bundle of evidence alone
+    assert bundle.verify(files_only) == [] and bundle.load_manifest(files_only)["runs"] == []
+    cff = (files_only / "CITATION.cff").read_text()
+    assert 'abstract: "Files backing a finding (no run records) of LRA-repro' in cff
 
 
 def test_bench_files_are_frozen_without_checkpoints(runs, tmp_path):
