@@ -66,9 +66,9 @@ FAST_DEFAULTS: dict[str, dict] = {
     "bigbird": {"flex_block": 64, "flex_narrow_min_len": 1536, "flex_global_rows": "dense", "flex_lse_pass": "narrow"},
     "sparse": {"flex_block": 128, "flex_global_rows": "dense", "flex_lse_pass": "narrow"},
     "longformer": {"flex_block": 128, "flex_global_rows": "flex", "flex_lse_pass": "narrow"},
-    # Sinkhorn's attend compiled: 26.5 steps/s against 21.2 eager at 4K, 33.2 against 30.0 at 1K (LRA text
-    # model, batch 32, steps back to back, one H200, a probe); not yet run at the tasks' lengths (1,001 tokens
-    # on text, 1,025 on image, where the blocks are padded and the key mask is folded), so eager stays.
+    # Sinkhorn's attend compiled: 26.5 steps/s against 21.2 eager at 4K with steps back to back (a probe),
+    # but 18.0 against 17.5 in the benchmark and 1.03x the examples/s of a text run at its 1,001 tokens
+    # (paper/performance.md, one H200), so eager stays.
     "sinkhorn": {"sdpa_min_len": 0, "sdpa_mask": "fold", "balance": "compiled", "attend": "eager"},
     "reformer": {"windows": "unfold", "gather": "fused", "sdpa_backends": None},
     "mega": {
