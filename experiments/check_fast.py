@@ -144,6 +144,10 @@ PATHS = {
     "lra_bigbird": FastPath("lra_bigbird", {"backend": "blockwise"}, {"backend": "flex"}, flex=True),
     "lra_longformer": FastPath("lra_longformer", {"backend": "blockwise"}, {"backend": "flex"}, flex=True),
     "lra_sparse": FastPath("lra_sparse", {"backend": "blockwise"}, {"backend": "flex"}, flex=True),
+    # the dense backend (SDPA with the pattern as its mask; backend=auto's choice at short lengths)
+    "lra_bigbird_dense": FastPath("lra_bigbird", {"backend": "blockwise"}, {"backend": "dense"}, timed=False),
+    "lra_longformer_dense": FastPath("lra_longformer", {"backend": "blockwise"}, {"backend": "dense"}, timed=False),
+    "lra_sparse_dense": FastPath("lra_sparse", {"backend": "blockwise"}, {"backend": "dense"}, timed=False),
     "lra_synthesizer": FastPath("lra_synthesizer", {"backend": "materialized"}, {"backend": "sdpa"}),
     "lra_synthesizer_factorized": FastPath(
         "lra_synthesizer",
@@ -153,7 +157,11 @@ PATHS = {
         timed=False,
     ),
     "lra_synthesizer_dense": FastPath(
-        "lra_synthesizer", {"backend": "materialized"}, {"backend": "sdpa"}, {"variant": "dense"}, timed=False
+        "lra_synthesizer",
+        {"backend": "materialized"},
+        {"backend": "sdpa"},
+        {"variant": "dense", "dot_product": False},
+        timed=False,
     ),
     # the paper's mechanism, whose paths these are (on ListOps and Pathfinder the arm runs the release's)
     "lra_sinkhorn": FastPath("lra_sinkhorn", {"backend": "materialized"}, {"backend": "sdpa"}, {"release": False}),
@@ -329,9 +337,9 @@ def check_dropout(name: str, args, device) -> dict:
 def check_auto(name: str, args, device) -> dict:
     """The arm's own settings (the benchmark's) choose the fast path on this device."""
     mixer, _ = build_mixer(name, args.check_length, None, None, device, args.task)
-    probe = torch.zeros(1, device=device)
-    if hasattr(mixer, "use_flex"):
-        fast = mixer.use_flex(probe)
+    probe = torch.zeros(1, 1, args.check_length, 1, device=device)  # what the backend choice reads: device, length
+    if hasattr(mixer, "pattern_backend"):
+        fast = mixer.pattern_backend(probe) != "blockwise"
     elif hasattr(mixer, "fused"):
         fast = mixer.fused(probe)
     else:
@@ -859,6 +867,9 @@ VARIANTS = [
     Variant("lra_longformer", "flex128 lse-full", _flex(128, "flex", "full"), 1),
     Variant("lra_longformer", "flex128 lse-narrow", _flex(128, "flex", "narrow")),
     Variant("lra_longformer", "flex64 lse-narrow", _flex(64, "flex", "narrow")),
+    Variant("lra_bigbird", "dense", _attn(backend="dense")),
+    Variant("lra_sparse", "dense", _attn(backend="dense")),
+    Variant("lra_longformer", "dense", _attn(backend="dense")),
     Variant("lra_reformer", "release", {}),  # the arm as it is: the release's attention
     Variant(
         "lra_reformer",

@@ -167,12 +167,13 @@ def test_vanilla_backends_agree_float32():
 
 
 @pytest.mark.filterwarnings("ignore")  # eager flex_attention on CPU warns it is slow
+@pytest.mark.parametrize("backend", ["flex", "dense"])
 @pytest.mark.parametrize("case", ["local_overlap", "longformer_global", "bigbird", "sparse_cls"])
-def test_flex_backend_matches_blockwise(case):
+def test_flex_and_dense_backends_match_blockwise(case, backend):
     name, params, max_len = CASES[case]
     torch.manual_seed(0)
     a = build(case)
-    b = ATTENTION.get(name)(d_model=D, n_heads=H, max_len=max_len, backend="flex", **params)
+    b = ATTENTION.get(name)(d_model=D, n_heads=H, max_len=max_len, backend=backend, **params)
     b = b.to(torch.float64).eval()
     b.load_state_dict(a.state_dict())
     x = torch.randn(B, 23, D, dtype=torch.float64)

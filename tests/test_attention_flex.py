@@ -1,5 +1,5 @@
-"""The flex_attention backend of BigBird, Longformer and Sparse: the same function as the
-blockwise backend (float64, with padding, forward and gradients), and LRA's attention
+"""The flex_attention and dense backends of BigBird, Longformer and Sparse: the same function as
+the blockwise backend (float64, with padding, forward and gradients), and LRA's attention
 dropout kept exact (the fast path equals a dense reference applying the same keep-mask)."""
 
 from __future__ import annotations
@@ -91,6 +91,41 @@ def test_flex_equals_blockwise_with_padding_forward_and_gradients(case, L, setti
         torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
     with torch.no_grad():  # eval: flex_attention itself (no backward on CPU, see _flex.dense_flex)
         torch.testing.assert_close(fast.eval()(x, mask), plain.eval()(x, mask), atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("L", [150, 160])
+def test_dense_equals_blockwise_with_padding_forward_and_gradients(case, L):
+    plain, fast = build(case, "blockwise"), build(case, "dense")
+    fast.load_state_dict(plain.state_dict())
+    x = torch.randn(3, L, D, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    mask = lengths_mask(L, [L, L - 37, 0])  # full, padded, fully padded
+    for m in (plain, fast):
+        m.train()  # dropout 0: the training code path
+    (y_plain, g_plain), (y_fast, g_fast) = step(plain, x, mask), step(fast, x, mask)
+    torch.testing.assert_close(y_fast, y_plain, atol=1e-10, rtol=0)
+    for a, b in zip(g_fast, g_plain, strict=True):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("case", ["bigbird", "longformer", "sparse_lra"])
+def test_dense_dropout_drops_the_probabilities_as_a_dense_reference_does(case):
+    """With the same random state, the dense backend's dropout (SDPA's, on CPU its math kernel) drops
+    exactly the probabilities F.dropout drops after the masked softmax: LRA's attention dropout."""
+    L, p = 150, 0.3
+    m = build(case, "dense", dropout=p).train()
+    x = torch.randn(3, L, D, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    mask = lengths_mask(L, [L, L - 37, 0])
+    torch.manual_seed(5)
+    y = m(x, mask)
+    q, k, v = m.project(x)
+    pattern = m.dense_mask(L)
+    pattern = pattern[None] if pattern.dim() == 2 else pattern
+    torch.manual_seed(5)
+    ctx = dense_attention(q, k, v, pattern[None] & mask[:, None, None, :], dropout_p=p, training=True)
+    torch.testing.assert_close(y, m.proj.output(ctx) * mask[..., None], atol=1e-12, rtol=0)
+    assert not torch.equal(y, build(case, "dense").train()(x, mask))  # something was dropped
 
 
 def dense_dropout_forward(m, x, mask, seed: int):
@@ -333,14 +368,30 @@ def test_backend_choice():
 def test_auto_runs_flex_on_cuda_for_every_head_width():
     from types import SimpleNamespace
 
-    def queries(device, width):  # what use_flex reads of the query tensor, no CUDA needed
-        return SimpleNamespace(device=torch.device(device), shape=(2, H, 64, width))
+    def queries(device, width):  # what use_flex reads of the query tensor, no CUDA needed; 4,096 tokens,
+        return SimpleNamespace(device=torch.device(device), shape=(2, H, 4096, width))  # above dense_max_len
 
     auto = build("sparse_lra", "auto")
     assert auto.use_flex(queries("cuda", 16)) and auto.use_flex(queries("cuda", 8))
     assert not auto.use_flex(queries("cpu", 16))
     assert build("sparse_lra", "flex").use_flex(queries("cpu", 8))
     assert not build("sparse_lra", "blockwise").use_flex(queries("cuda", 16))
+    assert build("sparse_lra", "dense").pattern_backend(queries("cpu", 8)) == "dense"
+
+
+def test_auto_runs_dense_up_to_the_tables_length_and_flex_above(monkeypatch):
+    from types import SimpleNamespace
+
+    from repro.original.attention.fast_defaults import FAST_DEFAULTS
+
+    def queries(device, length):
+        return SimpleNamespace(device=torch.device(device), shape=(2, H, length, 16))
+
+    auto = build("longformer", "auto")
+    monkeypatch.setitem(FAST_DEFAULTS["longformer"], "dense_max_len", 1025)
+    assert [auto.pattern_backend(queries("cuda", n)) for n in (1024, 1025, 1026)] == ["dense", "dense", "flex"]
+    assert auto.pattern_backend(queries("cpu", 1024)) == "blockwise"
+    assert build("longformer", "flex").pattern_backend(queries("cuda", 1024)) == "flex"  # explicit wins
 
 
 @pytest.mark.parametrize("d_model", [16, 4])  # heads 8 and 2 wide (LRA's image and Pathfinder Sparse)

@@ -52,6 +52,7 @@ def bundle(tmp_path_factory) -> Path:
         f"accuracy_dir={out / 'no_runs'}",
         "progress=false",
         "device=cpu",
+        "arm_task=text",  # a plain key: `task` would name the runner's task group
         "debug.oom_at=lra_transformer@32@infer",
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -67,6 +68,7 @@ def test_cli_writes_a_record_with_every_field(bundle):
     for key in ("device", "torch", "cuda", "dtype", "date", "batch", "lengths", "matmul_peak_tflops", "git_commit"):
         assert key in record, key
     assert record["device"] == "cpu" and record["batch"] == 2 and record["lengths"] == LENGTHS
+    assert record["task"] == "text"
     assert record["matmul_peak_tflops"] > 0
     assert record["cuda"] is None  # a CPU run names no CUDA version, and its table says how it computed:
     header = (bundle / "table.md").read_text().splitlines()[2]

@@ -55,7 +55,7 @@ def setup(cfg: DictConfig) -> tuple[list, list[str], Settings]:
     variants = OmegaConf.to_container(cfg.variants, resolve=True) or {}
     dropout = attention_dropout_setting(cfg.attention_dropout)
     specs, skipped = plan(
-        as_list(cfg.models, "models"), variants, task=str(cfg.task), depth=cfg.depth, attention_dropout=dropout
+        as_list(cfg.models, "models"), variants, task=str(cfg.arm_task), depth=cfg.depth, attention_dropout=dropout
     )
     settings = Settings(
         lengths=[int(n) for n in as_list(cfg.lengths, "lengths")],
@@ -118,7 +118,7 @@ def bench_app(cfg: DictConfig) -> None:
         "modes": settings.modes,
         "depth": cfg.depth,
         "attention_dropout": report.dropout_label(attention_dropout_setting(cfg.attention_dropout)),
-        "task": str(cfg.task),
+        "task": str(cfg.arm_task),
         "warmup": settings.warmup,
         "reps": settings.reps,
         "max_row_seconds": settings.max_row_seconds,
@@ -136,7 +136,7 @@ def bench_app(cfg: DictConfig) -> None:
     notes = {s.name: s.note for s in specs if s.note}
     pairs = {s.name: s.compare_with for s in specs if s.compare_with}
     arms = [s.name for s in specs if s.kind == "arm"]
-    accuracies = report.read_accuracies(Path(cfg.accuracy_dir), arms, str(cfg.task))
+    accuracies = report.read_accuracies(Path(cfg.accuracy_dir), arms, str(cfg.arm_task))
     where = report.write_bundle(Path(cfg.out_dir), meta, rows, notes, skipped, accuracies, pairs)
     failed = [r for r in rows if r["status"].startswith("error")]
     oom = sum(r["status"] == "OOM" for r in rows)

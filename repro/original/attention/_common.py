@@ -335,10 +335,12 @@ class AttentionMixer(nn.Module):
 
 # --------------------------------------------------------------------------- flex backend
 
-# "auto": flex on CUDA (its fused kernel; heads narrower than FLEX_MIN_HEAD_DIM padded to it),
-# "blockwise" elsewhere (eager flex_attention on CPU materialises the whole score matrix); "flex" /
-# "blockwise" force one (a GPU problem can be diagnosed by switching: attention_params.backend=blockwise).
-BLOCKSPARSE_BACKENDS = ("auto", "blockwise", "flex")
+# "auto": on CUDA "dense" up to the mechanism's fast_defaults "dense_max_len" tokens and flex above
+# (its fused kernel; heads narrower than FLEX_MIN_HEAD_DIM padded to it), "blockwise" elsewhere (eager
+# flex_attention on CPU materialises the whole score matrix); "dense": the whole pattern as one boolean
+# mask of scaled_dot_product_attention; "flex" / "dense" / "blockwise" force one (a GPU problem can be
+# diagnosed by switching: attention_params.backend=blockwise).
+BLOCKSPARSE_BACKENDS = ("auto", "blockwise", "flex", "dense")
 
 
 class FlexPatternMixin:
@@ -406,11 +408,45 @@ class FlexPatternMixin:
         ``dense_rows``: the rows of ``flex_global_rows`` allowed nothing (computed apart)."""
         return self.flex_mask_mod(device, dense_rows), L, None
 
+    def pattern_backend(self, t: Tensor) -> str:
+        """The backend that runs for queries ``t`` ([B, H, L, head width]): ``backend`` when set; for
+        ``auto``, on CUDA ``dense`` up to the table's ``dense_max_len`` tokens and ``flex`` above, on
+        other devices ``blockwise``."""
+        if self.backend != "auto":
+            return self.backend
+        if t.device.type != "cuda":
+            return "blockwise"
+        dense_to = FAST_DEFAULTS.get(self.FLEX_MECHANISM, {}).get("dense_max_len", 0)
+        return "dense" if t.shape[2] <= dense_to else "flex"
+
     def use_flex(self, t: Tensor) -> bool:
         """Whether the flex backend runs for queries ``t`` ([B, H, L, head width])."""
-        if self.backend != "auto":
-            return self.backend == "flex"
-        return t.device.type == "cuda"
+        return self.pattern_backend(t) == "flex"
+
+    def fast_attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor | None:
+        """The flex or the dense backend's attention for these queries; None where the blockwise one runs."""
+        backend = self.pattern_backend(q)
+        if backend == "flex":
+            return self.flex_attend(q, k, v, mask)
+        return self.dense_attend(q, k, v, mask) if backend == "dense" else None
+
+    def dense_attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        """The pattern (``dense_mask``, built once per length and device) as the boolean ``attn_mask`` of
+        one ``scaled_dot_product_attention`` call with LRA's attention dropout (on the probabilities, as
+        the release applies it), the key padding folded into the features (``fold_key_mask``), so the
+        mask stays [1, 1|H, L, L] whatever the batch. Every query sees at least itself, so no row is
+        empty; a padded query's row is zeroed by the mixer. Quadratic in memory traffic: the
+        memory-efficient kernel reads the mask for every tile, which at short lengths beats flex's
+        tile bookkeeping (paper/performance.md)."""
+        L, scale = q.shape[2], 1.0 / math.sqrt(q.shape[-1])
+        cache = self.__dict__.setdefault("_dense_cache", {})
+        key = (L, str(q.device))
+        if key not in cache:
+            pattern = self.dense_mask(L, device=q.device)
+            cache[key] = (pattern[None] if pattern.dim() == 2 else pattern)[None]  # [1, 1|H, L, L]
+        q, k = fold_key_mask(q, k, mask[:, None, :], scale)
+        p = self.dropout if self.training else 0.0
+        return sdpa_aligned(q, k, v, attn_mask=cache[key], dropout_p=p, scale=scale)
 
     def dense_row_index(self, L: int, device) -> Tensor | None:
         """The global rows computed apart (``flex_global_rows=dense``), or None."""

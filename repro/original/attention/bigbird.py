@@ -222,8 +222,9 @@ class BigBirdAttention(FlexPatternMixin, AttentionMixer):
                 f"bigbird: sequence length {L} exceeds max_len {self.max_len}; "
                 "the random and global blocks are laid out over max_len"
             )
-        if self.use_flex(q):
-            return self.flex_attend(q, k, v, mask)
+        out = self.fast_attend(q, k, v, mask)
+        if out is not None:
+            return out
         dev = q.device
         S = self.block_size
         nb = n_blocks(L, S)

@@ -23,7 +23,9 @@ Options, by mechanism:
   apart over all keys, as the blockwise backend does, which leaves the flex call their tiles),
   ``flex_lse_pass`` (``full``: the dropout's second pass, for its log-normaliser, runs with the
   values; ``narrow``: with a 16-wide zero value tensor, the same log-normaliser and gradients for
-  about a third less work).
+  about a third less work), ``dense_max_len`` (table only: ``backend=auto`` runs the dense backend,
+  the whole pattern as the mask of one ``scaled_dot_product_attention`` call, up to this many
+  tokens, flex above; 0: never).
 * ``sinkhorn``: ``sdpa_min_len`` (``backend=auto`` runs SDPA from this sequence length on, the
   materialised path below it), ``sdpa_mask`` (``bias``: masked keys as a float ``attn_mask``, which
   rules out the flash kernel; ``fold``: the key mask folded into one extra query/key feature, no
@@ -63,9 +65,20 @@ FAST_DEFAULTS: dict[str, dict] = {
     # illegal memory access in a candidate kernel it benchmarked ("Runtime error during autotuning",
     # H200, torch 2.11), while 128-wide tiles trained at 33 steps/s (blockwise path 30; 50 steps
     # timed after 200, LRA text model, batch 32), so 64-wide tiles run from 1,536 tokens on.
-    "bigbird": {"flex_block": 64, "flex_narrow_min_len": 1536, "flex_global_rows": "dense", "flex_lse_pass": "narrow"},
-    "sparse": {"flex_block": 128, "flex_global_rows": "dense", "flex_lse_pass": "narrow"},
-    "longformer": {"flex_block": 128, "flex_global_rows": "flex", "flex_lse_pass": "narrow"},
+    # The dense backend (one SDPA call, the pattern as its mask) up to dense_max_len tokens, training
+    # steps/s against flex on an H200 (paper/performance.md): text at 1,025 tokens BigBird 1.07x, Sparse
+    # 1.44x, Longformer 1.43x; image (1,024, batch 256) 1.24x, 1.14x and 0.91x; ListOps (2,001) 0.69x,
+    # 0.90x, 0.59x; text from 2,049 on slower for all three. Longformer stays on flex: its image cell is
+    # its longest (0.91x), and its text cell is short.
+    "bigbird": {
+        "flex_block": 64,
+        "flex_narrow_min_len": 1536,
+        "flex_global_rows": "dense",
+        "flex_lse_pass": "narrow",
+        "dense_max_len": 1025,
+    },
+    "sparse": {"flex_block": 128, "flex_global_rows": "dense", "flex_lse_pass": "narrow", "dense_max_len": 1025},
+    "longformer": {"flex_block": 128, "flex_global_rows": "flex", "flex_lse_pass": "narrow", "dense_max_len": 0},
     # Sinkhorn's attend compiled: 26.5 steps/s against 21.2 eager at 4K with steps back to back (a probe),
     # but 18.0 against 17.5 in the benchmark and 1.03x the examples/s of a text run at its 1,001 tokens
     # (paper/performance.md, one H200), so eager stays.

@@ -117,8 +117,8 @@ class LocalAttention(FlexPatternMixin, AttentionMixer):
         return out.transpose(2, 3).reshape(B, H, Lp, Dh)[:, :, :L]
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
-        if self.backend == "flex":
-            return self.flex_attend(q, k, v, mask)
+        if self.backend in ("flex", "dense"):
+            return self.fast_attend(q, k, v, mask)
         B, H, L, Dh = q.shape
         S = self.block_size
         nb = n_blocks(L, S)

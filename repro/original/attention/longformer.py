@@ -104,9 +104,8 @@ class LongformerAttention(FlexPatternMixin, AttentionMixer):
         B, H, L, Dh = q.shape
         g = min(self.n_global, L)
         p = self.dropout if self.training else 0.0
-        if self.use_flex(q):
-            out = self.flex_attend(q, k, v, mask)
-        else:
+        out = self.fast_attend(q, k, v, mask)
+        if out is None:
             out = self._blockwise(q, k, v, mask)
         if g > 0 and self.global_proj is not None:  # global query rows, own projections
             qg, kg, vg = self.global_proj.project(x)

@@ -151,8 +151,9 @@ class SparseAttention(FlexPatternMixin, AttentionMixer):
         return mask_mod, first_summary + len(slots), key_index
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
-        if self.use_flex(q):
-            return self.flex_attend(q, k, v, mask)
+        out = self.fast_attend(q, k, v, mask)
+        if out is not None:
+            return out
         B, H, L, Dh = q.shape
         dev = q.device
         g = min(self.n_global, L)
