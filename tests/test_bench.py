@@ -330,6 +330,10 @@ def test_table_puts_published_tpu_numbers_beside_ours_and_memory_scaling():
     assert speed["lra_transformer"][2:] == ["8.10 (1.00x)", "1.40 (1.00x)"]
     scaling = table_rows(text, "Memory scaling")
     assert scaling["lra_transformer"] == ["train", "1.000", "4.000", "4.00"]
+    # another task's configuration (arm_task): titled by it, and no TPU columns (published for text only)
+    image = report.table_markdown({**meta, "task": "image"}, report.complete_rows(synthetic_rows()), {}, [])
+    assert image.startswith("# Speed and memory, LRA image configuration") and "LRA TPU" not in image
+    assert table_rows(image, report.MODE_TITLES["train"])["lra_performer"] == ["25.00 (2.50x)", "6.25 (2.50x)"]
 
 
 def test_peer_table_sets_ours_against_each_peer_at_the_largest_length():

@@ -174,12 +174,13 @@ def _markdown(header: list[str], body: list[list[str]]) -> list[str]:
     return lines
 
 
-def efficiency_table(rows: list[dict], mode: str, key: str, digits: int) -> list[str]:
-    """One Table 2 block: ours at each length (ratio to the SDPA Transformer), then the TPU numbers."""
+def efficiency_table(rows: list[dict], mode: str, key: str, digits: int, task: str = "text") -> list[str]:
+    """One Table 2 block: ours at each length (ratio to the SDPA Transformer), then the TPU numbers
+    (published for the text configuration only)."""
     lengths = sorted({r["length"] for r in rows})
     labels = [length_label(n) for n in lengths]
     index = _index(rows)
-    pub = published_table() if mode == "train" else {}
+    pub = published_table() if mode == "train" and task == "text" else {}
     pub_labels = [label for label in labels if any(label in e["steps"] for e in pub.values())]
     kind = "steps" if key == "steps_per_s" else "mem"
     header = ["model", *[f"ours {label}" for label in labels], *[f"LRA TPU {label}" for label in pub_labels]]
@@ -367,6 +368,7 @@ def reference_section(meta: dict, rows: list[dict]) -> list[str]:
 def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str], pairs: dict | None = None) -> str:
     peak = meta.get("matmul_peak_tflops")
     on_gpu = meta.get("cuda") is not None
+    task = meta.get("task", "text")
     arithmetic = (
         f"dtype {meta['dtype']} (autocast: {meta['autocast']}), torch {meta['torch']}, CUDA {meta['cuda']}"
         if on_gpu
@@ -379,11 +381,16 @@ def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str]
         else "Peak memory: measured on CUDA only."
     )
     lines = [
-        f"# Speed and memory, LRA text configuration ({meta['date']}, {meta['device']})",
+        f"# Speed and memory, LRA {task} configuration ({meta['date']}, {meta['device']})",
         "",
         f"Batch {meta['batch']}, {arithmetic}; warm-up {meta['warmup']} steps, median of up to {meta['reps']} "
-        f"timed steps. Ratios in parentheses: to `{REFERENCE_MODEL}` (SDPA) at the same length; for the LRA TPU "
-        f"columns (Tay et al. 2021, Table 2, 4x4 TPU v3), to the published Transformer. {memory} "
+        f"timed steps. Ratios in parentheses: to `{REFERENCE_MODEL}` (SDPA) at the same length"
+        + (
+            "; for the LRA TPU columns (Tay et al. 2021, Table 2, 4x4 TPU v3), to the published Transformer. "
+            if task == "text"
+            else " (LRA published speeds for the text configuration only). "
+        )
+        + f"{memory} "
         f"Attention dropout: {dropout_words(meta.get('attention_dropout'))}.",
         "",
         f"{meta.get('matmul_dtype', 'bf16')} matmul peak measured in this run: {peak:.3g} TFLOP/s "
@@ -395,9 +402,9 @@ def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str]
     for mode in ("train", "infer"):
         if not any(r["mode"] == mode for r in rows):
             continue
-        lines += [f"## {MODE_TITLES[mode]}", ""] + efficiency_table(rows, mode, "steps_per_s", 2) + [""]
+        lines += [f"## {MODE_TITLES[mode]}", ""] + efficiency_table(rows, mode, "steps_per_s", 2, task) + [""]
         lines += [f"## Peak memory (GB), {'training' if mode == 'train' else 'inference'}", ""]
-        lines += efficiency_table(rows, mode, "peak_mem_gb", 3) + [""]
+        lines += efficiency_table(rows, mode, "peak_mem_gb", 3, task) + [""]
     lines += reference_section(meta, rows)
     lines += [
         f"## Roofline at {length_label(max(r['length'] for r in rows))}",
