@@ -100,12 +100,12 @@ def fmt(value, spec: str) -> str:
 
 PATHS_DOC = """Check the fast attention paths on this GPU before the benchmark: ``check_fast.py paths``.
 
-Fast paths: BigBird, Longformer and Sparse through ``flex_attention`` (against their blockwise
-backends), Synthesizer and Sinkhorn through fused SDPA (against their materialised backends),
-and the rotary Transformer's fused rotation (against rotary-embedding-torch's). Each one is a
-single mixer layer in its arm's LRA text configuration (``task=text profile=paper``; ``--task
-image``: the image one, where the Sparse Transformer's heads are 8 wide), the same weights on both
-paths.
+Fast paths: BigBird, Longformer and Sparse through ``flex_attention`` and through one SDPA call with
+the pattern as its mask (``*_dense``; against their blockwise backends), Synthesizer and Sinkhorn
+through fused SDPA (against their materialised backends), and the rotary Transformer's fused
+rotation (against rotary-embedding-torch's). Each one is a single mixer layer in its arm's LRA
+text configuration (``task=text profile=paper``; ``--task image``: the image one, where the Sparse
+Transformer's heads are 8 wide), the same weights on both paths.
 
 1. ``bf16``: the fast path under bf16 autocast against the plain path in float32 (TF32 off),
    training mode with attention dropout 0, fresh random inputs with padding (one sample fully
@@ -114,7 +114,8 @@ paths.
    ``--grad-tol``, or at most twice the plain path's own bf16 error (printed beside it). Before
    the fast run the CUDA caching allocator is filled with NaN, so anything a kernel leaves
    unwritten shows; outputs must be finite and exactly 0 at padded positions.
-2. ``dropout`` (flex paths): training with the arm's attention dropout under bf16, against the
+2. ``dropout`` (flex paths; the dense paths' dropout is SDPA's own, checked on the CPU by
+   tests/test_attention_flex.py): training with the arm's attention dropout under bf16, against the
    float32 dense reference that applies the same hashed keep-mask (``repro/original/attention/
    _flex.py``), output and gradients, same tolerances.
 3. ``auto``: the arm's own settings pick the fast path on this device (what the benchmark runs).

@@ -168,7 +168,7 @@ def test_vanilla_backends_agree_float32():
 
 @pytest.mark.filterwarnings("ignore")  # eager flex_attention on CPU warns it is slow
 @pytest.mark.parametrize("backend", ["flex", "dense"])
-@pytest.mark.parametrize("case", ["local_overlap", "longformer_global", "bigbird", "sparse_cls"])
+@pytest.mark.parametrize("case", ["local_overlap", "local_back", "longformer_global", "bigbird", "sparse_cls"])
 def test_flex_and_dense_backends_match_blockwise(case, backend):
     name, params, max_len = CASES[case]
     torch.manual_seed(0)

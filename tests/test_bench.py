@@ -38,8 +38,8 @@ def read_csv(path: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory) -> Path:
-    """One CPU run of the Hydra entry point: 2 models x 2 lengths x train and infer, depth 1,
-    with an out-of-memory error injected into the first measurement."""
+    """One CPU run of the Hydra entry point: 2 models x 2 lengths x train and infer, depth 1, the
+    arms' ListOps settings, with an out-of-memory error injected into the first measurement."""
     out = tmp_path_factory.mktemp("bench")
     done = run_bench(
         f"models=[{','.join(MODELS)}]",
@@ -52,7 +52,7 @@ def bundle(tmp_path_factory) -> Path:
         f"accuracy_dir={out / 'no_runs'}",
         "progress=false",
         "device=cpu",
-        "arm_task=text",  # a plain key: `task` would name the runner's task group
+        "arm_task=listops",  # the arms' ListOps settings (a plain key: `task` names the runner's task group)
         "debug.oom_at=lra_transformer@32@infer",
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -68,7 +68,8 @@ def test_cli_writes_a_record_with_every_field(bundle):
     for key in ("device", "torch", "cuda", "dtype", "date", "batch", "lengths", "matmul_peak_tflops", "git_commit"):
         assert key in record, key
     assert record["device"] == "cpu" and record["batch"] == 2 and record["lengths"] == LENGTHS
-    assert record["task"] == "text"
+    assert record["task"] == "listops"
+    assert (bundle / "table.md").read_text().startswith("# Speed and memory, LRA listops configuration")
     assert record["matmul_peak_tflops"] > 0
     assert record["cuda"] is None  # a CPU run names no CUDA version, and its table says how it computed:
     header = (bundle / "table.md").read_text().splitlines()[2]
@@ -429,7 +430,7 @@ def test_rerender_plots_accuracy_once_records_exist(bundle, tmp_path):
 
     copy = tmp_path / "bundle"
     shutil.copytree(bundle, copy)
-    runs = tmp_path / "runs" / "locality_k61" / "text" / "paper" / "seed0"
+    runs = tmp_path / "runs" / "locality_k61" / "listops" / "paper" / "seed0"  # the record's task
     runs.mkdir(parents=True)
     (runs / "metrics.json").write_text(json.dumps({"status": "complete", "test_acc": 0.87}))
     report.main([str(copy), "--accuracy-dir", str(tmp_path / "runs")])

@@ -476,7 +476,7 @@ def figure(rows: list[dict], accuracies: dict, path: Path, meta: dict) -> str:
     if any(r["model"] in accuracies for r in points):
         points = [r for r in points if r["model"] in accuracies]
         y = [100 * accuracies[r["model"]][0] for r in points]
-        ylabel, shows = "test accuracy (%), text", "accuracy"
+        ylabel, shows = f"test accuracy (%), {meta.get('task', 'text')}", "accuracy"
     elif with_memory:
         y = [r["peak_mem_gb"] for r in points]
         ylabel, shows = f"peak memory (GB) at {length_label(longest)}", "memory"

@@ -18,7 +18,9 @@ concatenation of a few key "segments" (gathered neighbour blocks, a set of keys 
 every query block, ...), each with its own boolean mask. Memory is linear in ``L`` times
 the number of keys a query block sees. On CUDA, BigBird, Longformer and Sparse run through
 ``flex_attention`` instead (``backend="auto"``; ``FlexPatternMixin`` and ``_flex.py``: a
-cached block mask, LRA's attention dropout exact); ``backend="blockwise"`` keeps this path.
+cached block mask, LRA's attention dropout exact), or at short lengths through one
+``scaled_dot_product_attention`` call with the whole pattern as its mask (``backend="dense"``;
+``fast_defaults`` says up to which length ``auto`` takes it); ``backend="blockwise"`` keeps this path.
 """
 
 from __future__ import annotations

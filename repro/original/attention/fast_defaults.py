@@ -66,10 +66,10 @@ FAST_DEFAULTS: dict[str, dict] = {
     # H200, torch 2.11), while 128-wide tiles trained at 33 steps/s (blockwise path 30; 50 steps
     # timed after 200, LRA text model, batch 32), so 64-wide tiles run from 1,536 tokens on.
     # The dense backend (one SDPA call, the pattern as its mask) up to dense_max_len tokens, training
-    # steps/s against flex on an H200 (paper/performance.md): text at 1,025 tokens BigBird 1.07x, Sparse
-    # 1.44x, Longformer 1.43x; image (1,024, batch 256) 1.24x, 1.14x and 0.91x; ListOps (2,001) 0.69x,
-    # 0.90x, 0.59x; text from 2,049 on slower for all three. Longformer stays on flex: its image cell is
-    # its longest (0.91x), and its text cell is short.
+    # steps/s against flex on an H200 (paper/performance.md): text at 1,025 tokens BigBird 1.07x (inside
+    # the flex row's spread), Sparse 1.44x, Longformer 1.43x; image (1,024, batch 256) 1.24x, 1.14x and
+    # 0.91x; ListOps (2,001) 0.69x, 0.90x, 0.59x; text from 2,049 on slower for all three. Longformer
+    # stays on flex: its image cell is its longest (0.91x), and its text cell is short.
     "bigbird": {
         "flex_block": 64,
         "flex_narrow_min_len": 1536,
