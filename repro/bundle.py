@@ -158,6 +158,12 @@ def _check_record(path: Path, rel: str) -> Candidate:
     said = sorted(f"{name}/{rest}" for name in records.record_arm_names(metrics))
     if rel not in said:
         return Candidate(path, rel, metrics, f"inconsistent: metrics.json says {' or '.join(said)}")
+    try:
+        disagreements = records.config_disagreements(records.read_config(path / "config.yaml"), metrics)
+    except records.DamagedRecord as err:
+        return Candidate(path, rel, metrics, f"unreadable config.yaml: {err}")
+    if disagreements:
+        return Candidate(path, rel, metrics, f"inconsistent: {'; '.join(disagreements)} (a config.yaml not this run's)")
     return Candidate(path, rel, metrics, None)
 
 

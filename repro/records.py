@@ -128,6 +128,17 @@ def record_problems(metrics: dict) -> list[str]:
     return problems
 
 
+def config_disagreements(config: dict | None, metrics: dict) -> list[str]:
+    """Where a record's ``config.yaml`` (its ``train`` block) and its ``metrics.json`` (``train_settings``,
+    what the run trained with) disagree, one ``train.KEY: ...`` line per setting; empty: they agree."""
+    said, ran = (config or {}).get("train") or {}, metrics.get("train_settings") or {}
+    return [
+        f"train.{key}: config.yaml {said[key]!r}, metrics.json {ran[key]!r}"
+        for key in sorted(said)
+        if key in ran and said[key] != ran[key]
+    ]
+
+
 def _jsonable(value):
     if isinstance(value, (np.integer,)):
         return int(value)

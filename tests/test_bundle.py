@@ -280,6 +280,31 @@ def test_a_record_under_arm_plus_techniques_is_consistent_only_with_those_techni
     ]
 
 
+def test_a_record_whose_config_is_not_its_own_is_left_out(tmp_path):
+    """config.yaml's training settings must be the ones metrics.json says the run trained with: a
+    config.yaml copied from another run (another budget) makes the record inconsistent, not a result."""
+    runs_root = tmp_path / "runs"
+    kept = make_record(runs_root, "lra_transformer", "text", 0, labels=fixed_labels("text", 40), accuracy=0.7)
+    other = make_record(runs_root, "lra_transformer", "text", 1, labels=fixed_labels("text", 40), accuracy=0.7)
+    for folder, ran in ((kept, {"lr": 0.001, "batch_size": 32}), (other, {"lr": 0.001, "budget_minutes": 10})):
+        metrics = json.loads((folder / "metrics.json").read_text())
+        metrics["train_settings"] = ran
+        (folder / "metrics.json").write_text(json.dumps(metrics))
+    (other / "config.yaml").write_text(
+        (other / "config.yaml").read_text().replace("lr: 0.001", "lr: 0.001\n  budget_minutes: 3")
+    )
+    out = bundle.freeze("v1", runs_root, tmp_path / "results", analysis=False, log=quiet)
+    manifest = bundle.load_manifest(out)
+    assert [r["path"] for r in manifest["runs"]] == ["runs/lra_transformer/text/budget/seed0"]
+    assert manifest["left_out"] == [
+        {
+            "path": "lra_transformer/text/budget/seed1",
+            "reason": "inconsistent: train.budget_minutes: config.yaml 3, metrics.json 10 "
+            "(a config.yaml not this run's)",
+        }
+    ]
+
+
 def test_notes_are_frozen_and_checksummed(runs, tmp_path):
     notes = tmp_path / "grid_notes.md"
     notes.write_text("# How this grid ran\n3 minutes per run.\n")
