@@ -392,6 +392,22 @@ def test_a_failed_write_leaves_no_folder(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_run_setting_or_an_unknown_task_is_refused_in_one_line(tmp_path):
+    """``task`` is the runner's group, not the benchmark's key (``arm_task``): both mistakes stop before any
+    measurement with one line on stderr and status 2."""
+    wrong_key = run_bench("task=image", "device=cpu", f"out_dir={tmp_path}")
+    assert wrong_key.returncode == 2 and wrong_key.stderr.splitlines() == [
+        "experiments/bench.py: error: task=image: the benchmark takes no task; the rows are models=[...] (arms or "
+        "variants), and the task whose settings they take is arm_task=NAME"
+    ]
+    unknown = run_bench("arm_task=imagenet", "device=cpu", f"out_dir={tmp_path}")
+    assert unknown.returncode == 2 and unknown.stderr.splitlines() == [
+        "experiments/bench.py: error: arm_task=imagenet: no task 'imagenet'; choose one of: image, listops, "
+        "pathfinder, pathx, retrieval, text"
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_accuracies_come_from_complete_records_paper_before_budget_never_smoke(tmp_path):
     def record(arm, profile, seed, acc, status="complete"):
         folder = tmp_path / arm / "text" / profile / f"seed{seed}"

@@ -31,7 +31,7 @@ from ..bench.models import attention_dropout_setting, plan
 from ..bench.timing import matmul_peak_tflops
 from ..records import commit_variable_problem, git_commit
 from ..runner import pick_device
-from . import config_dir, require_same_checkout
+from . import GROUPS, config_dir, config_dirs, fail, group_options, require_same_checkout
 
 
 def as_list(value, key: str) -> list | None:
@@ -158,11 +158,29 @@ def invocation() -> list[str]:
     return ["python", "experiments/bench.py"]
 
 
+def command_line_problem(argv: list[str], conf: Path) -> str | None:
+    """The first mistake on the benchmark's command line: a run's group (``task=``, ``arm=``, ...), which
+    the benchmark does not read, or an ``arm_task`` that names no task; None when there is none."""
+    for arg in argv:
+        key, sep, value = arg.lstrip("+").partition("=")
+        if sep and key in GROUPS:
+            return (
+                f"{arg}: the benchmark takes no {key}; the rows are models=[...] (arms or variants), and the "
+                "task whose settings they take is arm_task=NAME"
+            )
+        if sep and key == "arm_task" and value not in (options := group_options("task", config_dirs(argv, conf))):
+            return f"{arg}: no task {value!r}; choose one of: {', '.join(options)}"
+    return None
+
+
 def main(script: str | None = None) -> None:
     """``lra-bench``; experiments/bench.py passes its own path as ``script`` (it must be this checkout's)."""
     if script is not None:
         require_same_checkout(script)
-    conf = config_dir("experiments/bench.py" if script else "lra-bench", "bench")
+    prog = "experiments/bench.py" if script else "lra-bench"
+    conf = config_dir(prog, "bench")
+    if mistake := command_line_problem(sys.argv[1:], Path(conf)):
+        fail(f"{prog}: error: {mistake}")
     hydra.main(version_base="1.3", config_path=conf, config_name="bench")(bench_app)()
 
 
