@@ -128,14 +128,20 @@ def record_problems(metrics: dict) -> list[str]:
     return problems
 
 
+# The settings an example budget (budget.fraction or budget.examples) turns into a step cap when the run
+# starts (repro/budget.py): config.yaml keeps them as typed, metrics.json holds what they became.
+EXAMPLE_BUDGET_DERIVED = frozenset({"max_steps", "budget_minutes", "budget_examples", "epochs"})
+
+
 def config_disagreements(config: dict | None, metrics: dict) -> list[str]:
     """Where a record's ``config.yaml`` (its ``train`` block) and its ``metrics.json`` (``train_settings``,
     what the run trained with) disagree, one ``train.KEY: ...`` line per setting; empty: they agree."""
     said, ran = (config or {}).get("train") or {}, metrics.get("train_settings") or {}
+    derived = EXAMPLE_BUDGET_DERIVED if said.get("budget_fraction") is not None or said.get("budget_examples") else ()
     return [
         f"train.{key}: config.yaml {said[key]!r}, metrics.json {ran[key]!r}"
         for key in sorted(said)
-        if key in ran and said[key] != ran[key]
+        if key in ran and key not in derived and said[key] != ran[key]
     ]
 
 

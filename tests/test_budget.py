@@ -10,6 +10,7 @@ import yaml
 from conftest import SHORT_LISTOPS_OVERRIDES, composed, read_json, run_cli
 from test_runner import common
 
+from repro import records
 from repro.budget import apply_example_budget
 from repro.runner import resolve
 from repro.tasks.base import Split, TaskData
@@ -81,6 +82,7 @@ def test_a_run_with_an_example_budget_trains_that_many_and_its_record_says_so(tm
     assert metrics["budget_examples"] == 40 and metrics["budget_fraction"] is None
     config = yaml.safe_load((folder / "config.yaml").read_text())
     assert config["train"]["budget_examples"] == 40 and config["train"].get("max_steps") is None  # as typed
+    assert records.config_disagreements(config, metrics) == []  # the step cap it became is no disagreement
     with open(folder / "history.csv") as handle:
         assert max(int(row["step"]) for row in csv.DictReader(handle)) == 5
 
@@ -98,7 +100,10 @@ def test_a_fraction_typed_on_the_command_line_reads_the_protocol_inside_the_run(
         *common(tmp_path, shared_cache),
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    metrics = read_json(tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / "seed0" / "metrics.json")
+    folder = tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / "seed0"
+    metrics = read_json(folder / "metrics.json")
+    assert metrics["train_settings"]["max_steps"] is not None
+    assert records.config_disagreements(yaml.safe_load((folder / "config.yaml").read_text()), metrics) == []
     steps = max(1, round(fraction * paper_examples("locality_k5", "listops") / 8))  # smoke's batch of 8
     assert metrics["steps"] == steps > 1 and metrics["budget_examples"] == steps * 8
     assert metrics["budget_fraction"] == fraction

@@ -284,18 +284,27 @@ def test_a_record_whose_config_is_not_its_own_is_left_out(tmp_path):
     """config.yaml's training settings must be the ones metrics.json says the run trained with: a
     config.yaml copied from another run (another budget) makes the record inconsistent, not a result."""
     runs_root = tmp_path / "runs"
-    kept = make_record(runs_root, "lra_transformer", "text", 0, labels=fixed_labels("text", 40), accuracy=0.7)
-    other = make_record(runs_root, "lra_transformer", "text", 1, labels=fixed_labels("text", 40), accuracy=0.7)
-    for folder, ran in ((kept, {"lr": 0.001, "batch_size": 32}), (other, {"lr": 0.001, "budget_minutes": 10})):
+    kept, other, share = (
+        make_record(runs_root, "lra_transformer", "text", seed, labels=fixed_labels("text", 40), accuracy=0.7)
+        for seed in (0, 1, 2)
+    )
+    # share: an example budget, which config.yaml keeps as typed and metrics.json as the step cap it became
+    for folder, typed, ran in (
+        (kept, "", {"lr": 0.001, "batch_size": 32}),
+        (other, "budget_minutes: 3", {"lr": 0.001, "budget_minutes": 10}),
+        (share, "budget_fraction: 0.1\n  max_steps: null", {"lr": 0.001, "budget_fraction": 0.1, "max_steps": 70}),
+    ):
         metrics = json.loads((folder / "metrics.json").read_text())
         metrics["train_settings"] = ran
         (folder / "metrics.json").write_text(json.dumps(metrics))
-    (other / "config.yaml").write_text(
-        (other / "config.yaml").read_text().replace("lr: 0.001", "lr: 0.001\n  budget_minutes: 3")
-    )
+        config = (folder / "config.yaml").read_text()
+        (folder / "config.yaml").write_text(config.replace("lr: 0.001", f"lr: 0.001\n  {typed}") if typed else config)
     out = bundle.freeze("v1", runs_root, tmp_path / "results", analysis=False, log=quiet)
     manifest = bundle.load_manifest(out)
-    assert [r["path"] for r in manifest["runs"]] == ["runs/lra_transformer/text/budget/seed0"]
+    assert [r["path"] for r in manifest["runs"]] == [
+        "runs/lra_transformer/text/budget/seed0",
+        "runs/lra_transformer/text/budget/seed2",
+    ]
     assert manifest["left_out"] == [
         {
             "path": "lra_transformer/text/budget/seed1",
