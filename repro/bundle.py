@@ -14,7 +14,8 @@ Commands (``python -m repro.bundle <command> --help`` lists every option)::
 
 ``freeze`` copies the chosen **complete** records (``metrics.json`` with status
 ``complete``, every file of ``records.RECORD_FILES``, at least one training step and no NaN
-or infinity among its metrics; checkpoints never) into
+or infinity among its metrics, a ``config.yaml`` whose training settings are those the run
+trained with, ``records.config_disagreements``; checkpoints never) into
 ``results/<version>/runs/<arm>/<task>/<profile>/seed<k>/``, benchmark files given with
 ``--bench`` into ``bench/``, other files that back a finding (``--extra``: a probe's output,
 a record whose predictions were not kept) into ``extra/`` (a source inside a bundle under that
