@@ -15,7 +15,7 @@ Commands (``python -m repro.bundle <command> --help`` lists every option)::
 ``freeze`` copies the chosen **complete** records (``metrics.json`` with status
 ``complete``, every file of ``records.RECORD_FILES``, at least one training step and no NaN
 or infinity among its metrics, a ``config.yaml`` whose training settings are those the run
-trained with, ``records.config_disagreements``; checkpoints never) into
+trained with, a ``predictions.csv`` that scores its ``test_acc``; checkpoints never) into
 ``results/<version>/runs/<arm>/<task>/<profile>/seed<k>/``, benchmark files given with
 ``--bench`` into ``bench/``, other files that back a finding (``--extra``: a probe's output,
 a record whose predictions were not kept) into ``extra/`` (a source inside a bundle under that
@@ -165,6 +165,8 @@ def _check_record(path: Path, rel: str) -> Candidate:
         return Candidate(path, rel, metrics, f"unreadable config.yaml: {err}")
     if disagreements:
         return Candidate(path, rel, metrics, f"inconsistent: {'; '.join(disagreements)} (a config.yaml not this run's)")
+    if contradiction := records.predictions_disagreement(path, metrics):
+        return Candidate(path, rel, metrics, f"inconsistent: {contradiction}")
     return Candidate(path, rel, metrics, None)
 
 

@@ -145,6 +145,20 @@ def config_disagreements(config: dict | None, metrics: dict) -> list[str]:
     ]
 
 
+def predictions_disagreement(run_dir: Path, metrics: dict) -> str | None:
+    """How a record's ``predictions.csv`` contradicts the ``test_acc`` of its ``metrics.json`` (the share of
+    its rows whose prediction is the label must be that accuracy), or None when it does not."""
+    with open(Path(run_dir) / "predictions.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    if not rows or not {"prediction", "label"} <= set(rows[0]):
+        return "predictions.csv holds no prediction and label columns"
+    acc = sum(row["prediction"] == row["label"] for row in rows) / len(rows)
+    test_acc = metrics.get("test_acc")
+    if not isinstance(test_acc, (int, float)) or abs(acc - test_acc) > 1e-9:
+        return f"predictions.csv scores {acc:.6g} over {len(rows)} examples, metrics.json's test_acc is {test_acc!r}"
+    return None
+
+
 def _jsonable(value):
     if isinstance(value, (np.integer,)):
         return int(value)

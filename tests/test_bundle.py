@@ -314,6 +314,29 @@ def test_a_record_whose_config_is_not_its_own_is_left_out(tmp_path):
     ]
 
 
+def test_a_record_whose_predictions_do_not_score_its_accuracy_is_left_out(tmp_path):
+    runs_root = tmp_path / "runs"
+    labels = fixed_labels("text", 40)
+    kept, edited = (
+        make_record(runs_root, "lra_transformer", "text", seed, labels=labels, accuracy=0.5) for seed in (0, 1)
+    )
+    lines = (edited / "predictions.csv").read_text().splitlines()
+    index, prediction, label = lines[1].split(",")
+    lines[1] = ",".join([index, label if prediction != label else str(1 - int(label)), label])  # one answer changed
+    (edited / "predictions.csv").write_text("\n".join(lines) + "\n")
+    out = bundle.freeze("v1", runs_root, tmp_path / "results", analysis=False, log=quiet)
+    manifest = bundle.load_manifest(out)
+    assert [r["path"] for r in manifest["runs"]] == ["runs/lra_transformer/text/budget/seed0"]
+    flipped = 0.525 if prediction != label else 0.475
+    assert manifest["left_out"] == [
+        {
+            "path": "lra_transformer/text/budget/seed1",
+            "reason": f"inconsistent: predictions.csv scores {flipped:.6g} over 40 examples, metrics.json's "
+            "test_acc is 0.5",
+        }
+    ]
+
+
 def test_notes_are_frozen_and_checksummed(runs, tmp_path):
     notes = tmp_path / "grid_notes.md"
     notes.write_text("# How this grid ran\n3 minutes per run.\n")
