@@ -58,8 +58,9 @@ from __future__ import annotations
 
 FAST_DEFAULTS: dict[str, dict] = {
     # BigBird: 64-wide tiles (its block width; no tile is partial). With the inputs padded to whole
-    # tiles they compiled and trained at ListOps' 2,001 tokens on an H200 (torch 2.11): 12.09 steps/s
-    # against 3.4 on 128-wide tiles (paper/performance.md). Sparse: 64-wide tiles still hit an illegal
+    # tiles they compiled and trained at ListOps' 2,001 tokens on an H200 (torch 2.11): 14.4 steps/s in
+    # the seed-0 record (results/v0.2-lra/runs/lra_bigbird/listops/paper/seed0) against 3.4 on 128-wide
+    # tiles (paper/performance.md). Sparse: 64-wide tiles still hit an illegal
     # memory access while compiling at that length (its gathered key axis), so it keeps 128.
     # BigBird below 1,536 tokens: at text's 1,001 the 64-wide tiles' max-autotune compilation hit an
     # illegal memory access in a candidate kernel it benchmarked ("Runtime error during autotuning",
