@@ -41,6 +41,12 @@ def freeze(runs: Path, version: str = "v1", **kwargs) -> Path:
     return bundle.freeze(version, runs, runs.parents[1] / "results", analysis=False, log=quiet, **kwargs)
 
 
+def kept_and_left_out(runs: Path) -> tuple[list[str], list[dict]]:
+    """Freeze ``runs``: the bundle paths of the records taken, and the manifest's records left out."""
+    manifest = bundle.load_manifest(freeze(runs))
+    return [r["path"] for r in manifest["runs"]], manifest["left_out"]
+
+
 def test_freeze_copies_complete_records_only_and_verify_passes(runs):
     out = freeze(runs)
     assert bundle.verify(out) == []
@@ -246,7 +252,7 @@ def test_command_line_freeze_verify_cite_ls(runs, tmp_path):
 def test_a_record_under_arm_plus_techniques_is_consistent_only_with_those_techniques(tmp_path):
     """records.record_arm writes ``<arm>+<techniques>/`` when the techniques are not the arm's own
     (``techniques.arm_default``); records from before that key may sit under either name."""
-    runs_root = tmp_path / "runs"
+    runs_root = tmp_path / "outputs" / "runs"
     cases = (
         ("s4+followup", {"name": "followup", "arm_default": "none"}),  # consistent
         ("gmlp+followup", {"name": "followup"}),  # older record: either name
@@ -265,13 +271,12 @@ def test_a_record_under_arm_plus_techniques_is_consistent_only_with_those_techni
         if target != made:
             target.parent.mkdir(parents=True)
             made.rename(target)
-    out = bundle.freeze("v1", runs_root, tmp_path / "results", analysis=False, log=quiet)
-    manifest = bundle.load_manifest(out)
-    assert [r["path"] for r in manifest["runs"]] == [
+    kept_paths, left_out = kept_and_left_out(runs_root)
+    assert kept_paths == [
         "runs/gmlp+followup/text/budget/seed0",
         "runs/s4+followup/text/budget/seed0",
     ]
-    assert manifest["left_out"] == [
+    assert left_out == [
         {"path": "mega/text/budget/seed0", "reason": "inconsistent: metrics.json says mega+followup/text/budget/seed0"},
         {
             "path": "s5+none/text/budget/seed0",
@@ -283,7 +288,7 @@ def test_a_record_under_arm_plus_techniques_is_consistent_only_with_those_techni
 def test_a_record_whose_config_is_not_its_own_is_left_out(tmp_path):
     """config.yaml's training settings must be the ones metrics.json says the run trained with: a
     config.yaml copied from another run (another budget) makes the record inconsistent, not a result."""
-    runs_root = tmp_path / "runs"
+    runs_root = tmp_path / "outputs" / "runs"
     kept, other, share = (
         make_record(runs_root, "lra_transformer", "text", seed, labels=fixed_labels("text", 40), accuracy=0.7)
         for seed in (0, 1, 2)
@@ -299,13 +304,12 @@ def test_a_record_whose_config_is_not_its_own_is_left_out(tmp_path):
         (folder / "metrics.json").write_text(json.dumps(metrics))
         config = (folder / "config.yaml").read_text()
         (folder / "config.yaml").write_text(config.replace("lr: 0.001", f"lr: 0.001\n  {typed}") if typed else config)
-    out = bundle.freeze("v1", runs_root, tmp_path / "results", analysis=False, log=quiet)
-    manifest = bundle.load_manifest(out)
-    assert [r["path"] for r in manifest["runs"]] == [
+    kept_paths, left_out = kept_and_left_out(runs_root)
+    assert kept_paths == [
         "runs/lra_transformer/text/budget/seed0",
         "runs/lra_transformer/text/budget/seed2",
     ]
-    assert manifest["left_out"] == [
+    assert left_out == [
         {
             "path": "lra_transformer/text/budget/seed1",
             "reason": "inconsistent: train.budget_minutes: config.yaml 3, metrics.json 10 "
@@ -315,7 +319,7 @@ def test_a_record_whose_config_is_not_its_own_is_left_out(tmp_path):
 
 
 def test_a_record_whose_predictions_do_not_score_its_accuracy_is_left_out(tmp_path):
-    runs_root = tmp_path / "runs"
+    runs_root = tmp_path / "outputs" / "runs"
     labels = fixed_labels("text", 40)
     kept, edited = (
         make_record(runs_root, "lra_transformer", "text", seed, labels=labels, accuracy=0.5) for seed in (0, 1)
@@ -324,11 +328,10 @@ def test_a_record_whose_predictions_do_not_score_its_accuracy_is_left_out(tmp_pa
     index, prediction, label = lines[1].split(",")
     lines[1] = ",".join([index, label if prediction != label else str(1 - int(label)), label])  # one answer changed
     (edited / "predictions.csv").write_text("\n".join(lines) + "\n")
-    out = bundle.freeze("v1", runs_root, tmp_path / "results", analysis=False, log=quiet)
-    manifest = bundle.load_manifest(out)
-    assert [r["path"] for r in manifest["runs"]] == ["runs/lra_transformer/text/budget/seed0"]
+    kept_paths, left_out = kept_and_left_out(runs_root)
+    assert kept_paths == ["runs/lra_transformer/text/budget/seed0"]
     flipped = 0.525 if prediction != label else 0.475
-    assert manifest["left_out"] == [
+    assert left_out == [
         {
             "path": "lra_transformer/text/budget/seed1",
             "reason": f"inconsistent: predictions.csv scores {flipped:.6g} over 40 examples, metrics.json's "
