@@ -546,6 +546,41 @@ def test_attention_dropout_option_sets_every_arm_and_names_the_folder(tmp_path):
     }
     folder = report.write_bundle(tmp_path, meta, report.complete_rows(synthetic_rows()), {}, [], {})
     assert folder.name == "2026-01-01_test_train_attention-dropout-0"
+    rows = report.complete_rows(synthetic_rows())
+    blocks = report.write_bundle(tmp_path, {**meta, "sync_every": 5}, rows, {}, [], {})
+    assert blocks.name == "2026-01-01_test_train_attention-dropout-0_sync-every-5"
+    assert "in blocks of 5 run back to back" in (blocks / "table.md").read_text()
+    assert "each timed alone" in (folder / "table.md").read_text()
+
+
+def test_timed_steps_run_in_blocks_and_each_sample_is_its_blocks_mean(monkeypatch):
+    """``sync_every=k``: the timed steps run k at a time between two clock reads, a sample is the block's
+    mean step time, the remainder of ``reps`` is not run; ``sync_every=1`` times each step alone."""
+    from repro.bench import timing
+    from repro.cli.bench import sync_every_setting
+
+    clock = {"now": 0.0, "calls": 0}
+
+    def step():  # call n takes n ms on the fake clock
+        clock["calls"] += 1
+        clock["now"] += clock["calls"] * 1e-3
+
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock["now"])
+    samples = timing.StepTimer(torch.device("cpu")).run(step, warmup=2, reps=7, sync_every=3)
+    assert clock["calls"] == 2 + 6  # two blocks of three; the seventh step is not run
+    assert samples == pytest.approx([(3 + 4 + 5) / 3, (6 + 7 + 8) / 3])
+    summary = timing.Timing(samples, 3).summary()
+    assert summary["reps"] == 6 and summary["sync_every"] == 3 and summary["step_ms_median"] == pytest.approx(5.5)
+    clock.update(now=0.0, calls=0)
+    assert timing.StepTimer(torch.device("cpu")).run(step, warmup=1, reps=3) == pytest.approx([2, 3, 4])
+    assert sync_every_setting(4) == 4
+    for bad in (0, True, 2.5, "5"):
+        with pytest.raises(ValueError) as raised:
+            sync_every_setting(bad)
+        assert str(raised.value) == (
+            f"sync_every={bad!r} (experiments/conf/bench.yaml): give a whole number of timed steps per "
+            "synchronisation, 1 (each step alone) or more (blocks run back to back, as training runs them)"
+        )
 
 
 def test_a_peer_whose_import_fails_is_skipped_with_the_reason(monkeypatch):

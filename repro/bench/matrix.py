@@ -51,6 +51,7 @@ class Settings:
     device: torch.device
     progress: bool = True
     time_budget_s: float | None = None  # rows not started within it are recorded as skipped
+    sync_every: int = 1  # timed steps per synchronisation (repro/bench/timing.py)
     oom_at: str | None = None  # "model@length@mode": inject an out-of-memory error there (tests)
 
     @property
@@ -94,6 +95,14 @@ class InjectedOutOfMemory:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected by debug.oom_at)")
 
 
+def timed(step, settings: Settings) -> Timing:
+    """The timing of ``step`` under the settings' warm-up, repetitions, row cap and blocks."""
+    times = StepTimer(settings.device).run(
+        step, settings.warmup, settings.reps, settings.max_row_seconds, settings.sync_every
+    )
+    return Timing(times, settings.sync_every)
+
+
 def time_infer(model, ids, settings: Settings, inject) -> Timing:
     model.eval()
 
@@ -102,7 +111,7 @@ def time_infer(model, ids, settings: Settings, inject) -> Timing:
         with torch.no_grad(), _autocast(settings):
             model(ids)
 
-    return Timing(StepTimer(settings.device).run(step, settings.warmup, settings.reps, settings.max_row_seconds))
+    return timed(step, settings)
 
 
 def time_train(model, ids, labels, spec: BenchModel, settings: Settings, inject) -> Timing:
@@ -123,7 +132,7 @@ def time_train(model, ids, labels, spec: BenchModel, settings: Settings, inject)
         optimizer.step()
 
     try:
-        return Timing(StepTimer(settings.device).run(step, settings.warmup, settings.reps, settings.max_row_seconds))
+        return timed(step, settings)
     finally:  # the optimiser's state goes with this frame; the gradients go now
         optimizer.zero_grad(set_to_none=True)
 
@@ -173,7 +182,7 @@ def conv_layer_tflops(spec: BenchModel, model, length: int, mode: str, settings:
 
     context = nullcontext() if train else torch.no_grad()
     with context:
-        timing = Timing(StepTimer(settings.device).run(step, settings.warmup, settings.reps, settings.max_row_seconds))
+        timing = timed(step, settings)
     layer.zero_grad(set_to_none=True)
     one_layer = {**spec.model, "depth": 1}
     flops = step_flops(conv_layer_flops(one_layer, settings.batch, length), mode)

@@ -83,6 +83,13 @@ def dropout_label(setting: float | None):
     return "lra" if setting is None else float(setting)
 
 
+def timing_words(sync_every: int) -> str:
+    """How the timed steps were synchronised (repro/bench/timing.py)."""
+    if sync_every == 1:
+        return ", each timed alone (synchronised after every step)"
+    return f", in blocks of {sync_every} run back to back as training runs them (the median of the blocks' mean step)"
+
+
 def dropout_words(label) -> str:
     if label in (None, "lra"):
         return "each arm's own attention dropout (LRA's 0.1 on text)"
@@ -384,7 +391,8 @@ def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str]
         f"# Speed and memory, LRA {task} configuration ({meta['date']}, {meta['device']})",
         "",
         f"Batch {meta['batch']}, {arithmetic}; warm-up {meta['warmup']} steps, median of up to {meta['reps']} "
-        f"timed steps. Ratios in parentheses: to `{REFERENCE_MODEL}` (SDPA) at the same length"
+        f"timed steps{timing_words(meta.get('sync_every', 1))}. "
+        f"Ratios in parentheses: to `{REFERENCE_MODEL}` (SDPA) at the same length"
         + (
             "; for the LRA TPU columns (Tay et al. 2021, Table 2, 4x4 TPU v3), to the published Transformer. "
             if task == "text"
@@ -533,7 +541,8 @@ def write_bundle(
     accuracies: dict,
     pairs: dict | None = None,
 ) -> Path:
-    """Write the four files into a temporary folder and rename it to ``<out_root>/<date>_<device>_<mode>``.
+    """Write the four files into a temporary folder and rename it to ``<out_root>/<date>_<device>_<mode>``
+    (with ``_attention-dropout-<p>`` and ``_sync-every-<k>`` where those differ from the defaults).
 
     An existing folder of that name is kept; the new one gets a ``-2``, ``-3``, ... suffix.
     """
@@ -542,6 +551,8 @@ def write_bundle(
     name = f"{meta['date']}_{meta['device_slug']}_{meta['mode']}"
     if meta.get("attention_dropout", "lra") != "lra":
         name += f"_attention-dropout-{meta['attention_dropout']:g}"
+    if meta.get("sync_every", 1) != 1:
+        name += f"_sync-every-{meta['sync_every']}"
     final, n = out_root / name, 2
     while final.exists():
         final, n = out_root / f"{name}-{n}", n + 1

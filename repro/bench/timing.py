@@ -1,8 +1,12 @@
 """Timing, peak memory and out-of-memory handling for the benchmark.
 
-On CUDA every step is timed with a pair of CUDA events and a synchronisation
-(the GPU's time, not the launch time); on CPU with ``time.perf_counter``. Warm-up
-steps are run first and not timed. Peak memory is
+On CUDA the timed steps run in blocks of ``sync_every`` steps, each block between a pair
+of CUDA events and followed by a synchronisation (the GPU's time, not the launch time); on
+CPU with ``time.perf_counter``. With ``sync_every=1`` each step is timed alone, so the
+host's kernel launches never overlap the GPU's work of the step before; with more, the
+steps of a block run back to back as the training loop runs them (``repro/training``
+synchronises once per ``train.log_every`` steps), and a sample is the block's mean step
+time. Warm-up steps are run first and not timed. Peak memory is
 ``torch.cuda.max_memory_allocated`` after ``torch.cuda.reset_peak_memory_stats``,
 so it counts what the measured steps themselves held (weights, optimiser state,
 activations); on CPU it is not measured (``None`` with a reason).
@@ -56,6 +60,7 @@ class Timing:
     """Per-step times (ms) of one measurement and their summary."""
 
     times_ms: list[float]
+    steps_per_sample: int = 1  # each entry the mean step time of a block of this many steps run back to back
 
     @property
     def median_ms(self) -> float:
@@ -76,7 +81,8 @@ class Timing:
             "steps_per_s_max": 1e3 / min(self.times_ms),
             "step_ms_median": self.median_ms,
             "step_ms_iqr": self.iqr_ms,
-            "reps": len(self.times_ms),
+            "reps": len(self.times_ms) * self.steps_per_sample,
+            "sync_every": self.steps_per_sample,
         }
 
 
@@ -90,21 +96,31 @@ class StepTimer:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def one(self, step: Callable[[], object]) -> float:
-        """Milliseconds of one call of ``step``."""
+    def one(self, step: Callable[[], object], calls: int = 1) -> float:
+        """Milliseconds per call of ``calls`` calls of ``step`` run back to back, then synchronised."""
         if self.device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            step()
+            for _ in range(calls):
+                step()
             end.record()
             torch.cuda.synchronize(self.device)
-            return start.elapsed_time(end)
+            return start.elapsed_time(end) / calls
         begin = time.perf_counter()
-        step()
-        return (time.perf_counter() - begin) * 1e3
+        for _ in range(calls):
+            step()
+        return (time.perf_counter() - begin) * 1e3 / calls
 
-    def run(self, step: Callable[[], object], warmup: int, reps: int, max_seconds: float | None = None) -> list[float]:
-        """``warmup`` untimed calls, then up to ``reps`` timed ones (ms each).
+    def run(
+        self,
+        step: Callable[[], object],
+        warmup: int,
+        reps: int,
+        max_seconds: float | None = None,
+        sync_every: int = 1,
+    ) -> list[float]:
+        """``warmup`` untimed calls, then up to ``reps`` timed ones in blocks of ``sync_every`` (one
+        entry per block: its mean ms a step; at least one block).
 
         ``max_seconds`` caps the timed part: the number of timed steps is cut so that
         their expected time (from the last warm-up step) stays under it, never below 3
@@ -116,7 +132,7 @@ class StepTimer:
         self._sync()
         if max_seconds is not None and last_ms:
             reps = min(reps, max(min(3, reps), int(max_seconds * 1e3 / last_ms)))
-        return [self.one(step) for _ in range(reps)]
+        return [self.one(step, sync_every) for _ in range(max(1, reps // sync_every))]
 
 
 def reset_peak(device: torch.device) -> None:

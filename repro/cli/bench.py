@@ -45,6 +45,16 @@ def as_list(value, key: str) -> list | None:
     raise ValueError(f"{key}={value!r} (experiments/conf/bench.yaml): give one value or a list, e.g. {key}=[a,b]")
 
 
+def sync_every_setting(value) -> int:
+    """``sync_every``: a whole number of steps >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"sync_every={value!r} (experiments/conf/bench.yaml): give a whole number of timed steps per "
+            "synchronisation, 1 (each step alone) or more (blocks run back to back, as training runs them)"
+        )
+    return value
+
+
 def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
@@ -70,6 +80,7 @@ def setup(cfg: DictConfig) -> tuple[list, list[str], Settings]:
         device=device,
         progress=bool(cfg.progress),
         time_budget_s=None if cfg.time_budget_s is None else float(cfg.time_budget_s),
+        sync_every=sync_every_setting(cfg.sync_every),
         oom_at=cfg.debug.oom_at,
     )
     settings.autocast_dtype  # noqa: B018 - validates dtype before anything is measured
@@ -121,6 +132,7 @@ def bench_app(cfg: DictConfig) -> None:
         "task": str(cfg.arm_task),
         "warmup": settings.warmup,
         "reps": settings.reps,
+        "sync_every": settings.sync_every,
         "max_row_seconds": settings.max_row_seconds,
         "time_budget_s": settings.time_budget_s,
         "matmul_peak_tflops": peak,
