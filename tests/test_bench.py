@@ -555,7 +555,8 @@ def test_attention_dropout_option_sets_every_arm_and_names_the_folder(tmp_path):
 
 def test_timed_steps_run_in_blocks_and_each_sample_is_its_blocks_mean(monkeypatch):
     """``sync_every=k``: the timed steps run k at a time between two clock reads, a sample is the block's
-    mean step time, the remainder of ``reps`` is not run; ``sync_every=1`` times each step alone."""
+    mean step time, the remainder of ``reps`` is not run; fewer ``reps`` than k make one block of them;
+    ``sync_every=1`` times each step alone."""
     from repro.bench import timing
     from repro.cli.bench import sync_every_setting
 
@@ -566,13 +567,22 @@ def test_timed_steps_run_in_blocks_and_each_sample_is_its_blocks_mean(monkeypatc
         clock["now"] += clock["calls"] * 1e-3
 
     monkeypatch.setattr(timing.time, "perf_counter", lambda: clock["now"])
-    samples = timing.StepTimer(torch.device("cpu")).run(step, warmup=2, reps=7, sync_every=3)
+
+    def timed(**options):
+        clock.update(now=0.0, calls=0)
+        return timing.StepTimer(torch.device("cpu")).timing(step, **options)
+
+    blocks = timed(warmup=2, reps=7, sync_every=3)
     assert clock["calls"] == 2 + 6  # two blocks of three; the seventh step is not run
-    assert samples == pytest.approx([(3 + 4 + 5) / 3, (6 + 7 + 8) / 3])
-    summary = timing.Timing(samples, 3).summary()
-    assert summary["reps"] == 6 and summary["sync_every"] == 3 and summary["step_ms_median"] == pytest.approx(5.5)
-    clock.update(now=0.0, calls=0)
-    assert timing.StepTimer(torch.device("cpu")).run(step, warmup=1, reps=3) == pytest.approx([2, 3, 4])
+    assert blocks.times_ms == pytest.approx([(3 + 4 + 5) / 3, (6 + 7 + 8) / 3])
+    summary = blocks.summary()
+    assert (summary["reps"], summary["samples"], summary["sync_every"]) == (6, 2, 3)
+    assert summary["step_ms_median"] == pytest.approx(5.5)
+    short = timed(warmup=1, reps=2, sync_every=5)
+    assert clock["calls"] == 1 + 2 and short.times_ms == pytest.approx([(2 + 3) / 2]) and short.steps_per_sample == 2
+    assert timed(warmup=1, reps=3).times_ms == pytest.approx([2, 3, 4])
+    assert timing.StepTimer(torch.device("cpu")).run(step, warmup=0, reps=0) == []
+    assert set(summary) <= set(report.ROW_FIELDS)  # a row's timing fields are columns, not a note
     assert sync_every_setting(4) == 4
     for bad in (0, True, 2.5, "5"):
         with pytest.raises(ValueError) as raised:

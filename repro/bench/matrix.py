@@ -97,10 +97,9 @@ class InjectedOutOfMemory:
 
 def timed(step, settings: Settings) -> Timing:
     """The timing of ``step`` under the settings' warm-up, repetitions, row cap and blocks."""
-    times = StepTimer(settings.device).run(
+    return StepTimer(settings.device).timing(
         step, settings.warmup, settings.reps, settings.max_row_seconds, settings.sync_every
     )
-    return Timing(times, settings.sync_every)
 
 
 def time_infer(model, ids, settings: Settings, inject) -> Timing:

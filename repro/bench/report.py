@@ -41,6 +41,8 @@ ROW_FIELDS = [
     "step_ms_median",
     "step_ms_iqr",
     "reps",
+    "samples",
+    "sync_every",
     "peak_mem_gb",
     "peak_mem_bytes",
     "peak_mem_reason",

@@ -4,9 +4,9 @@ On CUDA the timed steps run in blocks of ``sync_every`` steps, each block betwee
 of CUDA events and followed by a synchronisation (the GPU's time, not the launch time); on
 CPU with ``time.perf_counter``. With ``sync_every=1`` each step is timed alone, so the
 host's kernel launches never overlap the GPU's work of the step before; with more, the
-steps of a block run back to back as the training loop runs them (``repro/training``
-synchronises once per ``train.log_every`` steps), and a sample is the block's mean step
-time. Warm-up steps are run first and not timed. Peak memory is
+steps of a block run back to back, closer to how the training loop runs them (``repro/training``
+synchronises once per ``train.log_every`` steps, 50 by default), and a sample is the block's
+mean step time. Warm-up steps are run first and not timed. Peak memory is
 ``torch.cuda.max_memory_allocated`` after ``torch.cuda.reset_peak_memory_stats``,
 so it counts what the measured steps themselves held (weights, optimiser state,
 activations); on CPU it is not measured (``None`` with a reason).
@@ -81,7 +81,8 @@ class Timing:
             "steps_per_s_max": 1e3 / min(self.times_ms),
             "step_ms_median": self.median_ms,
             "step_ms_iqr": self.iqr_ms,
-            "reps": len(self.times_ms) * self.steps_per_sample,
+            "reps": len(self.times_ms) * self.steps_per_sample,  # timed steps
+            "samples": len(self.times_ms),
             "sync_every": self.steps_per_sample,
         }
 
@@ -111,16 +112,16 @@ class StepTimer:
             step()
         return (time.perf_counter() - begin) * 1e3 / calls
 
-    def run(
+    def timing(
         self,
         step: Callable[[], object],
         warmup: int,
         reps: int,
         max_seconds: float | None = None,
         sync_every: int = 1,
-    ) -> list[float]:
-        """``warmup`` untimed calls, then up to ``reps`` timed ones in blocks of ``sync_every`` (one
-        entry per block: its mean ms a step; at least one block).
+    ) -> Timing:
+        """``warmup`` untimed calls, then up to ``reps`` timed ones in blocks of ``sync_every`` (fewer
+        when ``reps`` is smaller: one block of them), one sample a block, its mean ms a step.
 
         ``max_seconds`` caps the timed part: the number of timed steps is cut so that
         their expected time (from the last warm-up step) stays under it, never below 3
@@ -132,7 +133,12 @@ class StepTimer:
         self._sync()
         if max_seconds is not None and last_ms:
             reps = min(reps, max(min(3, reps), int(max_seconds * 1e3 / last_ms)))
-        return [self.one(step, sync_every) for _ in range(max(1, reps // sync_every))]
+        block = max(1, min(sync_every, reps))
+        return Timing([self.one(step, block) for _ in range(reps // block)], block)
+
+    def run(self, step: Callable[[], object], warmup: int, reps: int, max_seconds: float | None = None) -> list[float]:
+        """The ms of each of up to ``reps`` timed calls, each synchronised alone (see ``timing``)."""
+        return self.timing(step, warmup, reps, max_seconds).times_ms
 
 
 def reset_peak(device: torch.device) -> None:

@@ -384,20 +384,21 @@ class FlexPatternMixin:
         self.flex_lse_pass = check_choice(name, "flex_lse_pass", flex_lse_pass, "attention_params.flex_lse_pass")
 
     def flex_settings(self, length: int | None = None, head_width: int | None = None) -> FlexSettings:
-        """How the flex call runs at sequence ``length`` for heads ``head_width`` wide: an ``auto`` tile
-        side below 128 applies from the table's ``flex_narrow_min_len`` on (128-wide tiles below it),
-        and an ``auto`` side of 128 falls to 64 for heads up to ``flex_narrow_max_head`` wide
-        (fast_defaults.py says why)."""
+        """How the flex call runs at sequence ``length`` for heads ``head_width`` wide. An ``auto`` tile
+        side is 64 for heads up to the table's ``flex_narrow_max_head`` wide at lengths up to its
+        ``flex_narrow_max_head_len``; otherwise a side below 128 applies from ``flex_narrow_min_len`` on
+        (128-wide tiles below it). fast_defaults.py says why."""
         name = self.FLEX_MECHANISM
         if not name:  # a mixer without fast-path options (local attention): the defaults
             return FlexSettings()
         block = int(choose(name, "flex_block", self.flex_block))
-        narrow_from = FAST_DEFAULTS[name].get("flex_narrow_min_len")
-        narrow_heads = FAST_DEFAULTS[name].get("flex_narrow_max_head")
-        if self.flex_block == "auto" and block < 128 and narrow_from and length is not None and length < narrow_from:
-            block = 128
-        if self.flex_block == "auto" and narrow_heads and head_width is not None and head_width <= narrow_heads:
-            block = 64
+        table = FAST_DEFAULTS[name]
+        if self.flex_block == "auto" and length is not None:
+            narrow_heads = head_width is not None and head_width <= table.get("flex_narrow_max_head", 0)
+            if narrow_heads and length <= table.get("flex_narrow_max_head_len", 0):
+                block = 64
+            elif block < 128 and length < table.get("flex_narrow_min_len", 0):
+                block = 128
         return FlexSettings(block=block, lse_pass=choose(name, "flex_lse_pass", self.flex_lse_pass))
 
     def flex_mask_mod(self, device, dense_rows: bool = False):  # pragma: no cover - abstract
