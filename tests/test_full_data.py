@@ -1,7 +1,8 @@
-"""The real data bundles of this workplace (../shared/data, or $LRA_SHARED_DATA), when present.
+"""The full IMDb JSONL and CIFAR-10 JPEG files (README, Data), in the folder ``$LRA_TEST_DATA_DIR`` names
+(laid out as a run's ``data_dir``: ``imdb/``, ``cifar10_jpeg/``).
 
 Each bundle is decompressed and tokenised once into a module-wide temporary cache;
-later builds read the cache. Skipped only when the folders are absent.
+later builds read the cache. Skipped when the variable is unset or the folders are absent.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import torch
 from repro.tasks import image, text
 from repro.tasks.byte_text import index_digest, stratified_holdout
 
-SHARED = Path(os.environ.get("LRA_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-IMDB = SHARED / "imdb"
-CIFAR = SHARED / "cifar10_jpeg"
+DATA_DIR = Path(os.environ.get("LRA_TEST_DATA_DIR", "<LRA_TEST_DATA_DIR unset>"))
+IMDB = DATA_DIR / "imdb"
+CIFAR = DATA_DIR / "cifar10_jpeg"
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +62,8 @@ def _per_class(labels):
 
 def test_imdb_bundle(cache):
     if not all((IMDB / f"imdb_{s}.jsonl.xz").is_file() for s in ("train", "test")):
-        pytest.skip(f"IMDb bundle not present at {IMDB} (set LRA_SHARED_DATA to its parent folder)")
-    task = text.build(_text_cfg(), SHARED, cache)
+        pytest.skip(f"IMDb bundle not present at {IMDB} (set LRA_TEST_DATA_DIR to its parent folder)")
+    task = text.build(_text_cfg(), DATA_DIR, cache)
     assert task.info["cache_hit"] is False and task.info["source"] == "bundle"
     assert (len(task.train), len(task.val), len(task.test)) == (22_500, 2_500, 25_000)
     assert _per_class(np.concatenate([task.train.labels, task.val.labels]))[:2] == [12_500, 12_500]
@@ -77,7 +78,7 @@ def test_imdb_bundle(cache):
     assert task.info["lengths"]["train"]["max"] == 13_704 and task.info["lengths"]["test"]["max"] == 12_988
 
     # validating on test reuses the same tokenised cache entry
-    lra_style = text.build(_text_cfg(validation="test"), SHARED, cache)
+    lra_style = text.build(_text_cfg(validation="test"), DATA_DIR, cache)
     assert lra_style.info["cache_hit"] is True and lra_style.val is lra_style.test
     first = b"Story of a man who has unnatural feelings for a pig."  # aclImdb/train/neg/0_3.txt
     assert lra_style.train.inputs[0, : len(first)].tolist() == [b + 1 for b in first]
@@ -88,8 +89,8 @@ def test_imdb_bundle(cache):
 def test_cifar_bundle(cache):
     present = [v for v in ("rgb", "gray") if (CIFAR / image.BUNDLE_FILES[v]).is_file()]
     if not present:
-        pytest.skip(f"CIFAR-10 JPEG bundle not present at {CIFAR} (set LRA_SHARED_DATA to its parent folder)")
-    tasks = {v: image.build(_image_cfg(variant=v), SHARED, cache) for v in present}
+        pytest.skip(f"CIFAR-10 JPEG bundle not present at {CIFAR} (set LRA_TEST_DATA_DIR to its parent folder)")
+    tasks = {v: image.build(_image_cfg(variant=v), DATA_DIR, cache) for v in present}
     for variant, task in tasks.items():
         assert task.info["proxy"] is True and "LOSSY PROXY" in task.info["note"]
         assert (len(task.train), len(task.val), len(task.test)) == (45_000, 5_000, 10_000)
