@@ -299,7 +299,8 @@ def test_sinkhorn_sdpa_backend_equals_the_materialized_one(params, sdpa_mask):
     fused.load_state_dict(plain.state_dict())
     x = rand_x(3, 43)
     mask = torch.arange(43)[None, :] < torch.tensor([43, 17, 0])[:, None]  # a partial last block, padding
-    for length, lengths in ((43, mask), (35, None)):  # 35 = 5 x 7: with block 5 or 7 and no padding, no mask
+    # 35 = 5 x 7: with block 5 or 7 and no padding, no mask; 40: whole blocks of 4 or 5, padded samples
+    for length, lengths in ((43, mask), (35, None), (40, mask)):
         results = []
         for module in (plain, fused):
             xg = x[:, :length].clone().requires_grad_(True)
@@ -382,8 +383,8 @@ def test_sinkhorn_compiled_balance_equals_the_eager_one():
 
 def test_sinkhorn_compiled_attend_equals_the_eager_one():
     """``attend=compiled`` runs ``attend_blocks`` through torch.compile (on CUDA in the mixer; compiled here on
-    CPU): with padding (43 tokens in blocks of 4, one sample of 17, so the key mask is folded and its host
-    check breaks the graph), forward and gradients equal the eager path in float64."""
+    CPU): with padding (43 tokens in blocks of 4, one sample of 17, so the key mask is folded), forward
+    and gradients equal the eager path in float64."""
     from repro.original.attention.sinkhorn import compiled, on_device
 
     module = build("sinkhorn", max_len=64, backend="sdpa", sdpa_mask="fold", block_size=4)
@@ -416,6 +417,24 @@ def test_sinkhorn_fold_passes_no_attn_mask(monkeypatch):
     module(rand_x(2, 43), torch.arange(43)[None, :] < torch.tensor([43, 17])[:, None])
     blocks = 11  # 43 tokens in blocks of 4
     assert calls == [((2, H * blocks, 4, 16), (2, H * blocks, 8, 16), (2, H * blocks, 8, 16), None)]
+
+
+def test_sinkhorn_folds_a_padded_length_without_a_host_check(monkeypatch):
+    """A length padded to whole blocks has masked keys for certain: the mask is folded without reading it
+    back (no ``Tensor.__bool__``, a host sync on a GPU); at a length of whole blocks the mask is checked."""
+    reads = []
+    to_bool = torch.Tensor.__bool__
+
+    def spy(tensor):
+        reads.append(tuple(tensor.shape))
+        return to_bool(tensor)
+
+    module = build("sinkhorn", max_len=64, backend="sdpa", sdpa_mask="fold", block_size=4).eval()
+    monkeypatch.setattr(torch.Tensor, "__bool__", spy)
+    for length, expected_reads in ((43, 0), (44, 1)):
+        reads.clear()
+        module(rand_x(2, length), torch.arange(length)[None, :] < torch.tensor([length, 17])[:, None])
+        assert len(reads) == expected_reads, (length, reads)
 
 
 @pytest.mark.parametrize("widths", [(3, 5), (4, 4), (8, 8), (12, 4)], ids=lambda w: f"qk{w[0]}-v{w[1]}")

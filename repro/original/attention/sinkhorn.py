@@ -81,8 +81,9 @@ The block attention as a whole (``attend``): ``eager``, or ``compiled``: ``atten
 sorting matrix, balancing, the sorted keys, the SDPA or materialised attention) through
 ``torch.compile`` on CUDA, the same function. Eagerly a step of the LRA text model launches about
 1,200 kernels, and at 1K its GPU time is a third of its wall time (paper/performance.md); compiled,
-the many small copies and reductions around the attention kernels fuse. Where the key mask is folded
-(padded lengths), its host check (``bool(key_ok.all())``) splits the compiled graph in two.
+the many small copies and reductions around the attention kernels fuse. At a length padded to whole
+blocks the key mask is folded without looking at it; otherwise its host check (``bool(key_ok.all())``,
+which decides whether anything needs folding) splits the compiled graph in two.
 
 ``sdpa_min_len``, ``sdpa_mask``, ``balance`` and ``attend`` default to ``"auto"``:
 ``fast_defaults.FAST_DEFAULTS``.
@@ -262,7 +263,8 @@ class SinkhornAttention(HeadedMixer):
         smask = torch.einsum("bhij,bjs->bhis", perm, mb.to(perm.dtype)) > 0  # [B, H, n_b, bs]
 
         if self.resolved_backend(q.device, length) == "sdpa":
-            out = self._blocks_sdpa(qb, (kb, vb, mb[:, None]), (sk, sv, smask))
+            padded = qb.shape[2] * qb.shape[3] != length  # padded keys: the key mask holds a False
+            out = self._blocks_sdpa(qb, (kb, vb, mb[:, None]), (sk, sv, smask), padded)
             return out.reshape(b, h, -1, dh)[:, :, :length]
         scale = 1.0 / math.sqrt(dh)
         neg = neg_fill(q.dtype)
@@ -280,23 +282,23 @@ class SinkhornAttention(HeadedMixer):
         out = torch.matmul(p_own, vb) + torch.matmul(p_srt, sv)
         return out.reshape(b, h, -1, dh)[:, :, :length]
 
-    def _blocks_sdpa(self, qb, own, srt):
+    def _blocks_sdpa(self, qb, own, srt, padded: bool = False):
         """Each query block against its own and its sorted key block through
         ``scaled_dot_product_attention`` (blocks folded into the heads axis); masked keys get
         ``MASKED_LOGIT`` or are folded into the features (``sdpa_mask``; a fully masked block,
         padding only, stays finite). Same function as the explicit scores, softmax and dropout of
-        ``attend``."""
+        ``attend``. ``padded``: the length was padded to whole blocks (``_sdpa``'s ``known_masked``)."""
         (kb, vb, own_ok), (sk, sv, srt_ok) = own, srt
         if self.combine == "joint":
             own_ok = own_ok.expand(-1, srt_ok.shape[1], -1, -1)
-            return self._sdpa(
-                qb, torch.cat([kb, sk], dim=-2), torch.cat([vb, sv], dim=-2), torch.cat([own_ok, srt_ok], dim=-1)
-            )
-        return self._sdpa(qb, kb, vb, own_ok) + self._sdpa(qb, sk, sv, srt_ok)
+            keys, values = torch.cat([kb, sk], dim=-2), torch.cat([vb, sv], dim=-2)
+            return self._sdpa(qb, keys, values, torch.cat([own_ok, srt_ok], dim=-1), padded)
+        return self._sdpa(qb, kb, vb, own_ok, padded) + self._sdpa(qb, sk, sv, srt_ok, padded)
 
-    def _sdpa(self, qb, k, v, key_ok):
+    def _sdpa(self, qb, k, v, key_ok, known_masked: bool = False):
         """``qb`` [B, H, n_b, s, d] against ``k``, ``v`` [B, H|1, n_b, keys, d] with ``key_ok``
-        [B, H|1, n_b, keys] (True = may attend)."""
+        [B, H|1, n_b, keys] (True = may attend). ``known_masked``: fold the key mask without looking at it
+        (the same function whatever ``key_ok`` holds; no host sync); otherwise only if a key is masked."""
         p = self.attn_dropout.p if self.training else 0.0
         B, H, nb, s, d = qb.shape
         k, v = k.expand(B, H, -1, -1, -1), v.expand(B, H, -1, -1, -1)
@@ -304,7 +306,7 @@ class SinkhornAttention(HeadedMixer):
         scale = 1.0 / math.sqrt(d)
         if choose("sinkhorn", "sdpa_mask", self.sdpa_mask) == "fold":
             q = qb
-            if not bool(key_ok.all()):  # one host sync; no mask at all runs the plain fused kernel
+            if known_masked or not bool(key_ok.all()):  # the check: one host sync
                 q, k = fold_key_mask(qb, k, key_ok, scale)
             out = sdpa_aligned(q.flatten(1, 2), k.flatten(1, 2), v.flatten(1, 2), dropout_p=p, scale=scale)
             return out.unflatten(1, (H, nb))
