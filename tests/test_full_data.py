@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_image import cfg as image_cfg
 
 from repro.tasks import image, text
 from repro.tasks.byte_text import index_digest, stratified_holdout
@@ -38,20 +39,6 @@ def _text_cfg(**over):
         "data_seed": 0,
         "official_subdir": "aclImdb",
         "bundle_subdir": "imdb",
-        **over,
-    }
-
-
-def _image_cfg(**over):
-    return {
-        "name": "image",
-        "source": "bundle",
-        "variant": "auto",
-        "max_len": 1024,
-        "val_fraction": 0.1,
-        "data_seed": 0,
-        "official_subdir": "cifar-10-batches-py",
-        "bundle_subdir": "cifar10_jpeg",
         **over,
     }
 
@@ -90,7 +77,7 @@ def test_cifar_bundle(cache):
     present = [v for v in ("rgb", "gray") if (CIFAR / image.BUNDLE_FILES[v]).is_file()]
     if not present:
         pytest.skip(f"CIFAR-10 JPEG bundle not present at {CIFAR} (set LRA_TEST_DATA_DIR to its parent folder)")
-    tasks = {v: image.build(_image_cfg(variant=v), DATA_DIR, cache) for v in present}
+    tasks = {v: image.build(image_cfg(source="bundle", variant=v), DATA_DIR, cache) for v in present}
     for variant, task in tasks.items():
         assert task.info["proxy"] is True and "LOSSY PROXY" in task.info["note"]
         assert (len(task.train), len(task.val), len(task.test)) == (45_000, 5_000, 10_000)
