@@ -589,7 +589,7 @@ def test_timed_steps_run_in_blocks_and_each_sample_is_its_blocks_mean(monkeypatc
             sync_every_setting(bad)
         assert str(raised.value) == (
             f"sync_every={bad!r} (experiments/conf/bench.yaml): give a whole number of timed steps per "
-            "synchronisation, 1 (each step alone) or more (blocks run back to back, as training runs them)"
+            "synchronisation, 1 (each step alone) or more (blocks of steps run back to back)"
         )
 
 

@@ -89,7 +89,7 @@ def timing_words(sync_every: int) -> str:
     """How the timed steps were synchronised (repro/bench/timing.py)."""
     if sync_every == 1:
         return ", each timed alone (synchronised after every step)"
-    return f", in blocks of {sync_every} run back to back as training runs them (the median of the blocks' mean step)"
+    return f", in blocks of {sync_every} run back to back (the median of the blocks' mean step)"
 
 
 def dropout_words(label) -> str:

@@ -50,7 +50,7 @@ def sync_every_setting(value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(
             f"sync_every={value!r} (experiments/conf/bench.yaml): give a whole number of timed steps per "
-            "synchronisation, 1 (each step alone) or more (blocks run back to back, as training runs them)"
+            "synchronisation, 1 (each step alone) or more (blocks of steps run back to back)"
         )
     return value
 
