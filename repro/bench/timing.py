@@ -26,18 +26,8 @@ GB = 1e9  # peak memory is reported in GB of 10^9 bytes, as LRA Table 2's "GB"
 
 
 def time_ms(fn, warmup: int = 5, reps: int = 20) -> tuple[float, float]:
-    """Median and spread (max-min) in ms of ``fn`` over ``reps`` timed calls (CUDA)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
+    """Median and spread (max-min) in ms of ``fn`` over ``reps`` timed calls, each synchronised alone (CUDA)."""
+    times = StepTimer(torch.device("cuda")).run(fn, warmup, reps)
     return statistics.median(times), max(times) - min(times)
 
 
@@ -48,10 +38,8 @@ def matmul_peak_tflops(
     device = torch.device(device)
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-    if device.type == "cuda":
-        ms, _ = time_ms(lambda: a @ b, warmup=3, reps=10)
-    else:
-        ms = statistics.median(StepTimer(device).run(lambda: a @ b, warmup=1, reps=3))
+    warmup, reps = (3, 10) if device.type == "cuda" else (1, 3)
+    ms = StepTimer(device).timing(lambda: a @ b, warmup, reps).median_ms
     return 2 * n**3 / (ms * 1e-3) / 1e12
 
 
