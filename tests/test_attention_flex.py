@@ -442,14 +442,6 @@ def test_flex_options_are_checked_and_auto_reads_the_defaults_table(monkeypatch)
     auto_tiles = build("bigbird", "flex")
     assert [auto_tiles.flex_settings(n).block for n in (1001, 1535, 1536, 2001)] == [128, 128, 64, 64]
     assert build("bigbird", "flex", flex_block=64).flex_settings(1001).block == 64  # explicit wins
-    monkeypatch.setitem(FAST_DEFAULTS["longformer"], "flex_block", 128)
-    monkeypatch.setitem(FAST_DEFAULTS["longformer"], "flex_narrow_max_head", 16)
-    monkeypatch.setitem(FAST_DEFAULTS["longformer"], "flex_narrow_max_head_len", 1024)
-    narrow_heads = ATTENTION.get("longformer")(d_model=D, n_heads=H, max_len=64)
-    assert [narrow_heads.flex_settings(1024, width).block for width in (8, 16, 17, 64)] == [64, 64, 128, 128]
-    assert [narrow_heads.flex_settings(n, 8).block for n in (1025, 16384)] == [128, 128]
-    explicit = ATTENTION.get("longformer")(d_model=D, n_heads=H, max_len=64, flex_block=128)
-    assert explicit.flex_settings(1024, 16).block == 128  # explicit wins
     monkeypatch.setitem(FAST_DEFAULTS["sparse"], "flex_global_rows", "flex")
     assert m.dense_row_index(40, torch.device("cpu")) is None
     monkeypatch.setitem(FAST_DEFAULTS["sparse"], "flex_global_rows", "dense")

@@ -383,22 +383,16 @@ class FlexPatternMixin:
         )
         self.flex_lse_pass = check_choice(name, "flex_lse_pass", flex_lse_pass, "attention_params.flex_lse_pass")
 
-    def flex_settings(self, length: int | None = None, head_width: int | None = None) -> FlexSettings:
-        """How the flex call runs at sequence ``length`` for heads ``head_width`` wide. An ``auto`` tile
-        side is 64 for heads up to the table's ``flex_narrow_max_head`` wide at lengths up to its
-        ``flex_narrow_max_head_len``; otherwise a side below 128 applies from ``flex_narrow_min_len`` on
-        (128-wide tiles below it). fast_defaults.py says why."""
+    def flex_settings(self, length: int | None = None) -> FlexSettings:
+        """How the flex call runs at sequence ``length``: an ``auto`` tile side below 128 applies from the
+        table's ``flex_narrow_min_len`` on (128-wide tiles below it; fast_defaults.py says why)."""
         name = self.FLEX_MECHANISM
         if not name:  # a mixer without fast-path options (local attention): the defaults
             return FlexSettings()
         block = int(choose(name, "flex_block", self.flex_block))
-        table = FAST_DEFAULTS[name]
-        if self.flex_block == "auto" and length is not None:
-            narrow_heads = head_width is not None and head_width <= table.get("flex_narrow_max_head", 0)
-            if narrow_heads and length <= table.get("flex_narrow_max_head_len", 0):
-                block = 64
-            elif block < 128 and length < table.get("flex_narrow_min_len", 0):
-                block = 128
+        narrow_from = FAST_DEFAULTS[name].get("flex_narrow_min_len")
+        if self.flex_block == "auto" and block < 128 and narrow_from and length is not None and length < narrow_from:
+            block = 128
         return FlexSettings(block=block, lse_pass=choose(name, "flex_lse_pass", self.flex_lse_pass))
 
     def flex_mask_mod(self, device, dense_rows: bool = False):  # pragma: no cover - abstract
@@ -477,7 +471,7 @@ class FlexPatternMixin:
 
     def flex_attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
         L = q.shape[2]
-        settings = self.flex_settings(L, q.shape[-1])
+        settings = self.flex_settings(L)
         rows = self.dense_row_index(L, q.device)
         block_mask, key_index = self.flex_pattern(L, q.device, settings.block, rows is not None)
         p = self.dropout if self.training else 0.0

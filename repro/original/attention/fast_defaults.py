@@ -19,8 +19,6 @@ Options, by mechanism:
   has no default configuration for 64-wide tiles and is compiled with max-autotune),
   ``flex_narrow_min_len`` (table only: an ``auto`` tile side of 64 applies from this sequence
   length on; shorter sequences run 128-wide tiles),
-  ``flex_narrow_max_head`` and ``flex_narrow_max_head_len`` (table only: an ``auto`` tile side is 64
-  for heads up to this many features wide at sequences up to this length, whatever ``flex_block``),
   ``flex_global_rows`` (``flex``: the global query rows inside the flex call; ``dense``: computed
   apart over all keys, as the blockwise backend does, which leaves the flex call their tiles),
   ``flex_lse_pass`` (``full``: the dropout's second pass, for its log-normaliser, runs with the
@@ -81,22 +79,12 @@ FAST_DEFAULTS: dict[str, dict] = {
         "dense_max_len": 1025,
     },
     "sparse": {"flex_block": 128, "flex_global_rows": "dense", "flex_lse_pass": "narrow", "dense_max_len": 1025},
-    # Longformer: 64-wide tiles for heads up to 16 wide at up to 1,024 tokens (LRA's image configuration,
-    # 16-wide heads; Pathfinder's, 8, padded to 16). Training steps/s, 64- against 128-wide tiles, H200,
-    # torch 2.11, steps timed in blocks of five (paper/performance.md): image (1,024 pixels, batch 256)
-    # 29.9 against 26.1 (1.15x), Pathfinder (batch 512) 54.4 against 47.5 (1.15x); with heads 64 wide,
-    # ListOps (2,001 tokens) 1.14x, but the benchmark at text lengths ended while compiling 64-wide tiles
-    # for 3,072 tokens (no record), so wide heads keep 128-wide tiles, and so does Path-X (16,384 tokens,
-    # not compiled with 64-wide tiles). With narrow heads the tiles' products are small and the kernel's
-    # time goes to the scores it evaluates; 64-wide tiles follow the band's edges closer.
-    "longformer": {
-        "flex_block": 128,
-        "flex_narrow_max_head": 16,
-        "flex_narrow_max_head_len": 1024,
-        "flex_global_rows": "flex",
-        "flex_lse_pass": "narrow",
-        "dense_max_len": 0,
-    },
+    # Longformer: 128-wide tiles. 64-wide ones trained its image configuration (16-wide heads) 1.15x as
+    # fast on a one-GPU H200 host (29.9 against 26.1 steps/s, Pathfinder's 1.15x too; paper/performance.md),
+    # but on a 4 x H200 host (torch 2.11) the max-autotune compilation of their backward kernel at the image
+    # shape failed in three of three runs (an illegal memory access in a candidate kernel, then no valid
+    # choice), so they stay an explicit option (model.attention_params.flex_block=64), not a default.
+    "longformer": {"flex_block": 128, "flex_global_rows": "flex", "flex_lse_pass": "narrow", "dense_max_len": 0},
     # Sinkhorn's attend compiled: 26.5 steps/s against 21.2 eager at 4K with steps back to back (a probe),
     # but 18.0 against 17.5 in the benchmark and 1.03x the examples/s of a text run at its 1,001 tokens
     # (paper/performance.md, one H200), so eager stays.
