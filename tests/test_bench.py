@@ -593,6 +593,62 @@ def test_timed_steps_run_in_blocks_and_each_sample_is_its_blocks_mean(monkeypatc
         )
 
 
+def test_kernel_summary_counts_the_devices_own_entries_per_step():
+    """An operator's entry repeats its kernels' time: only the device's entries are summed, per step, and
+    the kernels with most time are named first; no kernels (CPU) gives None everywhere."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    from repro.bench import timing
+
+    def entry(key, device, us, count):
+        return SimpleNamespace(key=key, device_type=device, self_device_time_total=us, count=count)
+
+    events = [
+        entry("aten::mm", DeviceType.CPU, 9000.0, 4),  # the time of the gemm below, once more
+        entry("gemm_kernel", DeviceType.CUDA, 9000.0, 4),
+        entry("softmax_kernel", DeviceType.CUDA, 3000.0, 2),
+        entry("aten::copy_", DeviceType.CPU, 0.0, 10),
+    ] + [entry(f"small_{i}", DeviceType.CUDA, 10.0, 2) for i in range(6)]
+    summary = timing.kernel_summary(events, steps=2)
+    assert summary["kernel_ms_per_step"] == pytest.approx((9000 + 3000 + 60) / 2 / 1e3)
+    assert summary["kernels_per_step"] == (4 + 2 + 12) / 2
+    named = summary["top_kernels"].split("; ")
+    assert len(named) == timing.TOP_KERNELS
+    assert named[:2] == ["gemm_kernel 4.50 ms x2", "softmax_kernel 1.50 ms x1"]
+    empty = timing.kernel_summary([entry("aten::mm", DeviceType.CPU, 5.0, 1)], steps=3)
+    assert empty == {"kernel_ms_per_step": None, "kernels_per_step": None, "top_kernels": None}
+    assert set(summary) <= set(report.ROW_FIELDS)
+
+
+def test_profiled_steps_follow_the_timed_ones_and_the_table_gives_the_busy_share():
+    """``profile_steps=n`` runs n more steps after warm-up and timing (the timed ones unchanged); the
+    table's section sets the kernels' time against the median step; a bad count is refused in one line."""
+    from repro.cli.bench import count_setting
+
+    calls = []
+    settings = matrix.Settings(
+        lengths=[8], batch=1, modes=["train"], dtype="bf16", warmup=2, reps=3, max_row_seconds=None,
+        count_batch=1, seed=0, device=torch.device("cpu"), profile_steps=4,
+    )  # fmt: skip
+    timing = matrix.timed(lambda: calls.append(1), settings)
+    assert len(calls) == 2 + 3 + 4 and len(timing.times_ms) == 3
+    assert timing.summary()["kernel_ms_per_step"] is None  # the CPU launches no kernels
+    row = {
+        "model": "m", "length": 4096, "mode": "train", "status": "ok", "step_ms_median": 50.0,
+        "kernel_ms_per_step": 40.0, "kernels_per_step": 1180.0, "top_kernels": "a|b 3.00 ms x4",
+    }  # fmt: skip
+    assert report.kernel_table([row, {**row, "model": "cpu", "kernel_ms_per_step": None}])[2:] == [
+        "| m | 4K | train | 50.00 | 40.00 | 80% | 1180 | a/b 3.00 ms x4 |"
+    ]
+    with pytest.raises(ValueError) as raised:
+        count_setting("profile_steps", -1, 0, "a whole number of steps to profile, 0 (none) or more")
+    assert str(raised.value) == (
+        "profile_steps=-1 (experiments/conf/bench.yaml): give a whole number of steps to profile, 0 (none) or more"
+    )
+
+
 def test_a_peer_whose_import_fails_is_skipped_with_the_reason(monkeypatch):
     import importlib
 

@@ -32,7 +32,7 @@ from ..ops.conv import conv1d_same
 from ..training import TrainSettings, make_optimizer
 from .flops import analytic_forward_flops, conv_layer_flops, counted_forward_flops, step_flops
 from .models import BenchModel, TextShape, build, sequence_length
-from .timing import GB, StepTimer, Timing, free_memory, is_out_of_memory, read_peak, reset_peak
+from .timing import GB, StepTimer, Timing, free_memory, is_out_of_memory, kernel_profile, read_peak, reset_peak
 
 MODES = ("infer", "train")  # measured in this order for each model and length
 
@@ -52,6 +52,7 @@ class Settings:
     progress: bool = True
     time_budget_s: float | None = None  # rows not started within it are recorded as skipped
     sync_every: int = 1  # timed steps per synchronisation (repro/bench/timing.py)
+    profile_steps: int = 0  # steps profiled after the timed ones (timing.kernel_profile); 0: none
     oom_at: str | None = None  # "model@length@mode": inject an out-of-memory error there (tests)
 
     @property
@@ -96,10 +97,14 @@ class InjectedOutOfMemory:
 
 
 def timed(step, settings: Settings) -> Timing:
-    """The timing of ``step`` under the settings' warm-up, repetitions, row cap and blocks."""
-    return StepTimer(settings.device).timing(
+    """The timing of ``step`` under the settings' warm-up, repetitions, row cap and blocks, and where
+    ``profile_steps`` more steps spent the GPU's time."""
+    timing = StepTimer(settings.device).timing(
         step, settings.warmup, settings.reps, settings.max_row_seconds, settings.sync_every
     )
+    if settings.profile_steps:
+        timing.kernels = kernel_profile(step, settings.profile_steps, settings.device)
+    return timing
 
 
 def time_infer(model, ids, settings: Settings, inject) -> Timing:

@@ -51,6 +51,9 @@ ROW_FIELDS = [
     "tflops",
     "roofline_fraction",
     "conv_layer_tflops",
+    "kernel_ms_per_step",
+    "kernels_per_step",
+    "top_kernels",
     "parameters",
     "note",
 ]
@@ -315,6 +318,27 @@ def peer_table(rows: list[dict], pairs: dict) -> list[str]:
     return _markdown(header, body)
 
 
+def kernel_table(rows: list[dict]) -> list[str]:
+    """Per profiled row: wall ms a step, the kernels' ms a step, their share of the step (the GPU's busy
+    share while kernels do not overlap), launches a step, and the kernels with most time."""
+    header = ["model", "length", "mode", "step ms", "kernel ms", "GPU busy", "launches", "top kernels (ms a step)"]
+    body = [
+        [
+            r["model"],
+            length_label(r["length"]),
+            r["mode"],
+            f"{r['step_ms_median']:.2f}",
+            f"{r['kernel_ms_per_step']:.2f}",
+            f"{r['kernel_ms_per_step'] / r['step_ms_median']:.0%}",
+            f"{r['kernels_per_step']:.0f}",
+            r["top_kernels"].replace("|", "/"),
+        ]
+        for r in rows
+        if r.get("kernel_ms_per_step") is not None
+    ]
+    return _markdown(header, body)
+
+
 def _ratio(row: dict | None, ref: dict | None, key: str) -> str:
     ok = row is not None and ref is not None and row["status"] == "ok" and ref["status"] == "ok"
     if not ok or row.get(key) is None or not ref.get(key):
@@ -444,6 +468,16 @@ def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str]
             "",
         ]
         lines += peer_table(rows, pairs) + [""]
+    if any(r.get("kernel_ms_per_step") is not None for r in rows):
+        lines += [
+            "## Where the step's time goes",
+            "",
+            f"{meta.get('profile_steps')} more steps of each row under torch.profiler, after the timed ones: the "
+            "kernels' time a step against the median step's wall time (the GPU's busy share; the rest is "
+            "the host's, launching), kernel launches a step, and the five kernels with most time.",
+            "",
+        ]
+        lines += kernel_table(rows) + [""]
     if notes:
         lines += ["## Rows that are variants or peers", ""]
         lines += [f"- `{name}`: {text}" for name, text in notes.items()] + [""]

@@ -10,6 +10,10 @@ mean step time. Warm-up steps are run first and not timed. Peak memory is
 ``torch.cuda.max_memory_allocated`` after ``torch.cuda.reset_peak_memory_stats``,
 so it counts what the measured steps themselves held (weights, optimiser state,
 activations); on CPU it is not measured (``None`` with a reason).
+
+``kernel_profile`` runs a few more steps under ``torch.profiler`` after the timed ones and reports
+where the GPU's time went: the kernels' time a step (against the step's wall time, the share the
+GPU was busy; the rest is the host's), kernel launches a step and the kernels that took most.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
 
 GB = 1e9  # peak memory is reported in GB of 10^9 bytes, as LRA Table 2's "GB"
 
@@ -49,6 +55,7 @@ class Timing:
 
     times_ms: list[float]
     steps_per_sample: int = 1  # each entry the mean step time of a block of this many steps run back to back
+    kernels: dict | None = None  # kernel_profile's summary of steps profiled after the timed ones
 
     @property
     def median_ms(self) -> float:
@@ -72,6 +79,7 @@ class Timing:
             "reps": len(self.times_ms) * self.steps_per_sample,  # timed steps
             "samples": len(self.times_ms),
             "sync_every": self.steps_per_sample,
+            **(self.kernels or {}),
         }
 
 
@@ -127,6 +135,39 @@ class StepTimer:
     def run(self, step: Callable[[], object], warmup: int, reps: int, max_seconds: float | None = None) -> list[float]:
         """The ms of each of up to ``reps`` timed calls, each synchronised alone (see ``timing``)."""
         return self.timing(step, warmup, reps, max_seconds).times_ms
+
+
+TOP_KERNELS = 5  # kernels named per row, those with the most time
+
+
+def kernel_profile(step: Callable[[], object], steps: int, device: torch.device) -> dict:
+    """``steps`` more calls of ``step`` under ``torch.profiler``, then synchronised: ``kernel_summary``
+    of them (on CPU the steps run too, and there are no kernels to count)."""
+    device = torch.device(device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    return kernel_summary(prof.key_averages(), steps)
+
+
+def kernel_summary(events, steps: int) -> dict:
+    """Kernel ms and launches a step and the ``TOP_KERNELS`` kernels with most time, from the profiler's
+    averages ``events`` over ``steps`` steps. Only the device's own entries count: an operator's entry
+    repeats the time of the kernels it launched. No kernels (CPU): each value None."""
+    kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+    if not kernels:
+        return {"kernel_ms_per_step": None, "kernels_per_step": None, "top_kernels": None}
+    top = sorted(kernels, key=lambda e: e.self_device_time_total, reverse=True)[:TOP_KERNELS]
+    return {
+        "kernel_ms_per_step": sum(e.self_device_time_total for e in kernels) / steps / 1e3,
+        "kernels_per_step": sum(e.count for e in kernels) / steps,
+        "top_kernels": "; ".join(
+            f"{e.key[:80]} {e.self_device_time_total / steps / 1e3:.2f} ms x{e.count / steps:g}" for e in top
+        ),
+    }
 
 
 def reset_peak(device: torch.device) -> None:

@@ -45,14 +45,20 @@ def as_list(value, key: str) -> list | None:
     raise ValueError(f"{key}={value!r} (experiments/conf/bench.yaml): give one value or a list, e.g. {key}=[a,b]")
 
 
+def count_setting(key: str, value, minimum: int, meaning: str) -> int:
+    """``value`` if it is a whole number >= ``minimum``; else a one-line error naming ``key`` and ``meaning``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{key}={value!r} (experiments/conf/bench.yaml): give {meaning}")
+    return value
+
+
 def sync_every_setting(value) -> int:
     """``sync_every``: a whole number of steps >= 1."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(
-            f"sync_every={value!r} (experiments/conf/bench.yaml): give a whole number of timed steps per "
-            "synchronisation, 1 (each step alone) or more (blocks of steps run back to back)"
-        )
-    return value
+    meaning = (
+        "a whole number of timed steps per synchronisation, 1 (each step alone) or more (blocks of steps run "
+        "back to back)"
+    )
+    return count_setting("sync_every", value, 1, meaning)
 
 
 def device_name(device: torch.device) -> str:
@@ -81,6 +87,9 @@ def setup(cfg: DictConfig) -> tuple[list, list[str], Settings]:
         progress=bool(cfg.progress),
         time_budget_s=None if cfg.time_budget_s is None else float(cfg.time_budget_s),
         sync_every=sync_every_setting(cfg.sync_every),
+        profile_steps=count_setting(
+            "profile_steps", cfg.profile_steps, 0, "a whole number of steps to profile, 0 (none) or more"
+        ),
         oom_at=cfg.debug.oom_at,
     )
     settings.autocast_dtype  # noqa: B018 - validates dtype before anything is measured
@@ -133,6 +142,7 @@ def bench_app(cfg: DictConfig) -> None:
         "warmup": settings.warmup,
         "reps": settings.reps,
         "sync_every": settings.sync_every,
+        "profile_steps": settings.profile_steps,
         "max_row_seconds": settings.max_row_seconds,
         "time_budget_s": settings.time_budget_s,
         "matmul_peak_tflops": peak,
