@@ -142,7 +142,7 @@ class RelativePositionBias(nn.Module):
 class MegaMixer(nn.Module):
     """Mega's moving-average gated attention sublayer; returns phi * (H - X) (see the module doc)."""
 
-    PLAIN_PATH = ("attention_impl", "materialized")  # what FLOP counting runs (repro/bench/flops.py)
+    PLAIN_PATH = {"attention_impl": "materialized"}  # what FLOP counting runs (repro/bench/flops.py)
 
     def __init__(
         self,

@@ -86,7 +86,7 @@ def rotation_fn(device: torch.device):
 class RotarySelfAttention(AttentionMixer):
     """Multi-head softmax self-attention whose queries and keys are rotated by position (``rotary=True``)."""
 
-    PLAIN_PATH = ("impl", "library")  # what FLOP counting runs (repro/bench/flops.py)
+    PLAIN_PATH = {"impl": "library"}  # what FLOP counting runs (repro/bench/flops.py)
 
     def __init__(
         self,

@@ -368,7 +368,7 @@ class FlexPatternMixin:
     slower than blockwise (no tensor cores).
     """
 
-    PLAIN_PATH = ("backend", "blockwise")  # what FLOP counting runs (repro/bench/flops.py)
+    PLAIN_PATH = {"backend": "blockwise"}  # what FLOP counting runs (repro/bench/flops.py)
     FLEX_MECHANISM = ""  # the mechanism's row of fast_defaults.FAST_DEFAULTS
 
     def init_flex(self, backend: str, flex_block="auto", flex_global_rows="auto", flex_lse_pass="auto") -> None:

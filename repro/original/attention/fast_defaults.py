@@ -86,8 +86,9 @@ FAST_DEFAULTS: dict[str, dict] = {
     # choice), so they stay an explicit option (model.attention_params.flex_block=64), not a default.
     "longformer": {"flex_block": 128, "flex_global_rows": "flex", "flex_lse_pass": "narrow", "dense_max_len": 0},
     # Sinkhorn's attend compiled: 26.5 steps/s against 21.2 eager at 4K with steps back to back (a probe),
-    # but 18.0 against 17.5 in the benchmark and 1.03x the examples/s of a text run at its 1,001 tokens
-    # (paper/performance.md, one H200), so eager stays.
+    # but 1.03x the examples/s of a text run at its 1,001 tokens (paper/performance.md, one H200), so eager
+    # stays. (The benchmark's rows of both ran uncompiled: its FLOP count had dynamo skip them; see
+    # paper/performance.md, Sinkhorn's note.)
     "sinkhorn": {"sdpa_min_len": 0, "sdpa_mask": "fold", "balance": "compiled", "attend": "eager"},
     "reformer": {"windows": "unfold", "gather": "fused", "sdpa_backends": None},
     "mega": {

@@ -64,7 +64,7 @@ class LinformerAttention(HeadedMixer):
     # the LRA release drops the (inputs > 0) mask here:
     # linformer/linformer_attention.py: bias=None, padding_mask unused
     RELEASE_ZERO_MASK = "ignored"
-    PLAIN_PATH = ("backend", "materialized")  # what FLOP counting runs (repro/bench/flops.py)
+    PLAIN_PATH = {"backend": "materialized"}  # what FLOP counting runs (repro/bench/flops.py)
 
     def __init__(
         self,

@@ -77,7 +77,7 @@ def materialized_attention(logits, q, k, v, mask, head_dim: int | None, dropout_
 
 @ATTENTION.register("synthesizer")
 class SynthesizerAttention(HeadedMixer):
-    PLAIN_PATH = ("backend", "materialized")  # what FLOP counting runs (repro/bench/flops.py)
+    PLAIN_PATH = {"backend": "materialized"}  # what FLOP counting runs (repro/bench/flops.py)
 
     def __init__(
         self,
