@@ -27,10 +27,9 @@ formula for the CPU kernel), one reason the vanilla count is analytic. Mixers wi
 fast path (``PLAIN_PATH``: flex_attention, fused SDPA, a compiled rotation) are counted on
 their plain path, the same function written as explicit products (flex_attention does not run
 under the counter), and nothing compiled runs under the counter: dynamo skips a frame it meets
-under a dispatch mode such as FlopCounterMode, and on torch 2.11 (one H200, 2026-11-28) that skip
-outlived the count, so Sinkhorn's compiled balancing ran eagerly for the rest of the benchmark
-(its 4K row 11.9 steps/s against 21.4 with the count left out, 3,506 kernel launches a step against
-1,246).
+under a dispatch mode such as FlopCounterMode, and on torch 2.11 that skip outlived the count, which
+left Sinkhorn's compiled balancing eager for the rest of the benchmark (paper/performance.md,
+Sinkhorn's note).
 """
 
 from __future__ import annotations

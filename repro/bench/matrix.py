@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import torch
@@ -186,7 +186,7 @@ def conv_layer_tflops(spec: BenchModel, model, length: int, mode: str, settings:
 
     context = nullcontext() if train else torch.no_grad()
     with context:
-        timing = timed(step, settings)
+        timing = timed(step, replace(settings, profile_steps=0))  # the row's own steps are the ones profiled
     layer.zero_grad(set_to_none=True)
     one_layer = {**spec.model, "depth": 1}
     flops = step_flops(conv_layer_flops(one_layer, settings.batch, length), mode)

@@ -474,7 +474,8 @@ def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str]
             "",
             f"{meta.get('profile_steps')} more steps of each row under torch.profiler, after the timed ones: the "
             "kernels' time a step against the median step's wall time (the GPU's busy share; the rest is "
-            "the host's, launching), kernel launches a step, and the five kernels with most time.",
+            "the host's, launching), kernel launches a step (device copies and fills included), and the "
+            "five kernels with most time.",
             "",
         ]
         lines += kernel_table(rows) + [""]

@@ -154,9 +154,10 @@ def kernel_profile(step: Callable[[], object], steps: int, device: torch.device)
 
 
 def kernel_summary(events, steps: int) -> dict:
-    """Kernel ms and launches a step and the ``TOP_KERNELS`` kernels with most time, from the profiler's
-    averages ``events`` over ``steps`` steps. Only the device's own entries count: an operator's entry
-    repeats the time of the kernels it launched. No kernels (CPU): each value None."""
+    """Kernel ms and launches a step (the device's memory copies and fills included) and the
+    ``TOP_KERNELS`` kernels with most time, from the profiler's averages ``events`` over ``steps`` steps.
+    Only the device's own entries count: an operator's entry repeats the time of the kernels it
+    launched. No kernels (CPU): each value None."""
     kernels = [e for e in events if e.device_type == DeviceType.CUDA]
     if not kernels:
         return {"kernel_ms_per_step": None, "kernels_per_step": None, "top_kernels": None}
@@ -165,7 +166,7 @@ def kernel_summary(events, steps: int) -> dict:
         "kernel_ms_per_step": sum(e.self_device_time_total for e in kernels) / steps / 1e3,
         "kernels_per_step": sum(e.count for e in kernels) / steps,
         "top_kernels": "; ".join(
-            f"{e.key[:80]} {e.self_device_time_total / steps / 1e3:.2f} ms x{e.count / steps:g}" for e in top
+            f"{e.key[:160]} {e.self_device_time_total / steps / 1e3:.2f} ms x{e.count / steps:g}" for e in top
         ),
     }
 

@@ -79,16 +79,13 @@ FAST_DEFAULTS: dict[str, dict] = {
         "dense_max_len": 1025,
     },
     "sparse": {"flex_block": 128, "flex_global_rows": "dense", "flex_lse_pass": "narrow", "dense_max_len": 1025},
-    # Longformer: 128-wide tiles. 64-wide ones trained its image configuration (16-wide heads) 1.15x as
-    # fast on a one-GPU H200 host (29.9 against 26.1 steps/s, Pathfinder's 1.15x too; paper/performance.md),
-    # but on a 4 x H200 host (torch 2.11) the max-autotune compilation of their backward kernel at the image
-    # shape failed in three of three runs (an illegal memory access in a candidate kernel, then no valid
-    # choice), so they stay an explicit option (model.attention_params.flex_block=64), not a default.
+    # Longformer: 128-wide tiles. 64-wide ones train its narrow-headed image and Pathfinder configurations
+    # 1.15x as fast, but their compilation failed on one H200 host (paper/performance.md), so they stay an
+    # explicit option (model.attention_params.flex_block=64).
     "longformer": {"flex_block": 128, "flex_global_rows": "flex", "flex_lse_pass": "narrow", "dense_max_len": 0},
     # Sinkhorn's attend compiled: 26.5 steps/s against 21.2 eager at 4K with steps back to back (a probe),
     # but 1.03x the examples/s of a text run at its 1,001 tokens (paper/performance.md, one H200), so eager
-    # stays. (The benchmark's rows of both ran uncompiled: its FLOP count had dynamo skip them; see
-    # paper/performance.md, Sinkhorn's note.)
+    # stays (the benchmark's rows of both ran uncompiled: paper/performance.md, Sinkhorn's note).
     "sinkhorn": {"sdpa_min_len": 0, "sdpa_mask": "fold", "balance": "compiled", "attend": "eager"},
     "reformer": {"windows": "unfold", "gather": "fused", "sdpa_backends": None},
     "mega": {

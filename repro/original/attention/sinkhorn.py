@@ -79,8 +79,8 @@ kernels per iteration.
 
 The block attention as a whole (``attend``): ``eager``, or ``compiled``: ``attend_blocks`` (blocks,
 sorting matrix, balancing, the sorted keys, the SDPA or materialised attention) through
-``torch.compile`` on CUDA, the same function. Eagerly a step of the LRA text model launches about
-1,200 kernels, and at 1K its GPU time is a third of its wall time (paper/performance.md); compiled,
+``torch.compile`` on CUDA, the same function. Eagerly (with the balancing compiled) a step of the LRA
+text model at 4K launches about 1,250 kernels (paper/performance.md, Sinkhorn's note); compiled,
 the many small copies and reductions around the attention kernels fuse. At a length padded to whole
 blocks the key mask is folded without looking at it; otherwise its host check (``bool(key_ok.all())``,
 which decides whether anything needs folding) splits the compiled graph in two.
@@ -135,8 +135,7 @@ def on_device(fn, device: torch.device, mode: str):
 
 @ATTENTION.register("sinkhorn")
 class SinkhornAttention(HeadedMixer):
-    # What FLOP counting runs (repro/bench/flops.py); balancing and attend eager too, since torch.compile must
-    # not meet them under the counter: on torch 2.11 that left them eager for the rest of the process.
+    # What FLOP counting runs (repro/bench/flops.py, which says why balancing and attend are eager there)
     PLAIN_PATH = {"backend": "materialized", "balance": "eager", "attend_mode": "eager"}
 
     def __init__(
