@@ -635,6 +635,14 @@ def test_profiled_steps_follow_the_timed_ones_and_the_table_gives_the_busy_share
     timing = matrix.timed(lambda: calls.append(1), settings)
     assert len(calls) == 2 + 3 + 4 and len(timing.times_ms) == 3
     assert timing.summary()["kernel_ms_per_step"] is None  # the CPU launches no kernels
+
+    def fails_when_profiled():
+        calls.append(1)
+        if len(calls) > 9 + 2 + 3:
+            raise RuntimeError("no profiler here")
+
+    kept = matrix.timed(fails_when_profiled, settings).summary()
+    assert kept["samples"] == 3 and kept["top_kernels"] == "not profiled: error: RuntimeError: no profiler here"
     row = {
         "model": "m", "length": 4096, "mode": "train", "status": "ok", "step_ms_median": 50.0,
         "kernel_ms_per_step": 40.0, "kernels_per_step": 1180.0, "top_kernels": "a|b 3.00 ms x4",

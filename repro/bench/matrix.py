@@ -102,8 +102,9 @@ def timed(step, settings: Settings) -> Timing:
     timing = StepTimer(settings.device).timing(
         step, settings.warmup, settings.reps, settings.max_row_seconds, settings.sync_every
     )
-    if settings.profile_steps:
-        timing.kernels = kernel_profile(step, settings.profile_steps, settings.device)
+    if settings.profile_steps:  # a profile that fails leaves the timing and says why
+        kernels, status = attempt(partial(kernel_profile, step, settings.profile_steps, settings.device))
+        timing.kernels = kernels or {"top_kernels": f"not profiled: {status}"}
     return timing
 
 
