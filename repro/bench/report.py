@@ -339,6 +339,19 @@ def kernel_table(rows: list[dict]) -> list[str]:
     return _markdown(header, body)
 
 
+def kernel_section(meta: dict, rows: list[dict]) -> list[str]:
+    """table.md's section on where the profiled steps' time went (none when no row was profiled)."""
+    if not any(r.get("kernel_ms_per_step") is not None for r in rows):
+        return []
+    intro = (
+        f"{meta.get('profile_steps')} more steps of each row under torch.profiler, after the timed ones: the "
+        "kernels' time a step against the median step's wall time (the GPU's busy share; the rest is the "
+        "host's, launching), kernel launches a step (device copies and fills included), and the five "
+        "kernels with most time."
+    )
+    return ["## Where the step's time goes", "", intro, ""] + kernel_table(rows) + [""]
+
+
 def _ratio(row: dict | None, ref: dict | None, key: str) -> str:
     ok = row is not None and ref is not None and row["status"] == "ok" and ref["status"] == "ok"
     if not ok or row.get(key) is None or not ref.get(key):
@@ -468,17 +481,7 @@ def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str]
             "",
         ]
         lines += peer_table(rows, pairs) + [""]
-    if any(r.get("kernel_ms_per_step") is not None for r in rows):
-        lines += [
-            "## Where the step's time goes",
-            "",
-            f"{meta.get('profile_steps')} more steps of each row under torch.profiler, after the timed ones: the "
-            "kernels' time a step against the median step's wall time (the GPU's busy share; the rest is "
-            "the host's, launching), kernel launches a step (device copies and fills included), and the "
-            "five kernels with most time.",
-            "",
-        ]
-        lines += kernel_table(rows) + [""]
+    lines += kernel_section(meta, rows)
     if notes:
         lines += ["## Rows that are variants or peers", ""]
         lines += [f"- `{name}`: {text}" for name, text in notes.items()] + [""]
