@@ -650,11 +650,14 @@ def test_profiled_steps_follow_the_timed_ones_and_the_table_gives_the_busy_share
     assert report.kernel_table([row, {**row, "model": "cpu", "kernel_ms_per_step": None}])[2:] == [
         "| m | 4K | train | 50.00 | 40.00 | 80% | 1180 | a/b 3.00 ms x4 |"
     ]
-    with pytest.raises(ValueError) as raised:
-        count_setting("profile_steps", -1, 0, "a whole number of steps to profile, 0 (none) or more")
-    assert str(raised.value) == (
-        "profile_steps=-1 (experiments/conf/bench.yaml): give a whole number of steps to profile, 0 (none) or more"
-    )
+    assert count_setting("profile_steps", 0, 0, "steps") == 0
+    for bad in (-1, True, 2.5, "3"):
+        with pytest.raises(ValueError) as raised:
+            count_setting("profile_steps", bad, 0, "a whole number of steps to profile, 0 (none) or more")
+        assert str(raised.value) == (
+            f"profile_steps={bad!r} (experiments/conf/bench.yaml): give a whole number of steps to profile, "
+            "0 (none) or more"
+        )
 
 
 def test_a_peer_whose_import_fails_is_skipped_with_the_reason(monkeypatch):
