@@ -622,9 +622,10 @@ def test_kernel_summary_counts_the_devices_own_entries_per_step():
     assert set(summary) <= set(report.ROW_FIELDS)
 
 
-def test_profiled_steps_follow_the_timed_ones_and_the_table_gives_the_busy_share():
-    """``profile_steps=n`` runs n more steps after warm-up and timing (the timed ones unchanged); the
-    table's section sets the kernels' time against the median step; a bad count is refused in one line."""
+def test_profiled_steps_follow_the_timed_ones_and_the_table_gives_the_busy_share(monkeypatch):
+    """``profile_steps=n`` profiles n more steps after warm-up and timing (the timed ones unchanged; off
+    CUDA none, and the row says why); a failing profile keeps the timing; the table's section sets the
+    kernels' time against the median step; a bad count is refused in one line."""
     from repro.cli.bench import count_setting
 
     calls = []
@@ -632,16 +633,26 @@ def test_profiled_steps_follow_the_timed_ones_and_the_table_gives_the_busy_share
         lengths=[8], batch=1, modes=["train"], dtype="bf16", warmup=2, reps=3, max_row_seconds=None,
         count_batch=1, seed=0, device=torch.device("cpu"), profile_steps=4,
     )  # fmt: skip
-    timing = matrix.timed(lambda: calls.append(1), settings)
-    assert len(calls) == 2 + 3 + 4 and len(timing.times_ms) == 3
-    assert timing.summary()["kernel_ms_per_step"] is None  # the CPU launches no kernels
+    on_cpu = matrix.timed(lambda: calls.append("step"), settings).summary()
+    assert len(calls) == 2 + 3 and on_cpu["samples"] == 3 and on_cpu["kernel_ms_per_step"] is None
+    assert on_cpu["top_kernels"] == "not profiled: kernels are counted on CUDA only"
 
-    def fails_when_profiled():
-        calls.append(1)
-        if len(calls) > 9 + 2 + 3:
-            raise RuntimeError("no profiler here")
+    def profiled(step, steps, device):  # stands in for torch.profiler on a GPU
+        calls.append("profile")
+        for _ in range(steps):
+            step()
+        return {"kernel_ms_per_step": 1.0, "kernels_per_step": 2.0, "top_kernels": "k 1.00 ms x2"}
 
-    kept = matrix.timed(fails_when_profiled, settings).summary()
+    monkeypatch.setattr(matrix, "kernel_profile", profiled)
+    calls.clear()
+    summary = matrix.timed(lambda: calls.append("step"), settings).summary()
+    assert calls == ["step"] * (2 + 3) + ["profile"] + ["step"] * 4 and summary["kernel_ms_per_step"] == 1.0
+
+    def broken(step, steps, device):
+        raise RuntimeError("no profiler here")
+
+    monkeypatch.setattr(matrix, "kernel_profile", broken)
+    kept = matrix.timed(lambda: None, settings).summary()
     assert kept["samples"] == 3 and kept["top_kernels"] == "not profiled: error: RuntimeError: no profiler here"
     row = {
         "model": "m", "length": 4096, "mode": "train", "status": "ok", "step_ms_median": 50.0,

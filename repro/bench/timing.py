@@ -142,14 +142,14 @@ TOP_KERNELS = 5  # kernels named per row, those with the most time
 
 def kernel_profile(step: Callable[[], object], steps: int, device: torch.device) -> dict:
     """``steps`` more calls of ``step`` under ``torch.profiler``, then synchronised: ``kernel_summary``
-    of them (on CPU the steps run too, and there are no kernels to count)."""
+    of them. Off CUDA nothing runs (no kernels to count) and ``top_kernels`` says so."""
     device = torch.device(device)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities) as prof:
+    if device.type != "cuda":
+        return {**kernel_summary([], steps), "top_kernels": "not profiled: kernels are counted on CUDA only"}
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        torch.cuda.synchronize(device)
     return kernel_summary(prof.key_averages(), steps)
 
 
