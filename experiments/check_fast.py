@@ -34,6 +34,7 @@ from repro.bench.timing import (  # noqa: E402
     StepTimer,
     free_memory,
     is_out_of_memory,
+    kernel_profile,
     matmul_peak_tflops,
     read_peak,
     reset_peak,
@@ -828,7 +829,7 @@ mixer's plain path in float32 (TF32 off) on the same weights, relative errors ``
 |plain|`` of the output, the input gradient and every parameter gradient for a fixed random linear
 loss; passes at <= 2e-2 (output) and <= 5e-2 (gradients), the tolerances of
 ``check_fast.py paths``. Reformer's plain run reuses the fast run's LSH buckets.
-``--profile``: the 8 CUDA kernels with the most self time over two profiled steps, per variant.
+``--profile``: the five CUDA kernels with the most time over two profiled steps, per variant.
 
 Every row is printed when it finishes and the JSON (``--out``, default
 ``results/fast_variants/<device>-<time>.json``) is rewritten after each; a failing variant prints its
@@ -914,6 +915,15 @@ VARIANTS = [
         },
     ),
     Variant("mega", "flex split4", {"attention_impl": "flex", "flex_value_split": 4, "flex_kernel_options": None}),
+    Variant(
+        "mega",
+        "flex options per-sample bias",
+        {
+            "attention_impl": "flex",
+            "flex_kernel_options": FAST_DEFAULTS["mega"]["flex_kernel_options"],
+            "flex_bias_copies": "per_sample",
+        },
+    ),
     Variant("mega", "materialized", {"attention_impl": "materialized"}),
     Variant("lra_linformer", "auto", _attn()),  # by k (sdpa_min_k): the materialised path at the arm's k=16
     Variant("lra_linformer", "materialized", _attn(backend="materialized"), 1),
@@ -1002,25 +1012,11 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def top_kernels(model, optimizer, ids, labels, device, n: int = 8) -> list[str]:
-    """The ``n`` CUDA kernels with the most self time over two profiled steps, as 'ms per step  name'."""
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CUDA] if device.type == "cuda" else [ProfilerActivity.CPU]
-    with profile(activities=activities) as prof:
-        for _ in range(2):
-            train_step(model, optimizer, ids, labels, device)
-        sync(device)
-    events = prof.key_averages()
-    cuda = device.type == "cuda"
-
-    def self_us(e) -> float:
-        names = ("self_device_time_total", "self_cuda_time_total") if cuda else ("self_cpu_time_total",)
-        return next((getattr(e, n) for n in names if hasattr(e, n)), 0.0)
-
-    kernels = [e for e in events if not cuda or str(getattr(e, "device_type", "")).endswith("CUDA")]
-    kernels = sorted(kernels, key=self_us, reverse=True)[:n]
-    return [f"{self_us(e) / 2e3:.2f} ms  {e.key[:90]}" for e in kernels if self_us(e) > 0]
+def top_kernels(model, optimizer, ids, labels, device) -> list[str]:
+    """The kernels with the most time over two profiled training steps (``repro.bench.timing.kernel_profile``:
+    'name ms a step xlaunches a step'), or why there are none."""
+    found = kernel_profile(lambda: train_step(model, optimizer, ids, labels, device), 2, device)["top_kernels"]
+    return found.split("; ") if found else []
 
 
 # --------------------------------------------------------------------------- correctness
