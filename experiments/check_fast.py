@@ -915,15 +915,6 @@ VARIANTS = [
         },
     ),
     Variant("mega", "flex split4", {"attention_impl": "flex", "flex_value_split": 4, "flex_kernel_options": None}),
-    Variant(
-        "mega",
-        "flex options per-sample bias",
-        {
-            "attention_impl": "flex",
-            "flex_kernel_options": FAST_DEFAULTS["mega"]["flex_kernel_options"],
-            "flex_bias_copies": "per_sample",
-        },
-    ),
     Variant("mega", "materialized", {"attention_impl": "materialized"}),
     Variant("lra_linformer", "auto", _attn()),  # by k (sdpa_min_k): the materialised path at the arm's k=16
     Variant("lra_linformer", "materialized", _attn(backend="materialized"), 1),

@@ -384,14 +384,14 @@ def test_mega_sdpa_equals_materialized_forward_and_gradients(chunk_size):
     assert_same(outputs_and_grads(fast, x_full, None), outputs_and_grads(plain, x_full, None))
 
 
-@pytest.mark.parametrize("value_split, bias_copies", [(1, "shared"), (2, "shared"), (1, "per_sample")])
+@pytest.mark.parametrize("value_split", [1, 2])
 @pytest.mark.parametrize("chunk_size", [None, 8])
-def test_mega_flex_equals_materialized_forward_and_gradients(chunk_size, value_split, bias_copies):
+def test_mega_flex_equals_materialized_forward_and_gradients(chunk_size, value_split):
     """The flex path (its differentiable emulation on CPU, ``_flex.dense_flex``: the same score_mod, the
-    relative bias read per score, from one table or a copy a sample): same outputs, input and parameter
-    gradients (the relative bias's included), with padding and chunks made only of padding."""
+    relative bias read per score): same outputs, input and parameter gradients (the relative bias's
+    included), with padding and chunks made only of padding."""
     plain = mega("materialized", chunk_size=chunk_size).train()
-    fast = mega("flex", chunk_size=chunk_size, flex_value_split=value_split, flex_bias_copies=bias_copies).train()
+    fast = mega("flex", chunk_size=chunk_size, flex_value_split=value_split).train()
     fast.load_state_dict(plain.state_dict())
     x, mask = padded_batch(3, 30, 6, lengths=[30, 13, 1])
     assert_same(outputs_and_grads(fast, x, mask), outputs_and_grads(plain, x, mask))

@@ -47,12 +47,8 @@ settings use laplace on image, Pathfinder and Path-X, not modelled), so it runs 
   model was slower on ``sdpa`` than ``materialized``. The flex kernel reads the 2c - 1 scalars
   and adds each score's gradient to one of them. The 256-wide values (``d_hidden``) need kernel
   options with a 64-row query tile and 8 warps (``flex_kernel_options``) or the value width cut into
-  ``flex_value_split`` calls. ``flex_bias_copies``: ``shared``, one table whose 2c - 1 entries every
-  score's gradient is added to (atomically, in the kernel), or ``per_sample``, a copy of it for each
-  sample (batch times chunks), so that the kernels of different samples add to different entries,
-  their sums added back by autograd: the same function and gradient. Attention dropout, where set, is
-  the flex path's exact one (``repro/original/attention/_flex.py``: same distribution as
-  ``F.dropout``, other draws).
+  ``flex_value_split`` calls; attention dropout, where set, is the flex path's exact one
+  (``repro/original/attention/_flex.py``: same distribution as ``F.dropout``, other draws).
 - ``auto`` (default): ``repro/original/attention/fast_defaults.py``'s choice on CUDA, ``materialized``
   elsewhere.
 
@@ -164,7 +160,6 @@ class MegaMixer(nn.Module):
         attention_impl: str = "auto",
         flex_value_split="auto",
         flex_kernel_options="auto",
-        flex_bias_copies="auto",
     ):
         super().__init__()
         if attention_impl not in ATTENTION_IMPLS:
@@ -179,7 +174,6 @@ class MegaMixer(nn.Module):
                 "flex_attention kernel options"
             )
         self.flex_kernel_options = flex_kernel_options
-        self.flex_bias_copies = check_choice("mega", "flex_bias_copies", flex_bias_copies, "model.flex_bias_copies")
         self.ema = MultiDimEMA(d_model, ema_dim, bidirectional, ema_truncation)
         self.omega = nn.Parameter(torch.randn(d_model))
         self.v_proj = nn.Linear(d_model, d_hidden)
@@ -215,16 +209,8 @@ class MegaMixer(nn.Module):
         if length > self.rel_bias.max_len:
             raise ValueError(f"MEGA: attention span {length} exceeds max_len {self.rel_bias.max_len}")
 
-        if choose("mega", "flex_bias_copies", self.flex_bias_copies) == "per_sample":
-            table = table.unsqueeze(0).repeat(q.shape[0], 1)  # one copy a sample; their gradients sum back
-
-            def relative_bias(score, b, h, q_idx, kv_idx):
-                return score + table[b, kv_idx - q_idx + centre]
-
-        else:
-
-            def relative_bias(score, b, h, q_idx, kv_idx):
-                return score + table[kv_idx - q_idx + centre]  # entry (i, j): the bias of offset j - i
+        def relative_bias(score, b, h, q_idx, kv_idx):
+            return score + table[kv_idx - q_idx + centre]  # entry (i, j): the bias of offset j - i
 
         key_mask = (
             torch.ones(q.shape[0], length, dtype=torch.bool, device=q.device)
@@ -348,7 +334,6 @@ def build_mega_layers(cfg: dict, max_len: int) -> list[nn.Module]:
                 attention_impl=cfg.get("attention_impl", "auto"),
                 flex_value_split=cfg.get("flex_value_split", "auto"),
                 flex_kernel_options=cfg.get("flex_kernel_options", "auto"),
-                flex_bias_copies=cfg.get("flex_bias_copies", "auto"),
             )
         )
         layers.append(MegaFeedForward(cfg["d_model"], cfg["d_ff"], cfg.get("hidden_dropout", 0.0)))

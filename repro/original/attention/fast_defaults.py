@@ -40,10 +40,7 @@ Options, by mechanism:
 * ``mega``: ``attention_impl`` (``sdpa`` or ``flex``: ``flex_attention`` with the relative bias
   added in a score_mod, its gradient accumulated in the kernel, no dense [L, L] bias),
   ``flex_value_split`` (the value width is cut into this many flex calls: 256-wide values
-  need register room a 64-wide query does not), ``flex_kernel_options`` (passed to flex_attention),
-  ``flex_bias_copies`` (``shared``: one relative-bias table, every score's gradient added to its
-  2c - 1 entries; ``per_sample``: one copy a sample, the kernels of different samples adding to
-  different entries).
+  need register room a 64-wide query does not), ``flex_kernel_options`` (passed to flex_attention).
 * ``linformer``: ``sdpa_min_k`` (``backend=auto`` runs ``sdpa`` when the projected length ``k`` is
   at least this, ``materialized`` below it; ``sdpa``: ``scaled_dot_product_attention`` over the
   ``k`` projected keys, a fused kernel that holds no probabilities; ``materialized``: the
@@ -94,7 +91,6 @@ FAST_DEFAULTS: dict[str, dict] = {
     "mega": {
         "attention_impl": "flex",
         "flex_value_split": 1,
-        "flex_bias_copies": "shared",
         "flex_kernel_options": {
             "BLOCK_M": 64,
             "BLOCK_N": 64,
@@ -120,7 +116,7 @@ CHOICES: dict[str, dict[str, tuple]] = {
     "longformer": {"flex_block": (64, 128), "flex_global_rows": ("flex",), "flex_lse_pass": ("full", "narrow")},
     "sinkhorn": {"sdpa_mask": ("bias", "fold"), "balance": ("eager", "compiled"), "attend": ("eager", "compiled")},
     "reformer": {"windows": ("concat", "unfold"), "gather": ("per_tensor", "fused")},
-    "mega": {"flex_value_split": (1, 2, 4), "flex_bias_copies": ("shared", "per_sample")},
+    "mega": {"flex_value_split": (1, 2, 4)},
     "s5": {"fft_layout": ("time_major", "channels_last"), "proj_dtype": ("float32", "autocast")},
     "linformer": {"backend": ("sdpa", "materialized")},
 }
