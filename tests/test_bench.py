@@ -617,8 +617,9 @@ def test_kernel_summary_counts_the_devices_own_entries_per_step():
     named = summary["top_kernels"].split("; ")
     assert len(named) == timing.TOP_KERNELS
     assert named[:2] == ["gemm_kernel 4.50 ms x2", "softmax_kernel 1.50 ms x1"]
+    assert summary["top_ops"] == "aten::mm 4.50 ms x2"  # the operators that launched kernels, not aten::copy_
     empty = timing.kernel_summary([entry("aten::mm", DeviceType.CPU, 5.0, 1)], steps=3)
-    assert empty == {"kernel_ms_per_step": None, "kernels_per_step": None, "top_kernels": None}
+    assert empty == {"kernel_ms_per_step": None, "kernels_per_step": None, "top_kernels": None, "top_ops": None}
     assert set(summary) <= set(report.ROW_FIELDS)
 
 
@@ -657,9 +658,10 @@ def test_profiled_steps_follow_the_timed_ones_and_the_table_gives_the_busy_share
     row = {
         "model": "m", "length": 4096, "mode": "train", "status": "ok", "step_ms_median": 50.0,
         "kernel_ms_per_step": 40.0, "kernels_per_step": 1180.0, "top_kernels": "a|b 3.00 ms x4",
+        "top_ops": "aten::mm 3.00 ms x4",
     }  # fmt: skip
     assert report.kernel_table([row, {**row, "model": "cpu", "kernel_ms_per_step": None}])[2:] == [
-        "| m | 4K | train | 50.00 | 40.00 | 80% | 1180 | a/b 3.00 ms x4 |"
+        "| m | 4K | train | 50.00 | 40.00 | 80% | 1180 | a/b 3.00 ms x4 | aten::mm 3.00 ms x4 |"
     ]
     assert count_setting("profile_steps", 0, 0, "steps") == 0
     for bad in (-1, True, 2.5, "3"):

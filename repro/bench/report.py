@@ -54,6 +54,7 @@ ROW_FIELDS = [
     "kernel_ms_per_step",
     "kernels_per_step",
     "top_kernels",
+    "top_ops",
     "parameters",
     "note",
 ]
@@ -322,6 +323,7 @@ def kernel_table(rows: list[dict]) -> list[str]:
     """Per profiled row: wall ms a step, the kernels' ms a step, their share of the step (the GPU's busy
     share while kernels do not overlap), launches a step, and the kernels with most time."""
     header = ["model", "length", "mode", "step ms", "kernel ms", "GPU busy", "launches", "top kernels (ms a step)"]
+    header.append("operators that launched most (ms a step)")
     body = [
         [
             r["model"],
@@ -332,6 +334,7 @@ def kernel_table(rows: list[dict]) -> list[str]:
             f"{r['kernel_ms_per_step'] / r['step_ms_median']:.0%}",
             f"{r['kernels_per_step']:.0f}",
             r["top_kernels"].replace("|", "/"),
+            (r.get("top_ops") or "").replace("|", "/"),
         ]
         for r in rows
         if r.get("kernel_ms_per_step") is not None
@@ -346,8 +349,8 @@ def kernel_section(meta: dict, rows: list[dict]) -> list[str]:
     intro = (
         f"{meta.get('profile_steps')} more steps of each row under torch.profiler, after the timed ones: the "
         "kernels' time a step against the median step's wall time (the GPU's busy share; the rest is the "
-        "host's, launching), kernel launches a step (device copies and fills included), and the five "
-        "kernels with most time."
+        "host's, launching), kernel launches a step (device copies and fills included), the five "
+        "kernels with most time, and the five operators whose own kernels took most."
     )
     return ["## Where the step's time goes", "", intro, ""] + kernel_table(rows) + [""]
 
