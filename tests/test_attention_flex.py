@@ -357,7 +357,8 @@ def test_sparse_key_layout_holds_every_allowed_pair_exactly_once(case, L):
 
 def test_backend_choice():
     m = build("bigbird", "auto")
-    assert not m.use_flex(torch.zeros(1)) and build("bigbird", "flex").use_flex(torch.zeros(1))
+    assert m.pattern_backend(torch.zeros(1)) != "flex"
+    assert build("bigbird", "flex").pattern_backend(torch.zeros(1)) == "flex"
     assert ATTENTION.get("bigbird")(d_model=D, n_heads=H, max_len=64).backend == "auto"
     with pytest.raises(ValueError, match="unknown backend 'fast'; choose from"):
         build("sparse_lra", "fast")
@@ -368,14 +369,14 @@ def test_backend_choice():
 def test_auto_runs_flex_on_cuda_for_every_head_width():
     from types import SimpleNamespace
 
-    def queries(device, width):  # what use_flex reads of the query tensor, no CUDA needed; 4,096 tokens,
+    def queries(device, width):  # what pattern_backend reads of the query tensor, no CUDA needed; 4,096 tokens,
         return SimpleNamespace(device=torch.device(device), shape=(2, H, 4096, width))  # above dense_max_len
 
     auto = build("sparse_lra", "auto")
-    assert auto.use_flex(queries("cuda", 16)) and auto.use_flex(queries("cuda", 8))
-    assert not auto.use_flex(queries("cpu", 16))
-    assert build("sparse_lra", "flex").use_flex(queries("cpu", 8))
-    assert not build("sparse_lra", "blockwise").use_flex(queries("cuda", 16))
+    assert auto.pattern_backend(queries("cuda", 16)) == auto.pattern_backend(queries("cuda", 8)) == "flex"
+    assert auto.pattern_backend(queries("cpu", 16)) != "flex"
+    assert build("sparse_lra", "flex").pattern_backend(queries("cpu", 8)) == "flex"
+    assert build("sparse_lra", "blockwise").pattern_backend(queries("cuda", 16)) != "flex"
     assert build("sparse_lra", "dense").pattern_backend(queries("cpu", 8)) == "dense"
 
 

@@ -725,5 +725,5 @@ def test_fast_paths_are_counted_on_their_plain_path():
         model_cfg = tiny(apply_model_changes(run["model"], {"attention_params": {"backend": backend}}))
         model = build(BenchModel("x", "lra_bigbird", "arm", model_cfg, run["train"]), 40, torch.device("cpu"))
         counts.append(counted_forward_flops(model, torch.randint(1, 257, (2, 40))))
-        assert {m.backend for m in model.modules() if hasattr(m, "use_flex")} == {backend}
+        assert {m.backend for m in model.modules() if hasattr(m, "pattern_backend")} == {backend}
     assert counts[0] == counts[1] > 0

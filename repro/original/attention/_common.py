@@ -421,10 +421,6 @@ class FlexPatternMixin:
         dense_to = FAST_DEFAULTS.get(self.FLEX_MECHANISM, {}).get("dense_max_len", 0)
         return "dense" if t.shape[2] <= dense_to else "flex"
 
-    def use_flex(self, t: Tensor) -> bool:
-        """Whether the flex backend runs for queries ``t`` ([B, H, L, head width])."""
-        return self.pattern_backend(t) == "flex"
-
     def fast_attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor | None:
         """The flex or the dense backend's attention for these queries; None where the blockwise one runs."""
         backend = self.pattern_backend(q)
