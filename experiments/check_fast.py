@@ -891,7 +891,11 @@ VARIANTS = [
         _attn(release=False, windows="unfold", gather="fused", sdpa_backends=["EFFICIENT_ATTENTION"]),
     ),
     Variant("lra_sinkhorn", "sdpa bias eager", _attn(sdpa_min_len=0, sdpa_mask="bias", balance="eager"), 1),
-    Variant("lra_sinkhorn", "sdpa fold compiled", _attn(sdpa_min_len=0, sdpa_mask="fold", balance="compiled")),
+    Variant(
+        "lra_sinkhorn",
+        "sdpa fold compiled eager attend",
+        _attn(sdpa_min_len=0, sdpa_mask="fold", balance="compiled", attend="eager"),
+    ),
     Variant("lra_sinkhorn", "sdpa fold eager", _attn(sdpa_min_len=0, sdpa_mask="fold", balance="eager")),
     Variant(
         "lra_sinkhorn",
@@ -919,6 +923,7 @@ VARIANTS = [
     Variant("lra_linformer", "auto", _attn()),  # by k (sdpa_min_k): the materialised path at the arm's k=16
     Variant("lra_linformer", "materialized", _attn(backend="materialized"), 1),
     Variant("lra_linformer", "sdpa", _attn(backend="sdpa")),
+    Variant("lra_linformer", "eager attend", _attn(attend="eager")),
 ]
 DROPOUT_ZERO_ARMS = ("lra_bigbird", "lra_longformer", "lra_sparse")
 # the key of FAST_DEFAULTS and the model keys of each arm's variant settings

@@ -696,22 +696,31 @@ def test_a_peer_whose_import_fails_is_skipped_with_the_reason(monkeypatch):
     ]
 
 
-def test_nothing_compiled_runs_under_the_flop_counter(monkeypatch):
+@pytest.mark.parametrize(
+    "arm, mechanism, compiled, calls",
+    [
+        ("lra_sinkhorn", "sinkhorn", {"block_size": 50, "balance": "compiled", "attend": "compiled"}, 2 * 2),
+        ("lra_linformer", "linformer", {"attend": "compiled"}, 2),
+    ],
+)
+def test_nothing_compiled_runs_under_the_flop_counter(monkeypatch, arm, mechanism, compiled, calls):
     """dynamo skips a frame it meets under FlopCounterMode (on torch 2.11 for the rest of the process):
-    Sinkhorn's compiled balancing and attend are counted eagerly, and set back afterwards."""
-    from repro.bench.flops import counted_forward_flops
-    from repro.original.attention import sinkhorn
+    Sinkhorn's compiled balancing and attend, and Linformer's compiled attend, are counted eagerly, and
+    set back afterwards."""
+    import importlib
 
-    modes, real = [], sinkhorn.on_device
-    monkeypatch.setattr(sinkhorn, "on_device", lambda fn, device, mode: modes.append(mode) or real(fn, device, mode))
-    run = resolve_arm("lra_sinkhorn")
-    compiled = {"attention_params": {"block_size": 50, "balance": "compiled", "attend": "compiled"}}
-    spec = BenchModel("x", "lra_sinkhorn", "arm", tiny(apply_model_changes(run["model"], compiled)), {})
+    from repro.bench.flops import counted_forward_flops
+
+    module = importlib.import_module(f"repro.original.attention.{mechanism}")
+    modes, real = [], module.on_device
+    monkeypatch.setattr(module, "on_device", lambda fn, device, mode: modes.append(mode) or real(fn, device, mode))
+    run = resolve_arm(arm)
+    spec = BenchModel("x", arm, "arm", tiny(apply_model_changes(run["model"], {"attention_params": compiled})), {})
     model = build(spec, 120, torch.device("cpu"))
     assert counted_forward_flops(model, torch.randint(1, 257, (2, 120))) > 0
-    assert len(modes) == 2 * 2 and set(modes) == {"eager"}  # attend and balancing, in each of the two layers
-    mixers = [m for m in model.modules() if isinstance(m, sinkhorn.SinkhornAttention)]
-    assert {(m.backend, m.balance, m.attend_mode) for m in mixers} == {("auto", "compiled", "compiled")}
+    assert len(modes) == calls and set(modes) == {"eager"}  # each compiled function, in each of the two layers
+    mixers = [m for m in model.modules() if hasattr(m, "attend_mode")]
+    assert len(mixers) == 2 and {m.attend_mode for m in mixers} == {"compiled"}
 
 
 def test_fast_paths_are_counted_on_their_plain_path():

@@ -31,11 +31,25 @@ from ._common import full_mask, merge_heads, split_heads  # noqa: F401 (re-expor
 # nothing else is left (Reformer's shared-QK self-mask). Finite and small enough
 # for float16/bfloat16; padding uses ``finfo.min`` and so always loses to it.
 SELF_MASK_VALUE = -5e4
+_COMPILED: dict = {}  # function -> its torch.compile
 
 
 def neg_fill(dtype: torch.dtype) -> float:
     """The fill value for masked logits: the most negative finite number."""
     return torch.finfo(dtype).min
+
+
+def compiled(fn):
+    """The one ``torch.compile`` of ``fn`` (shapes static: one graph per shape)."""
+    if fn not in _COMPILED:
+        _COMPILED[fn] = torch.compile(fn, dynamic=False)
+    return _COMPILED[fn]
+
+
+def on_device(fn, device: torch.device, mode: str):
+    """``fn``, through ``torch.compile`` when ``mode`` is ``compiled`` and the device is CUDA (Sinkhorn's
+    ``balance`` and ``attend``, Linformer's ``attend``); elsewhere ``fn`` itself."""
+    return compiled(fn) if mode == "compiled" and device.type == "cuda" else fn
 
 
 def xavier_linear(d_in: int, d_out: int, bias: bool = False) -> nn.Linear:

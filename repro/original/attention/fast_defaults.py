@@ -44,7 +44,8 @@ Options, by mechanism:
 * ``linformer``: ``sdpa_min_k`` (``backend=auto`` runs ``sdpa`` when the projected length ``k`` is
   at least this, ``materialized`` below it; ``sdpa``: ``scaled_dot_product_attention`` over the
   ``k`` projected keys, a fused kernel that holds no probabilities; ``materialized``: the
-  ``[B, H, L, k]`` logits, softmax and dropout written out).
+  ``[B, H, L, k]`` logits, softmax and dropout written out), ``attend`` (``eager`` or ``compiled``:
+  the attention after the input projections through ``torch.compile``).
 * ``s5``: ``fft_layout`` (``time_major``: the FFT along axis 1 of [B, L, P/2]; ``channels_last``:
   states laid out [B, P/2, L] so every FFT runs over the contiguous last axis),
   ``proj_dtype`` (``float32`` or ``autocast``: the input and output projections around the FFT in
@@ -83,10 +84,10 @@ FAST_DEFAULTS: dict[str, dict] = {
     # 1.15x as fast, but their compilation failed on one H200 host (paper/performance.md), so they stay an
     # explicit option (model.attention_params.flex_block=64).
     "longformer": {"flex_block": 128, "flex_global_rows": "flex", "flex_lse_pass": "narrow", "dense_max_len": 0},
-    # Sinkhorn's attend compiled: 26.5 steps/s against 21.2 eager at 4K with steps back to back (a probe),
-    # but 1.03x the examples/s of a text run at its 1,001 tokens (paper/performance.md, one H200), so eager
-    # stays (the benchmark's rows of both ran uncompiled: paper/performance.md, Sinkhorn's note).
-    "sinkhorn": {"sdpa_min_len": 0, "sdpa_mask": "fold", "balance": "compiled", "attend": "eager"},
+    # Sinkhorn's attend compiled: training steps/s 1.37x the eager attend at 4K and 1.20x at 1K in one
+    # benchmark run on an H200 (torch 2.11, sync_every=5; paper/performance.md, Sinkhorn's note), and a
+    # text run at its 1,001 tokens trained through it (1.03x the examples/s of the eager one).
+    "sinkhorn": {"sdpa_min_len": 0, "sdpa_mask": "fold", "balance": "compiled", "attend": "compiled"},
     "reformer": {"windows": "unfold", "gather": "fused", "sdpa_backends": None},
     "mega": {
         "attention_impl": "flex",
@@ -106,7 +107,9 @@ FAST_DEFAULTS: dict[str, dict] = {
     # Linformer: backend=auto is sdpa from k = sdpa_min_k on. H200, torch 2.11, LRA text model, batch 32,
     # bf16, training steps/s: k=16 (LRA's) at 4K, materialised 1.7x sdpa (33.08 against 19.22); k=256
     # (peer_linformer), sdpa 0.97x materialised at 1K, 1.39-1.44x at 2K-4K, and 0.65x the peak memory.
-    "linformer": {"sdpa_min_k": 256},
+    # attend compiled: at 1K-2K every Linformer row's step is the host's launches (GPU busy 32-64%),
+    # which the compiled attention cuts (paper/performance.md, Linformer's note).
+    "linformer": {"sdpa_min_k": 256, "attend": "compiled"},
 }
 
 # The values each option accepts besides "auto" (constructor arguments are checked against them).
@@ -118,7 +121,7 @@ CHOICES: dict[str, dict[str, tuple]] = {
     "reformer": {"windows": ("concat", "unfold"), "gather": ("per_tensor", "fused")},
     "mega": {"flex_value_split": (1, 2, 4)},
     "s5": {"fft_layout": ("time_major", "channels_last"), "proj_dtype": ("float32", "autocast")},
-    "linformer": {"backend": ("sdpa", "materialized")},
+    "linformer": {"backend": ("sdpa", "materialized"), "attend": ("eager", "compiled")},
 }
 
 

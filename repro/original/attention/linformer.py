@@ -42,6 +42,11 @@ faster at LRA's ``k = 16``, SDPA faster and lighter at ``k = 256`` from 2K token
 depends on k alone, on any device: both paths compute the same function (only the dropout's random
 stream differs).
 
+``attend`` (``eager`` or ``compiled``): the whole attention after the input projections (the mask,
+the length projection and the softmax attention) through ``torch.compile`` on CUDA, the same
+function; ``"auto"``: ``FAST_DEFAULTS["linformer"]["attend"]``. At LRA's 1K-2K tokens a training
+step of these small kernels is bound by the host's launches, which the compiled graph fuses.
+
 Test hook: ``set_identity_projections()`` sets ``E = F = [I_k, 0]``, so that
 with ``k = L`` the module is exactly full softmax attention.
 """
@@ -55,7 +60,7 @@ from torch import nn
 
 from . import ATTENTION
 from ._common import sdpa_aligned
-from ._lowrank_common import HeadedMixer, xavier_bound
+from ._lowrank_common import HeadedMixer, on_device, xavier_bound
 from .fast_defaults import check_at_least, check_choice, choose
 
 
@@ -64,7 +69,8 @@ class LinformerAttention(HeadedMixer):
     # the LRA release drops the (inputs > 0) mask here:
     # linformer/linformer_attention.py: bias=None, padding_mask unused
     RELEASE_ZERO_MASK = "ignored"
-    PLAIN_PATH = {"backend": "materialized"}  # what FLOP counting runs (repro/bench/flops.py)
+    # what FLOP counting runs (repro/bench/flops.py; nothing compiled runs under its counter)
+    PLAIN_PATH = {"backend": "materialized", "attend_mode": "eager"}
 
     def __init__(
         self,
@@ -77,12 +83,14 @@ class LinformerAttention(HeadedMixer):
         bias: bool = False,
         backend: str = "auto",
         sdpa_min_k="auto",
+        attend: str = "auto",
     ):
         super().__init__(d_model, n_heads, max_len, dropout, ("q", "k", "v"), bias)
         self.k = k
         self.share_kv = share_kv
         self.backend = check_choice("linformer", "backend", backend, "attention_params.backend")
         self.sdpa_min_k = check_at_least("linformer", "sdpa_min_k", sdpa_min_k, 1, "an int")
+        self.attend_mode = check_choice("linformer", "attend", attend, "attention_params.attend")
         bound = xavier_bound(max_len, k)  # LRA: xavier-uniform kernel [max_len, k]
         self.E = nn.Parameter(torch.empty(k, max_len).uniform_(-bound, bound))
         self.F = None if share_kv else nn.Parameter(torch.empty(k, max_len).uniform_(-bound, bound))
@@ -98,8 +106,14 @@ class LinformerAttention(HeadedMixer):
         return "sdpa" if self.k >= choose("linformer", "sdpa_min_k", self.sdpa_min_k) else "materialized"
 
     def attend(self, q, k, v, mask):
+        """``attend_projected``, eager or compiled (``attend``)."""
+        self._check_len(q.shape[-2])
+        mode = choose("linformer", "attend", self.attend_mode)
+        return on_device(LinformerAttention.attend_projected, q.device, mode)(self, q, k, v, mask)
+
+    def attend_projected(self, q, k, v, mask):
+        """Zero the padded keys and values, project them along the sequence, attend."""
         length = q.shape[-2]
-        self._check_len(length)
         pad = ~mask[:, None, :, None]
         k = k.masked_fill(pad, 0.0)  # zero padded keys/values: they add nothing to E K, F V
         v = v.masked_fill(pad, 0.0)

@@ -105,11 +105,10 @@ from ._common import (
     release_masked_softmax,
     sdpa_aligned,
 )
-from ._lowrank_common import HeadedMixer, neg_fill, pad_to_multiple, xavier_linear
+from ._lowrank_common import HeadedMixer, neg_fill, on_device, pad_to_multiple, xavier_linear
 from .fast_defaults import check_at_least, check_choice, choose
 
 BACKENDS = ("auto", "sdpa", "materialized")
-_COMPILED: dict = {}  # function -> its torch.compile
 
 
 def sinkhorn_log(log_alpha: torch.Tensor, n_iters: int) -> torch.Tensor:
@@ -118,19 +117,6 @@ def sinkhorn_log(log_alpha: torch.Tensor, n_iters: int) -> torch.Tensor:
         log_alpha = log_alpha - torch.logsumexp(log_alpha, dim=-1, keepdim=True)
         log_alpha = log_alpha - torch.logsumexp(log_alpha, dim=-2, keepdim=True)
     return torch.exp(log_alpha)
-
-
-def compiled(fn):
-    """The one ``torch.compile`` of ``fn`` (shapes static: one graph per shape)."""
-    if fn not in _COMPILED:
-        _COMPILED[fn] = torch.compile(fn, dynamic=False)
-    return _COMPILED[fn]
-
-
-def on_device(fn, device: torch.device, mode: str):
-    """``fn``, through ``torch.compile`` when ``mode`` is ``compiled`` and the device is CUDA (``balance``
-    with ``sinkhorn_log``, ``attend`` with ``SinkhornAttention.attend_blocks``)."""
-    return compiled(fn) if mode == "compiled" and device.type == "cuda" else fn
 
 
 @ATTENTION.register("sinkhorn")
