@@ -405,6 +405,31 @@ def test_sinkhorn_compiled_balance_equals_the_eager_one():
     torch.testing.assert_close(results[1][1], results[0][1], rtol=0, atol=1e-12)
 
 
+def test_a_function_compiled_inside_a_compiled_one_still_compiles_alone():
+    """``on_device`` inside a function being compiled returns the function itself: a later call outside
+    still compiles it (traced through its compiled wrapper, dynamo left it eager: Sinkhorn's balancing
+    after its compiled ``attend``)."""
+    from torch._dynamo.utils import counters
+
+    from repro.original.attention._lowrank_common import compiled, on_device
+
+    cuda = torch.device("cuda")  # on_device reads only the device type; the tensors stay on the CPU
+
+    def balance(x):
+        return torch.softmax(x, dim=-1) * 2
+
+    def attend(x):
+        return on_device(balance, cuda, "compiled")(x) + 1
+
+    x = torch.randn(3, 5)
+    counters.clear()
+    expected = torch.softmax(x, dim=-1) * 2
+    torch.testing.assert_close(compiled(attend)(x), expected + 1)
+    assert counters["stats"]["unique_graphs"] == 1
+    torch.testing.assert_close(on_device(balance, cuda, "compiled")(x), expected)
+    assert counters["stats"]["unique_graphs"] == 2  # balance compiled on its own
+
+
 def test_sinkhorn_compiled_attend_equals_the_eager_one():
     """``attend=compiled`` runs ``attend_blocks`` through torch.compile (on CUDA in the mixer; compiled here on
     CPU): with padding (43 tokens in blocks of 4, one sample of 17, so the key mask is folded), forward

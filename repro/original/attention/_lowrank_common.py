@@ -48,7 +48,12 @@ def compiled(fn):
 
 def on_device(fn, device: torch.device, mode: str):
     """``fn``, through ``torch.compile`` when ``mode`` is ``compiled`` and the device is CUDA (Sinkhorn's
-    ``balance`` and ``attend``, Linformer's ``attend``); elsewhere ``fn`` itself."""
+    ``balance`` and ``attend``, Linformer's ``attend``); elsewhere ``fn`` itself. Inside a function being
+    compiled, ``fn`` itself: the outer graph takes it in. (Traced there, the compiled wrapper left ``fn``
+    eager for every later call outside: on torch 2.11, Sinkhorn's balancing ran eagerly after its
+    compiled ``attend`` had been traced.)"""
+    if torch.compiler.is_compiling():
+        return fn
     return compiled(fn) if mode == "compiled" and device.type == "cuda" else fn
 
 
