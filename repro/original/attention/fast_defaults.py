@@ -108,7 +108,7 @@ FAST_DEFAULTS: dict[str, dict] = {
     # bf16, training steps/s: k=16 (LRA's) at 4K, materialised 1.7x sdpa (33.08 against 19.22); k=256
     # (peer_linformer), sdpa 0.97x materialised at 1K, 1.39-1.44x at 2K-4K, and 0.65x the peak memory.
     # attend compiled: at 1K-2K every Linformer row's step is the host's launches (GPU busy 32-64%),
-    # which the compiled attention cuts (paper/performance.md, Linformer's note).
+    # which the compiled attention cuts (paper/performance.md, "Linformer's compiled attend").
     "linformer": {"sdpa_min_k": 256, "attend": "compiled"},
 }
 
