@@ -97,14 +97,16 @@ def test_ddp_two_processes_equal_one_process_with_the_same_global_batch(tmp_path
         for key in ("train_loss", "val_loss"):
             if ra[key]:
                 assert abs(float(ra[key]) - float(rb[key])) < 1e-4, (ra, rb)
-    # The trained weights themselves match (gradients averaged over equal slices = the global-batch gradient):
-    # within 1e-4 after 32 Adam steps of lr 1e-3 (reduction order moves them by about 1e-5; one step of a
-    # different gradient moves them by about the learning rate).
+    # The trained weights themselves match (gradients averaged over equal slices = the global-batch gradient)
+    # after 32 Adam steps of lr 1e-3: one step of a different gradient moves a weight by about the learning
+    # rate, reduction order by about 1e-6 on average (one thread a process: at most 1.5e-4 on a few of the
+    # 10,240 conv weights, where Adam divides a near-zero gradient by its own size).
     wa = torch.load(reference / "checkpoints" / "last.pt", weights_only=False)["model"]
     wb = torch.load(run / "checkpoints" / "last.pt", weights_only=False)
     assert len(wb["rng_ranks"]) == 2
     for name, tensor in wa.items():
-        assert torch.allclose(tensor, wb["model"][name], atol=1e-4, rtol=0), name
+        difference = (tensor - wb["model"][name]).abs()
+        assert difference.mean() < 1e-5 and difference.max() < 1e-3, (name, difference.mean(), difference.max())
 
 
 @pytest.mark.slow
