@@ -890,20 +890,24 @@ VARIANTS = [
         "unfold fused efficient",
         _attn(release=False, windows="unfold", gather="fused", sdpa_backends=["EFFICIENT_ATTENTION"]),
     ),
-    Variant("lra_sinkhorn", "sdpa bias eager", _attn(sdpa_min_len=0, sdpa_mask="bias", balance="eager"), 1),
+    Variant(
+        "lra_sinkhorn", "sdpa bias eager", _attn(sdpa_min_len=0, sdpa_mask="bias", balance="eager", attend="eager"), 1
+    ),
     Variant(
         "lra_sinkhorn",
         "sdpa fold compiled eager attend",
         _attn(sdpa_min_len=0, sdpa_mask="fold", balance="compiled", attend="eager"),
     ),
-    Variant("lra_sinkhorn", "sdpa fold eager", _attn(sdpa_min_len=0, sdpa_mask="fold", balance="eager")),
+    Variant(
+        "lra_sinkhorn", "sdpa fold eager", _attn(sdpa_min_len=0, sdpa_mask="fold", balance="eager", attend="eager")
+    ),
     Variant(
         "lra_sinkhorn",
         "sdpa fold compiled attend",
         _attn(sdpa_min_len=0, sdpa_mask="fold", balance="compiled", attend="compiled"),
     ),
-    Variant("lra_sinkhorn", "materialized compiled", _attn(backend="materialized", balance="compiled")),
-    Variant("lra_sinkhorn", "materialized eager", _attn(backend="materialized", balance="eager")),
+    Variant("lra_sinkhorn", "materialized compiled", _attn(backend="materialized", balance="compiled", attend="eager")),
+    Variant("lra_sinkhorn", "materialized eager", _attn(backend="materialized", balance="eager", attend="eager")),
     Variant("s5", "time_major float32", {"ssm_fft_layout": "time_major", "ssm_proj_dtype": "float32"}, 1),
     Variant("s5", "channels_last autocast", {"ssm_fft_layout": "channels_last", "ssm_proj_dtype": "autocast"}),
     Variant("s5", "channels_last float32", {"ssm_fft_layout": "channels_last", "ssm_proj_dtype": "float32"}),
@@ -1178,7 +1182,7 @@ def estimated_s(arm: str, changes: dict, dropout: float | None = None) -> float:
         return 100.0 if block == 64 else 40.0  # 64-wide tiles: max-autotune compiles of the backward
     if arm == "mega" and changes.get("attention_impl", "flex") == "flex":
         return 40.0
-    if arm == "lra_sinkhorn" and params.get("attend") == "compiled":
+    if arm == "lra_sinkhorn" and params.get("attend", FAST_DEFAULTS["sinkhorn"]["attend"]) == "compiled":
         return 60.0  # the whole block attention compiled, forward and backward
     return 25.0 if params.get("balance", "compiled") == "compiled" and arm == "lra_sinkhorn" else 12.0
 

@@ -270,6 +270,14 @@ def test_linformer_compiled_attend_equals_the_eager_one(backend):
         torch.testing.assert_close(from_compiled, from_eager, rtol=0, atol=1e-10)
 
 
+@pytest.mark.parametrize("attend", ["eager", "compiled"])
+def test_linformer_refuses_a_sequence_longer_than_its_projection(attend):
+    """E has max_len columns: a longer sequence is refused before anything is computed, on either path."""
+    module = build("linformer", max_len=16, k=4, attend=attend)
+    with pytest.raises(ValueError, match=r"^LinformerAttention: sequence length 17 exceeds max_len=16$"):
+        module(rand_x(1, 17))
+
+
 @pytest.mark.parametrize(
     "k, sdpa_min_k, expected",
     [
@@ -428,6 +436,25 @@ def test_a_function_compiled_inside_a_compiled_one_still_compiles_alone():
     assert counters["stats"]["unique_graphs"] == 1
     torch.testing.assert_close(on_device(balance, cuda, "compiled")(x), expected)
     assert counters["stats"]["unique_graphs"] == 2  # balance compiled on its own
+
+
+def test_compiling_raises_dynamo_s_recompile_limit(monkeypatch):
+    """Each length, module setting and grad mode is one graph of a compiled function: ``compiled`` lets
+    dynamo keep RECOMPILE_LIMIT of them (past its default of 8 the function would silently run eagerly)."""
+    import torch._dynamo
+
+    from repro.original.attention._flex import RECOMPILE_LIMIT
+    from repro.original.attention._lowrank_common import compiled
+
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    monkeypatch.setattr(config, name, 8)
+
+    def scale(x):
+        return x * 2
+
+    compiled(scale)
+    assert getattr(config, name) == RECOMPILE_LIMIT
 
 
 def test_sinkhorn_compiled_attend_equals_the_eager_one():

@@ -254,7 +254,8 @@ class FlexSettings:
         return dict(self.kernel_options) or None
 
 
-def _raise_recompile_limit() -> None:
+def raise_recompile_limit() -> None:
+    """Let dynamo keep RECOMPILE_LIMIT graphs of one function (each length, grad mode and setting is one)."""
     config = torch._dynamo.config
     name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
     setattr(config, name, max(getattr(config, name), RECOMPILE_LIMIT))
@@ -275,7 +276,7 @@ def flex_fn(device: torch.device, autotune: bool = False) -> Callable:
     if device.type != "cuda":
         return flex_attention
     if autotune not in _COMPILED:
-        _raise_recompile_limit()
+        raise_recompile_limit()
         options = {"max_autotune": True} if autotune else None
         _COMPILED[autotune] = torch.compile(flex_attention, dynamic=False, options=options)
     return _COMPILED[autotune]

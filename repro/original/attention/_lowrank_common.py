@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ._common import full_mask, merge_heads, split_heads  # noqa: F401 (re-exported for the six mixers)
+from ._flex import raise_recompile_limit
 
 # Logit given to "a token attends to itself" where a mechanism forbids it unless
 # nothing else is left (Reformer's shared-QK self-mask). Finite and small enough
@@ -40,8 +41,10 @@ def neg_fill(dtype: torch.dtype) -> float:
 
 
 def compiled(fn):
-    """The one ``torch.compile`` of ``fn`` (shapes static: one graph per shape)."""
+    """The one ``torch.compile`` of ``fn`` (shapes static: one graph per shape, module setting and grad
+    mode; past dynamo's default of 8 the function would run eagerly, hence the raised limit)."""
     if fn not in _COMPILED:
+        raise_recompile_limit()
         _COMPILED[fn] = torch.compile(fn, dynamic=False)
     return _COMPILED[fn]
 

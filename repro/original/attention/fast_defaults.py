@@ -84,8 +84,8 @@ FAST_DEFAULTS: dict[str, dict] = {
     # 1.15x as fast, but their compilation failed on one H200 host (paper/performance.md), so they stay an
     # explicit option (model.attention_params.flex_block=64).
     "longformer": {"flex_block": 128, "flex_global_rows": "flex", "flex_lse_pass": "narrow", "dense_max_len": 0},
-    # Sinkhorn's attend compiled: training steps/s 1.37x the eager attend at 4K and 1.20x at 1K in one
-    # benchmark run on an H200 (torch 2.11, sync_every=5; paper/performance.md, Sinkhorn's note), and a
+    # Sinkhorn's attend compiled: training steps/s 1.36-1.37x the eager attend at 4K and 1.20-1.77x at 1K
+    # in two benchmark runs on H200s (torch 2.11, sync_every=5; paper/performance.md, Sinkhorn's note), and a
     # text run at its 1,001 tokens trained through it (1.03x the examples/s of the eager one).
     "sinkhorn": {"sdpa_min_len": 0, "sdpa_mask": "fold", "balance": "compiled", "attend": "compiled"},
     "reformer": {"windows": "unfold", "gather": "fused", "sdpa_backends": None},
@@ -107,8 +107,8 @@ FAST_DEFAULTS: dict[str, dict] = {
     # Linformer: backend=auto is sdpa from k = sdpa_min_k on. H200, torch 2.11, LRA text model, batch 32,
     # bf16, training steps/s: k=16 (LRA's) at 4K, materialised 1.7x sdpa (33.08 against 19.22); k=256
     # (peer_linformer), sdpa 0.97x materialised at 1K, 1.39-1.44x at 2K-4K, and 0.65x the peak memory.
-    # attend compiled: at 1K-2K every Linformer row's step is the host's launches (GPU busy 32-64%),
-    # which the compiled attention cuts (paper/performance.md, "Linformer's compiled attend").
+    # attend compiled: 1.10-1.25x the eager attend at 1K-4K (k = 256) in one H200 run, with fewer kernel
+    # launches and less kernel time a step (paper/performance.md, "Linformer's compiled attend").
     "linformer": {"sdpa_min_k": 256, "attend": "compiled"},
 }
 

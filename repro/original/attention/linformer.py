@@ -44,8 +44,9 @@ stream differs).
 
 ``attend`` (``eager`` or ``compiled``): the whole attention after the input projections (the mask,
 the length projection and the softmax attention) through ``torch.compile`` on CUDA, the same
-function; ``"auto"``: ``FAST_DEFAULTS["linformer"]["attend"]``. At LRA's 1K-2K tokens a training
-step of these small kernels is bound by the host's launches, which the compiled graph fuses.
+function (under attention dropout its random stream differs); ``"auto"``:
+``FAST_DEFAULTS["linformer"]["attend"]``. The compiled graph fuses the masking and the casts around
+the products: fewer kernel launches and less kernel time a step (paper/performance.md).
 
 Test hook: ``set_identity_projections()`` sets ``E = F = [I_k, 0]``, so that
 with ``k = L`` the module is exactly full softmax attention.

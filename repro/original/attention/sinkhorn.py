@@ -79,11 +79,13 @@ kernels per iteration.
 
 The block attention as a whole (``attend``): ``eager``, or ``compiled``: ``attend_blocks`` (blocks,
 sorting matrix, balancing, the sorted keys, the SDPA or materialised attention) through
-``torch.compile`` on CUDA, the same function. Eagerly (with the balancing compiled) a step of the LRA
-text model at 4K launches about 1,250 kernels (paper/performance.md, Sinkhorn's note); compiled,
-the many small copies and reductions around the attention kernels fuse. At a length padded to whole
-blocks the key mask is folded without looking at it; otherwise its host check (``bool(key_ok.all())``,
-which decides whether anything needs folding) splits the compiled graph in two.
+``torch.compile`` on CUDA, the same function (under attention dropout its random stream differs).
+Eagerly (with the balancing compiled) a step of the LRA text model at 4K launches about 1,240
+kernels (paper/performance.md, Sinkhorn's note); compiled, about 950: the many small copies and
+reductions around the attention kernels fuse. A compiled ``attend`` takes the balancing into its
+own graph, so ``balance`` matters only with ``attend=eager``. At a length padded to whole blocks the
+key mask is folded without looking at it; otherwise its host check (``bool(key_ok.all())``, which
+decides whether anything needs folding) splits the compiled graph in two.
 
 ``sdpa_min_len``, ``sdpa_mask``, ``balance`` and ``attend`` default to ``"auto"``:
 ``fast_defaults.FAST_DEFAULTS``.
