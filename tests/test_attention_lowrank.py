@@ -247,27 +247,31 @@ def test_linformer_sdpa_dropout_is_unbiased_dropout_of_the_probabilities():
     assert_unbiased_dropout(build("linformer", max_len=24, backend="sdpa", k=8, dropout=0.5), rand_x(1, 20))
 
 
+def assert_compiled_equals_eager(eager, module, mask, params=()) -> None:
+    """``eager(module, q, k, v, mask)`` through torch.compile (on the CPU here; ``on_device`` compiles only
+    on CUDA) equals it run eagerly in float64: the output, and the gradients of q, k, v and ``params``."""
+    from repro.original.attention._lowrank_common import compiled, on_device
+
+    assert on_device(eager, torch.device("cpu"), "compiled") is eager
+    q, k, v = (torch.randn(2, H, mask.shape[1], DH, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    weights = torch.linspace(-1, 1, DH, dtype=torch.float64)
+    results = []
+    for fn in (eager, compiled(eager)):
+        out = fn(module, q, k, v, mask)
+        results.append((out.detach(), torch.autograd.grad((out * weights).sum(), [q, k, v, *params])))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=0, atol=1e-10)
+    for from_compiled, from_eager in zip(results[1][1], results[0][1], strict=True):
+        torch.testing.assert_close(from_compiled, from_eager, rtol=0, atol=1e-10)
+
+
 @pytest.mark.parametrize("backend", ["sdpa", "materialized"])
 def test_linformer_compiled_attend_equals_the_eager_one(backend):
     """``attend=compiled`` runs ``attend_projected`` through torch.compile (on CUDA in the mixer; compiled
     here on CPU): with padding (one sample of 9 of 20 tokens), forward and gradients, the projection E's
     included, equal the eager path in float64."""
-    from repro.original.attention._lowrank_common import compiled, on_device
-
     module = build("linformer", max_len=24, backend=backend, k=8)
-    eager = type(module).attend_projected
-    assert on_device(eager, torch.device("cpu"), "compiled") is eager  # compiled only on CUDA
     mask = torch.arange(20)[None, :] < torch.tensor([20, 9])[:, None]
-    q, k, v = (torch.randn(2, H, 20, DH, dtype=torch.float64, requires_grad=True) for _ in range(3))
-    results = []
-    for fn in (eager, compiled(eager)):
-        out = fn(module, q, k, v, mask)
-        weights = torch.linspace(-1, 1, DH, dtype=torch.float64)
-        grads = torch.autograd.grad((out * weights).sum(), [q, k, v, module.E])
-        results.append((out.detach(), grads))
-    torch.testing.assert_close(results[1][0], results[0][0], rtol=0, atol=1e-10)
-    for from_compiled, from_eager in zip(results[1][1], results[0][1], strict=True):
-        torch.testing.assert_close(from_compiled, from_eager, rtol=0, atol=1e-10)
+    assert_compiled_equals_eager(type(module).attend_projected, module, mask, [module.E])
 
 
 @pytest.mark.parametrize("attend", ["eager", "compiled"])
@@ -461,21 +465,9 @@ def test_sinkhorn_compiled_attend_equals_the_eager_one():
     """``attend=compiled`` runs ``attend_blocks`` through torch.compile (on CUDA in the mixer; compiled here on
     CPU): with padding (43 tokens in blocks of 4, one sample of 17, so the key mask is folded), forward
     and gradients equal the eager path in float64."""
-    from repro.original.attention._lowrank_common import compiled, on_device
-
     module = build("sinkhorn", max_len=64, backend="sdpa", sdpa_mask="fold", block_size=4)
-    eager = type(module).attend_blocks
-    assert on_device(eager, torch.device("cpu"), "compiled") is eager  # compiled only on CUDA
     mask = torch.arange(43)[None, :] < torch.tensor([43, 17])[:, None]
-    q, k, v = (torch.randn(2, H, 43, DH, dtype=torch.float64, requires_grad=True) for _ in range(3))
-    results = []
-    for fn in (eager, compiled(eager)):
-        out = fn(module, q, k, v, mask)
-        grads = torch.autograd.grad((out * torch.linspace(-1, 1, DH, dtype=torch.float64)).sum(), [q, k, v])
-        results.append((out.detach(), grads))
-    torch.testing.assert_close(results[1][0], results[0][0], rtol=0, atol=1e-10)
-    for from_compiled, from_eager in zip(results[1][1], results[0][1], strict=True):
-        torch.testing.assert_close(from_compiled, from_eager, rtol=0, atol=1e-10)
+    assert_compiled_equals_eager(type(module).attend_blocks, module, mask)
 
 
 def test_sinkhorn_fold_passes_no_attn_mask(monkeypatch):
