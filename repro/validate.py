@@ -56,17 +56,18 @@ class BadInput(Exception):
 # ---------------------------------------------------------------- ranges
 
 
-def _is_int(value) -> bool:
+def is_int(value) -> bool:
+    """A whole number, not a bool (which Python counts as an int)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_number(value) -> bool:
-    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+    return (is_int(value) or isinstance(value, float)) and math.isfinite(value)
 
 
-INT_GE0 = ("an integer >= 0", lambda v: _is_int(v) and v >= 0)
-INT_GE1 = ("an integer >= 1", lambda v: _is_int(v) and v >= 1)
-INT_GE1_OR_NULL = ("an integer >= 1, or null", lambda v: v is None or (_is_int(v) and v >= 1))
+INT_GE0 = ("an integer >= 0", lambda v: is_int(v) and v >= 0)
+INT_GE1 = ("an integer >= 1", lambda v: is_int(v) and v >= 1)
+INT_GE1_OR_NULL = ("an integer >= 1, or null", lambda v: v is None or (is_int(v) and v >= 1))
 POSITIVE = ("a number > 0", lambda v: _is_number(v) and v > 0)
 POSITIVE_OR_NULL = ("a number > 0, or null", lambda v: v is None or (_is_number(v) and v > 0))
 NON_NEGATIVE = ("a number >= 0", lambda v: _is_number(v) and v >= 0)

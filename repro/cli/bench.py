@@ -31,6 +31,7 @@ from ..bench.models import attention_dropout_setting, plan
 from ..bench.timing import matmul_peak_tflops
 from ..records import commit_variable_problem, git_commit
 from ..runner import pick_device
+from ..validate import is_int
 from . import GROUPS, config_dir, config_dirs, fail, group_options, require_same_checkout
 
 
@@ -47,7 +48,7 @@ def as_list(value, key: str) -> list | None:
 
 def count_setting(key: str, value, minimum: int, meaning: str) -> int:
     """``value`` if it is a whole number >= ``minimum``; else a one-line error naming ``key`` and ``meaning``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if not is_int(value) or value < minimum:
         raise ValueError(f"{key}={value!r} (experiments/conf/bench.yaml): give {meaning}")
     return value
 
