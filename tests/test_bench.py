@@ -718,11 +718,15 @@ def test_nothing_compiled_runs_under_the_flop_counter(monkeypatch, arm, mechanis
     spec = BenchModel("x", arm, "arm", tiny(apply_model_changes(run["model"], {"attention_params": compiled})), {})
     model = build(spec, 120, torch.device("cpu"))
     mixers = [m for m in model.modules() if hasattr(m, "attend_mode")]
-    settings = [{name: getattr(m, name) for name in type(m).PLAIN_PATH} for m in mixers]
+
+    def plain_path_settings():
+        return [{name: getattr(m, name) for name in type(m).PLAIN_PATH} for m in mixers]
+
+    before = plain_path_settings()
     assert len(mixers) == 2 and {m.attend_mode for m in mixers} == {"compiled"}
     assert counted_forward_flops(model, torch.randint(1, 257, (2, 120))) > 0
     assert len(modes) == calls and set(modes) == {"eager"}  # each compiled function, in each of the two layers
-    assert [{name: getattr(m, name) for name in type(m).PLAIN_PATH} for m in mixers] == settings  # set back
+    assert plain_path_settings() == before  # set back
 
 
 def test_fast_paths_are_counted_on_their_plain_path():
