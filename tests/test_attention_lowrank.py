@@ -442,9 +442,13 @@ def test_a_function_compiled_inside_a_compiled_one_still_compiles_alone():
     assert counters["stats"]["unique_graphs"] == 2  # balance compiled on its own
 
 
-def test_compiling_raises_dynamo_s_recompile_limit(monkeypatch):
+def test_compiling_raises_dynamo_s_recompile_limit():
     """Each length, module setting and grad mode is one graph of a compiled function: ``compiled`` lets
-    dynamo keep RECOMPILE_LIMIT of them (past its default of 8 the function would silently run eagerly)."""
+    dynamo keep RECOMPILE_LIMIT of them (past its default of 8 the function would silently run eagerly).
+
+    dynamo's config is a module whose keys live outside its ``__dict__``: pytest's monkeypatch (9.2) undoes a
+    setattr there by deleting the key, which breaks every later compile in the worker, so the test saves and
+    restores the limits itself."""
     import torch._dynamo
 
     from repro.original.attention._flex import RECOMPILE_LIMIT
@@ -452,13 +456,21 @@ def test_compiling_raises_dynamo_s_recompile_limit(monkeypatch):
 
     config = torch._dynamo.config
     name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
-    monkeypatch.setattr(config, name, 8)
+    keys = (name, "accumulated_recompile_limit", "accumulated_cache_size_limit")
+    names = [key for key in keys if hasattr(config, key)]
+    saved = {key: getattr(config, key) for key in names}
+    setattr(config, name, 8)
+    try:
 
-    def scale(x):
-        return x * 2
+        def scale(x):
+            return x * 2
 
-    compiled(scale)
-    assert getattr(config, name) == RECOMPILE_LIMIT
+        compiled(scale)
+        assert getattr(config, name) == RECOMPILE_LIMIT
+    finally:
+        for key, value in saved.items():
+            setattr(config, key, value)
+    assert {key: getattr(config, key) for key in names} == saved
 
 
 def test_sinkhorn_compiled_attend_equals_the_eager_one():
