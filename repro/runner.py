@@ -204,6 +204,7 @@ FREE_TRAIN_KEYS = frozenset(
         "checkpoint_every_seconds",
         "log_every",
         "data_on_device",
+        "compile",
     }
 )
 FREE_UNTIL_COMPLETE = frozenset({"budget_minutes", "max_steps", "stop_at_step"})

@@ -30,9 +30,16 @@ together, straight from the q/k/v projection's output, in one ``torch.compile``d
 CUDA (float32 arithmetic, the input dtype out). ``"auto"`` (default): fused on CUDA,
 library elsewhere.
 
-Attention is ``torch.nn.functional.scaled_dot_product_attention`` with the key padding mask
-as a boolean ``attn_mask`` (fused kernels on GPU); padded queries output exactly 0
-(``AttentionMixer``'s convention). Projections: q/k/v and output ``Linear`` with biases
+Two implementations of the attention over padded batches (``model.attention_backend``):
+``"sdpa"`` calls ``torch.nn.functional.scaled_dot_product_attention`` with the key padding mask as
+a boolean ``attn_mask`` (a masked call leaves the flash kernel for the memory-efficient one, and
+the check for a batch without padding costs a host synchronisation per layer); ``"flex"`` calls
+``flex_attention`` with a block mask built from the padding mask on the device
+(``_flex.padding_block_mask``): it skips every tile of padding, so a batch of ListOps trees
+(mean length about half the maximum) computes about a third of the score tiles, and nothing
+waits for the host, so the model compiles as one graph (``train.compile``). ``"auto"``
+(default): flex on CUDA, sdpa elsewhere. Both compute the same function (tested in float64);
+padded queries output exactly 0 (``AttentionMixer``'s convention). Projections: q/k/v and output ``Linear`` with biases
 (PyTorch's multi-head attention default), Xavier-uniform kernels.
 """
 
@@ -44,9 +51,11 @@ from rotary_embedding_torch import RotaryEmbedding
 from torch import Tensor, nn
 
 from ..original.attention._common import AttentionMixer, QKVOut, sdpa_key_mask, split_heads
+from ..original.attention._flex import padded_flex_attention
 from ..original.encoder import FeedForward
 
 ROTARY_IMPLS = ("auto", "fused", "library")
+ATTENTION_BACKENDS = ("auto", "flex", "sdpa")
 _COMPILED_ROTATION = None
 
 
@@ -86,7 +95,7 @@ def rotation_fn(device: torch.device):
 class RotarySelfAttention(AttentionMixer):
     """Multi-head softmax self-attention whose queries and keys are rotated by position (``rotary=True``)."""
 
-    PLAIN_PATH = {"impl": "library"}  # what FLOP counting runs (repro/bench/flops.py)
+    PLAIN_PATH = {"impl": "library", "attention_backend": "sdpa"}  # what FLOP counting runs (repro/bench/flops.py)
 
     def __init__(
         self,
@@ -97,10 +106,16 @@ class RotarySelfAttention(AttentionMixer):
         base: float = 10000.0,
         disable_half: bool = False,
         impl: str = "auto",
+        attention_backend: str = "auto",
     ):
         super().__init__(d_model, n_heads, max_len, dropout=0.0)
         if impl not in ROTARY_IMPLS:
             raise ValueError(f"model.rotary_impl={impl!r}: choose one of {', '.join(ROTARY_IMPLS)}")
+        if attention_backend not in ATTENTION_BACKENDS:
+            raise ValueError(
+                f"model.attention_backend={attention_backend!r}: choose one of {', '.join(ATTENTION_BACKENDS)}"
+            )
+        self.attention_backend = attention_backend
         self.proj = QKVOut(d_model, n_heads, bias=True)
         self.rotary = rotary_embedding(self.head_dim, base, disable_half) if rotary else None
         self.disable_half = disable_half if rotary else None
@@ -143,13 +158,16 @@ class RotarySelfAttention(AttentionMixer):
         return q, k, split_heads(v, H)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+        backend = self.attention_backend
+        if backend == "flex" or (backend == "auto" and q.device.type == "cuda"):
+            return padded_flex_attention(q, k, v, mask)
         # None when the batch has no padding (flash kernel); else fully padded samples opened
         return F.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_key_mask(mask))
 
     def extra_repr(self) -> str:
         return (
             super().extra_repr() + f", rotary={self.rotary is not None}, disable_half={self.disable_half}, "
-            f"impl={self.impl!r}"
+            f"impl={self.impl!r}, attention_backend={self.attention_backend!r}"
         )
 
 
@@ -179,6 +197,7 @@ def build_rotary_transformer_layers(cfg: dict, max_len: int) -> list[nn.Module]:
                 base=float(cfg.get("rotary_base", 10000.0)),
                 disable_half=bool(cfg.get("rotary_disable_half", False)),
                 impl=str(cfg.get("rotary_impl", "auto")),
+                attention_backend=str(cfg.get("attention_backend", "auto")),
             )
         )
         layers.append(FeedForward(d_model, int(cfg["d_ff"]), cfg.get("activation", "relu")))

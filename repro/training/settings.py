@@ -37,6 +37,7 @@ class TrainSettings:
     log_every: int = 50
     precision: str = "bf16"  # autocast dtype on CUDA: bf16 | fp32
     data_on_device: bool = True
+    compile: bool = False  # the model's forward (and so its backward) through torch.compile as a whole
     deterministic: bool = False  # torch.use_deterministic_algorithms on CUDA (CPU runs are deterministic)
     length_bucketing: str = "off"  # off | auto | on: batches of similar length, trimmed (repro/batching.py)
     bucket_pool_batches: int = 64  # batches sorted together by length before the batches are shuffled

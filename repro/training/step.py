@@ -81,12 +81,16 @@ class TrainStep:
         self.model, self.optimizer, self.controller, self.augment = model, optimizer, controller, augment
         self.grad_clip, self.device, self.autocast_dtype = settings.grad_clip, device, autocast_dtype
         self.technique_loss = augment is not None and augment.has_loss
-        self.forward = model  # what the step calls: the model, or its DDP wrapper
+        # what the step calls: the model, compiled as a whole with train.compile (the same function: tested),
+        # or its DDP wrapper (then compiled around DDP, as torch's DDP and compile documentation recommend)
+        self.loss_model = torch.compile(model) if settings.compile else model
+        self.forward = self.loss_model
         if ctx.active:
             from torch.nn.parallel import DistributedDataParallel
 
             core = TechniqueLoss(model, augment) if self.technique_loss else model
-            self.forward = DistributedDataParallel(core, device_ids=[device.index] if device.type == "cuda" else None)
+            wrapped = DistributedDataParallel(core, device_ids=[device.index] if device.type == "cuda" else None)
+            self.forward = torch.compile(wrapped) if settings.compile else wrapped
         self.ddp = ctx.active
 
     def __call__(self, batch: Batch, step: int, progress: float) -> tuple[torch.Tensor, float]:
@@ -97,7 +101,7 @@ class TrainStep:
             if self.technique_loss and self.ddp:
                 loss = self.forward(batch.inputs, batch.labels, batch.draws)  # through DDP: its gradients are averaged
             elif self.technique_loss:
-                loss = self.augment.loss(self.model, batch.inputs, batch.labels, batch.draws)  # task loss + auxiliary
+                loss = self.augment.loss(self.loss_model, batch.inputs, batch.labels, batch.draws)  # task + auxiliary
             else:
                 logits = self.forward(batch.inputs)
         if not self.technique_loss:

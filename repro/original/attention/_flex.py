@@ -425,3 +425,56 @@ def dense_dropout_reference(scores: Tensor, allowed: Tensor, keep: Tensor, keep_
     p = torch.softmax(scores.masked_fill(~(allowed | ~some), float("-inf")), dim=-1)
     p = torch.where(some, p, torch.zeros((), dtype=p.dtype, device=p.device))
     return torch.matmul(p * keep / keep_prob, v)
+
+
+# --------------------------------------------------------------------------- padding alone
+
+PADDING_TILE = 128  # flex_attention's default tile side; the padding masks' tiles
+
+
+def padding_block_mask(mask: Tensor, block: int = PADDING_TILE):
+    """A ``BlockMask`` for softmax attention under a padding mask alone: ``mask`` [B, L] (True = real
+    token); query q may see key k when both are real, and a padded query sees nothing (flex_attention
+    returns 0 for a row with no allowed key, the mixers' convention for padded queries).
+
+    The tiles are classified exactly from the mask, per sample and with no host synchronisation (the
+    whole mask is built on the device, so a compiled model traces it): a tile is absent when its
+    queries or its keys hold no real token, full when both are all real (the kernel skips
+    ``mask_mod`` there), partial otherwise. Any mask works, not only padding at the end; with padding
+    at the end (every task here) a batch of mean length l/L computes about (l/L)^2 of the tiles.
+    Positions past the end of the last tile read the last position's entry (``clamp``): the kernel
+    masks them itself."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    B, L = mask.shape
+    n = -(-L // block)
+    tiles = F.pad(mask, (0, n * block - L), value=False).view(B, n, block)
+    some, every = tiles.any(dim=-1), tiles.all(dim=-1)  # [B, n] per query (and key) tile
+    full = every[:, :, None] & every[:, None, :]
+    partial = some[:, :, None] & some[:, None, :] & ~full
+    partial_num, partial_idx = _ordered(partial)  # [1, B, n], [1, B, n, n]: B in the heads' place
+    full_num, full_idx = _ordered(full)
+    last = L - 1
+
+    def mask_mod(b, h, q, kv):
+        return mask[b, q.clamp(max=last)] & mask[b, kv.clamp(max=last)]
+
+    return BlockMask.from_kv_blocks(
+        partial_num.transpose(0, 1),
+        partial_idx.transpose(0, 1),
+        full_num.transpose(0, 1),
+        full_idx.transpose(0, 1),
+        BLOCK_SIZE=block,
+        mask_mod=mask_mod,
+        seq_lengths=(L, L),
+    )
+
+
+def padded_flex_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    """Softmax attention of ``q, k, v`` [B, H, L, Dh] over the real keys of ``mask`` [B, L], through
+    flex_attention's fused kernel on CUDA (the padding block mask skips every tile of padding);
+    0 on padded queries. On the CPU (tests), the dense reference of the same function."""
+    block_mask = padding_block_mask(mask)
+    if q.device.type == "cpu":
+        return dense_flex(q, k, v, None, block_mask, with_lse=False)[0]
+    return flex_fn(q.device)(q, k, v, block_mask=block_mask)

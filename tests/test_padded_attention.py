@@ -1,0 +1,125 @@
+"""Attention over padded batches through flex_attention (the follow-up Transformer's fast path): the padding
+block mask classifies every tile exactly, and the attention equals SDPA under the boolean key mask."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from repro.followup.rotary import RotarySelfAttention, build_rotary_transformer_layers
+from repro.original.attention._flex import padded_flex_attention, padding_block_mask
+
+
+def masks(length: int) -> dict[str, torch.Tensor]:
+    """Padding at the end (full, mid-tile, on a tile boundary, one token, none real) and a mask with holes."""
+    ends = torch.tensor([length, length - 37, 128, 1, 0])
+    suffix = torch.arange(length)[None, :] < ends[:, None]
+    holes = torch.rand(3, length, generator=torch.Generator().manual_seed(0)) < 0.6
+    holes[0, :130] = False  # a whole first tile of padding
+    return {"suffix": suffix, "holes": holes}
+
+
+@pytest.mark.parametrize("kind", ["suffix", "holes"])
+@pytest.mark.parametrize("length", [300, 256])
+def test_padding_block_mask_classifies_every_tile_exactly(kind, length):
+    """Each (sample, query tile, key tile): absent when the queries or the keys hold no real token, full when
+    every pair is allowed, partial otherwise; the mask function allows exactly the real-real pairs."""
+    mask = masks(length)[kind]
+    block = padding_block_mask(mask, block=128)
+    n = -(-length // 128)
+    padded = F.pad(mask, (0, n * 128 - length)).view(len(mask), n, 128)
+    pairs = padded[:, :, None, :, None] & padded[:, None, :, None, :]  # [B, nq, nk, 128, 128]
+    want_full, want_some = pairs.flatten(3).all(-1), pairs.flatten(3).any(-1)
+    for b in range(len(mask)):
+        for i in range(n):
+            full = set(block.full_kv_indices[b, 0, i, : block.full_kv_num_blocks[b, 0, i]].tolist())
+            part = set(block.kv_indices[b, 0, i, : block.kv_num_blocks[b, 0, i]].tolist())
+            assert full == {j for j in range(n) if want_full[b, i, j]}
+            assert part == {j for j in range(n) if want_some[b, i, j] and not want_full[b, i, j]}
+    b, q, kv = torch.arange(len(mask))[:, None, None], torch.arange(length)[None, :, None], torch.arange(length)
+    allowed = block.mask_mod(b, torch.zeros((), dtype=torch.long), q, kv)
+    assert torch.equal(allowed, mask[:, :, None] & mask[:, None, :])
+
+
+@pytest.mark.parametrize("kind", ["suffix", "holes"])
+def test_padded_flex_attention_equals_sdpa_under_the_key_mask_forward_and_gradients(kind):
+    """float64: on real queries the same outputs and gradients as SDPA with the boolean key mask; padded
+    queries exactly 0 (and no gradient through them)."""
+    torch.manual_seed(1)
+    mask = masks(300)[kind]
+    q, k, v = (torch.randn(len(mask), 2, 300, 16, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    real = mask[:, None, :, None]
+    weights = torch.randn(len(mask), 2, 300, 16, dtype=torch.float64) * real  # loss on real queries alone
+    flex = padded_flex_attention(q, k, v, mask)
+    assert torch.equal(flex * ~real, torch.zeros_like(flex))
+    flex_grads = torch.autograd.grad((flex * weights).sum(), (q, k, v))
+    open_rows = mask | ~mask.any(-1, keepdim=True)  # SDPA needs a key in every row
+    sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=open_rows[:, None, None, :])
+    sdpa_grads = torch.autograd.grad((sdpa * weights).sum(), (q, k, v))
+    torch.testing.assert_close(flex * real, sdpa * real, rtol=0, atol=1e-12)
+    for a, b in zip(flex_grads, sdpa_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+def test_the_rotary_mixer_s_flex_backend_equals_its_sdpa_backend():
+    torch.manual_seed(2)
+    sdpa = RotarySelfAttention(64, 4, 300, attention_backend="sdpa").double()
+    flex = RotarySelfAttention(64, 4, 300, attention_backend="flex").double()
+    flex.load_state_dict(sdpa.state_dict())
+    x = torch.randn(3, 300, 64, dtype=torch.float64)
+    mask = torch.arange(300)[None, :] < torch.tensor([300, 170, 0])[:, None]
+    results = []
+    for mixer in (sdpa, flex):
+        xg = x.clone().requires_grad_(True)
+        y = mixer(xg, mask)
+        (y.square().sum() + y.sum()).backward()
+        results.append([y.detach(), xg.grad] + [p.grad for p in mixer.proj.parameters()])
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-10)
+
+
+def test_the_attention_backend_is_checked_and_passed_by_the_builder():
+    with pytest.raises(ValueError, match="model.attention_backend='fast': choose one of auto, flex, sdpa"):
+        RotarySelfAttention(32, 2, 64, attention_backend="fast")
+    cfg = dict(backbone="rotary_transformer", d_model=32, n_heads=2, depth=1, d_ff=48, attention_backend="sdpa")
+    assert build_rotary_transformer_layers(cfg, max_len=64)[0].attention_backend == "sdpa"
+
+
+def _train(compiled: bool, steps: int = 3) -> tuple[list[float], dict]:
+    from repro.distributed import DistContext
+    from repro.model import SequenceClassifier
+    from repro.schedule import LRController
+    from repro.training.batches import Batch
+    from repro.training.settings import TrainSettings
+    from repro.training.step import TrainStep, make_optimizer
+
+    torch.manual_seed(0)
+    cfg = dict(
+        backbone="rotary_transformer", d_model=32, n_heads=2, depth=1, d_ff=48, pooling="mean", attention_backend="flex"
+    )
+    model = SequenceClassifier(cfg, vocab_size=20, max_len=150, num_classes=5, pad_id=0, two_tower=False).double()
+    settings = TrainSettings(lr=1e-3, weight_decay=0.01, batch_size=4, epochs=1, compile=compiled, grad_clip=1.0)
+    device = torch.device("cpu")
+    optimizer = make_optimizer(model, settings, device)
+    step = TrainStep(model, optimizer, LRController(1e-3, kind="constant"), settings, device, DistContext())
+    generator = torch.Generator().manual_seed(3)
+    losses = []
+    for i in range(steps):
+        ids = torch.randint(1, 20, (4, 150), generator=generator)
+        ids[1, 90:], ids[2, 7:] = 0, 0
+        labels = torch.randint(0, 5, (4,), generator=generator)
+        loss, _ = step(Batch(ids, labels, None, None), i, i / steps)
+        losses.append(float(loss))
+    return losses, {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+@pytest.mark.slow  # inductor compiles the forward and backward for the CPU: 1-4 minutes on two cores
+def test_a_compiled_training_step_equals_the_eager_one():
+    """train.compile: the whole model through torch.compile (here on the CPU, float64, the flex path's dense
+    reference inside): the same losses and weights after three steps as the eager model."""
+    eager_losses, eager_weights = _train(compiled=False)
+    compiled_losses, compiled_weights = _train(compiled=True)
+    assert compiled_losses == pytest.approx(eager_losses, rel=1e-10)
+    for name, weight in eager_weights.items():
+        torch.testing.assert_close(compiled_weights[name], weight, rtol=0, atol=1e-10, msg=name)
