@@ -35,9 +35,10 @@ averages over those tasks; each column's data source and trivial baselines) and 
 (Spearman's rho of our means against the published per task, with a bootstrap interval over seeds;
 ``repro.paper.lra_campaign``), then the claims of Tay et al. 2021 in the claims file, each under its
 primary test and the verdict rule that applied; and ``<out>/figures/lra_table1_figure3.png``, LRA
-Figure 3 from the same records: accuracy over the tasks every arm with records has, against speed (the
-first bundle's benchmark records at 4K, else the text records' training examples/s), circle area the
-peak memory, beside the published points over the same tasks.
+Figure 3 from the same records: accuracy over the tasks every arm with records has (bars: sd over the
+seeds), against speed, circle area the peak memory. With the first bundle's benchmark records at 4K the
+published points (over the same tasks) get a panel of their own beside ours; with the text records'
+training examples/s, a quantity the published figure does not show, ours are drawn alone.
 
 ``--bundle`` may be repeated: the records of several bundles (each record in one of them; a campaign
 frozen slot by slot), the first bundle's benchmark records; the ListOps root-operator baseline comes from
@@ -122,7 +123,8 @@ def index_page(view: BundleView, tables: list[Table], figures: list[Path], campa
 
 
 def _tradeoff(view: BundleView, bench, path: Path) -> Path:
-    return plots.tradeoff(*tradeoff_points(view, bench), path)
+    points = tradeoff_points(view, bench)
+    return plots.tradeoff(points.published, points.ours, points.ours_axis, points.tasks, points.same_quantity, path)
 
 
 def _figures(view: BundleView, counts, operator_rows, note: str, figures_dir: Path) -> list[Path]:
