@@ -875,6 +875,36 @@ def test_figure3_is_ours_alone_unless_our_speed_is_the_published_quantity(tmp_pa
         plt.close(fig)
 
 
+def test_the_index_leads_with_the_study_bundles_and_the_budget_bundles_tables_follow(frozen, slots, tmp_path):
+    """``--study A --study B`` beside a budget bundle: LRA Table 1 and Figure 3 of A and B, byte for byte as
+    ``lra-table1`` writes them, head the index; the budget bundle's tables follow under their own heading."""
+    a, b, _ = slots
+    make_all(frozen, tmp_path / "main", study=[a, b])
+    make_lra_table1([a, b], tmp_path / "sub")
+    for name in ("tables/lra_table1.md", "tables/lra_table1.tex", "figures/lra_table1_figure3.png"):
+        assert (tmp_path / "main" / name).read_bytes() == (tmp_path / "sub" / name).read_bytes()
+    assert (tmp_path / "main" / "figures" / "lra_figure3_tradeoff.png").exists()  # the budget bundle's own
+    index = (tmp_path / "main" / "tables" / "index.md").read_text()
+    headings = [line for line in index.splitlines() if line.startswith("## ")]
+    assert headings == [
+        "## Bundle slotA, slotB: LRA Table 1 at the release's protocol (profile paper)",
+        "## Bundle v0: every table, profile budget (3 min wall clock a run, not the papers' protocol)",
+    ]
+    study, rest = index.split(headings[1])
+    assert "[lra_table1.md](lra_table1.md)" in study and "(../figures/lra_table1_figure3.png)" in study
+    assert "lra_table1.md" not in rest and "[lra_table1_accuracy.md](lra_table1_accuracy.md)" in rest
+    assert f"--bundle {frozen.as_posix()} --study {a.as_posix()} --study {b.as_posix()}`" in index.splitlines()[2]
+
+
+def test_a_study_bundle_must_be_a_campaigns_and_the_bundle_not_one_already(frozen, slots, tmp_path):
+    a, b, _ = slots
+    with pytest.raises(BundleError, match=r"^--study v0: no records of profile paper of the lra_\* arms; give"):
+        make_all(frozen, tmp_path / "x", study=[frozen])
+    with pytest.raises(BundleError, match=r"^--study slotB: --bundle slotA holds a campaign's records already"):
+        make_all(a, tmp_path / "y", study=[b])
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()  # refused before writing
+
+
 def test_the_listops_baseline_comes_from_the_bundle_that_analysed_that_test_set(slots, tmp_path):
     a, b, _ = slots
     md = _lra_table1(a, b, tmp_path)
