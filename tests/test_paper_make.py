@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import matplotlib.pyplot as plt
+import matplotlib.text
 import numpy as np
 import pandas as pd
 import pytest
@@ -25,13 +27,15 @@ from statsmodels.stats.proportion import proportion_confint
 from repro import bundle, stats
 from repro.bundle import BundleError
 from repro.paper import claims as claims_file
+from repro.paper import plots
+from repro.paper.accuracy import LRA_NAMES
 from repro.paper.cli import make as make_all
 from repro.paper.cli import make_lra_table1
 from repro.paper.evaluate import _average_data
-from repro.paper.figures import shared_tasks, tradeoff_points
+from repro.paper.figures import seed_scores, shared_tasks, tradeoff_points
 from repro.paper.lra_campaign import rank_correlation, ranking
 from repro.paper.view import BundleView
-from repro.reference import published
+from repro.reference import LRA_MODEL_ARMS, published
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = [
@@ -694,13 +698,18 @@ def test_campaign_figure3_averages_both_panels_over_the_tasks_every_arm_has(slot
     seed means, the published its ListOps column; speed and memory from the text records where there are any."""
     a, b, _ = slots
     view = BundleView([a, b], "paper")
-    published_points, ours, axis, tasks = tradeoff_points(view, pd.DataFrame())
+    points = tradeoff_points(view, pd.DataFrame())
+    published_points, ours, axis, tasks = points.published, points.ours, points.ours_axis, points.tasks
     assert tasks == ("listops",) and axis == "training examples/s on text, mean over the text records, NVIDIA H200"
+    assert not points.same_quantity  # examples/s on text is not the published steps/s at 4K: ours drawn alone
     pub = published("lra_table1_accuracy").set_index("model")
     assert [p["accuracy"] for p in published_points] == [float(pub.loc[p["name"], "listops"]) for p in published_points]
     by_name = {p["name"]: p for p in ours}
     for model, arm in {"transformer": "lra_transformer", "linformer": "lra_linformer"}.items():
         assert by_name[model]["accuracy"] == pytest.approx(np.mean(view.accuracies(arm, "listops")))
+        # one task averaged: each seed's score is its ListOps accuracy, the bar their sd
+        assert by_name[model]["accuracy_sd"] == pytest.approx(np.std(view.accuracies(arm, "listops"), ddof=1))
+        assert by_name[model]["seeds"] == len(LISTOPS[arm])
     assert by_name["transformer"]["speed"] == TEXT_EXAMPLES_PER_S["lra_transformer"]  # the text records' speed
     assert by_name["transformer"]["memory_gb"] == pytest.approx(2**30 / 1e9)  # their peak bytes in GB of 10^9
     assert math.isnan(by_name["linformer"]["speed"])  # no text record: not placed
@@ -708,18 +717,24 @@ def test_campaign_figure3_averages_both_panels_over_the_tasks_every_arm_has(slot
 
 
 class _Accuracies:
-    """A stand-in view without speed records: ``accuracies(arm, task)``, 50% (or ``score[task]``) on the tasks
-    ``have`` lists for the arm."""
+    """A stand-in view: ``accuracies(arm, task)``, seed 0 at 50% (or ``score[task]``, a number or a list of one
+    per seed) on the tasks ``have`` lists for the arm; with ``speed``, text records at arm's examples/s."""
 
-    def __init__(self, have: dict[str, tuple[str, ...]], score: dict[str, float] | None = None):
-        self.have, self.score = have, score or {}
+    def __init__(self, have: dict[str, tuple[str, ...]], score: dict | None = None, speed: dict | None = None):
+        self.have, self.score, self.speed = have, score or {}, speed or {}
         self.runs = pd.DataFrame(columns=["arm", "task", "device", "examples_per_s", "peak_mem_gb"])
 
     def accuracies(self, arm: str, task: str) -> list[float]:
-        return [self.score.get(task, 50.0)] if task in self.have.get(arm, ()) else []
+        return self.seeds(arm, task)["test_acc"].tolist()
 
     def seeds(self, arm: str, task: str) -> pd.DataFrame:
-        return self.runs
+        if task not in self.have.get(arm, ()):
+            return pd.DataFrame(columns=["seed", "test_acc", "examples_per_s", "peak_mem_gb"])
+        score = self.score.get(task, 50.0)
+        scores = score if isinstance(score, list) else [score]
+        speed = self.speed.get(arm, math.nan) if task == "text" else math.nan
+        rows = [(seed, acc, speed, 2.0) for seed, acc in enumerate(scores)]
+        return pd.DataFrame(rows, columns=["seed", "test_acc", "examples_per_s", "peak_mem_gb"])
 
 
 @pytest.mark.parametrize(
@@ -742,7 +757,8 @@ def test_figure3_tasks_are_those_every_arm_with_records_has(have, expected):
 def test_figure3_published_points_average_the_shared_tasks_or_take_the_papers_average():
     pub = published("lra_table1_accuracy").set_index("model")
     two = _Accuracies({"lra_transformer": ("text", "image"), "lra_local": ("image", "text")}, {"text": 60.0})
-    published_points, ours, _, tasks = tradeoff_points(two, pd.DataFrame())
+    points = tradeoff_points(two, pd.DataFrame())
+    published_points, ours, tasks = points.published, points.ours, points.tasks
     assert tasks == ("text", "image")
     for point in published_points:
         assert point["accuracy"] == pytest.approx(
@@ -750,9 +766,143 @@ def test_figure3_published_points_average_the_shared_tasks_or_take_the_papers_av
         )
     assert ours[0]["name"] == "transformer" and ours[0]["accuracy"] == 55.0 and ours[0]["own_tasks"] is None
     apart = _Accuracies({"lra_transformer": ("listops",), "lra_local": ("text", "image")})
-    published_points, ours, _, tasks = tradeoff_points(apart, pd.DataFrame())
+    points = tradeoff_points(apart, pd.DataFrame())
+    published_points, ours, tasks = points.published, points.ours, points.tasks
     assert tasks == () and all(p["accuracy"] == float(pub.loc[p["name"], "avg"]) for p in published_points)
     assert [(p["name"], p["own_tasks"]) for p in ours[:2]] == [("transformer", 1), ("local_attention", 2)]
+
+
+def test_figure3_error_bar_is_the_sd_of_each_seeds_mean_over_the_tasks_it_has_all_of():
+    """Seeds 0-2 on text, 0-1 on image: a seed's score is its mean over both tasks, so seed 2 (no image record)
+    has none; the point is LRA Table 1's average of the tasks' seed means, the bar the sd of the two scores."""
+    text, image = [60.0, 64.0, 71.0], [40.0, 30.0]
+    view = _Accuracies(
+        {"lra_transformer": ("text", "image"), "lra_local": ("text", "image")}, {"text": text, "image": image}
+    )
+    transformer = tradeoff_points(view, pd.DataFrame()).ours[0]
+    scores = [(text[0] + image[0]) / 2, (text[1] + image[1]) / 2]
+    assert seed_scores(view, "lra_transformer", ("text", "image")) == scores
+    assert transformer["accuracy"] == pytest.approx((np.mean(text) + np.mean(image)) / 2)
+    assert transformer["accuracy_sd"] == pytest.approx(np.std(scores, ddof=1)) and transformer["seeds"] == 2
+    one = tradeoff_points(_Accuracies({"lra_transformer": ("text",)}), pd.DataFrame()).ours[0]
+    assert one["seeds"] == 1 and math.isnan(one["accuracy_sd"])  # one seed: no bar
+
+
+def _label_boxes(fig, labels) -> list:
+    """Each label's text box as the renderer draws it (the leader line left out)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    return [matplotlib.text.Text.get_window_extent(label, renderer) for label in labels]
+
+
+CROWDED = {  # arm -> (ListOps accuracy, text accuracy, examples/s): five arms on one spot, the others close by
+    "lra_transformer": (40.0, 60.0, 1000.0),
+    "lra_local": (40.0, 60.0, 1000.0),
+    "lra_sparse": (40.0, 60.0, 1000.0),
+    "lra_longformer": (40.0, 60.0, 1000.0),
+    "lra_linformer": (40.1, 60.0, 1002.0),
+    "lra_reformer": (40.0, 60.2, 998.0),
+    "lra_sinkhorn": (39.8, 60.1, 1001.0),
+    "lra_synthesizer": (40.2, 59.9, 999.0),
+    "lra_bigbird": (41.0, 61.0, 1010.0),
+    "lra_linear": (30.0, 50.0, 1100.0),
+    "lra_performer": (40.0, 60.0, 1000.0),
+}
+
+
+def _crowded():
+    """Figure 3's points with ours at ``CROWDED``, three seeds each, a bar of 1.5 points."""
+    have = {arm: ("listops", "text") for arm in CROWDED}
+    speeds = {arm: speed for arm, (_, _, speed) in CROWDED.items()}
+    points = tradeoff_points(_Accuracies(have, speed=speeds), pd.DataFrame())
+    for point, (listops, text, _) in zip(points.ours, CROWDED.values(), strict=True):
+        point.update(accuracy=(listops + text) / 2, accuracy_sd=1.5, seeds=3)
+    return points
+
+
+@pytest.mark.parametrize("same_quantity", [False, True])
+def test_figure3_labels_do_not_overlap_and_name_each_point_once(same_quantity):
+    """Eleven points, five on one spot and the rest close; and the published panel's own
+    cluster (Transformer, Reformer, BigBird, Synthesizer at 1-2 steps/s): the text boxes of the labels, measured
+    by the renderer after drawing, do not overlap within a panel, stay inside the figure, and each point's
+    name is written once."""
+    points = _crowded()
+    fig, labels = plots.tradeoff_figure(points.published, points.ours, points.ours_axis, points.tasks, same_quantity)
+    try:
+        boxes = _label_boxes(fig, labels)
+        canvas = fig.bbox
+        for box in boxes:
+            assert canvas.x0 <= box.x0 and box.x1 <= canvas.x1 and canvas.y0 <= box.y0 and box.y1 <= canvas.y1
+        panels = {}
+        for label, box in zip(labels, boxes, strict=True):
+            panels.setdefault(label.axes, []).append((label.get_text(), box))
+        assert len(panels) == (2 if same_quantity else 1)
+        for placed in panels.values():
+            for (a, box_a), (b, box_b) in itertools.combinations(placed, 2):
+                assert not box_a.overlaps(box_b), f"the labels {a!r} and {b!r} overlap"
+        ours = panels[labels[-1].axes]
+        assert sorted(name for name, _ in ours) == sorted(LRA_NAMES.get(m, m.capitalize()) for m in LRA_MODEL_ARMS)
+    finally:
+        plt.close(fig)
+
+
+def test_figure3_is_ours_alone_unless_our_speed_is_the_published_quantity(tmp_path):
+    """Run records give examples/s on text: one panel, its caption saying why the published one is not drawn;
+    benchmark records give steps/s at 4K: the published panel beside ours, each on its own axis."""
+    have = {arm: ("listops", "text") for arm in CROWDED}
+    alone = tradeoff_points(_Accuracies(have, speed={a: 900.0 for a in CROWDED}), pd.DataFrame())
+    fig, _ = plots.tradeoff_figure(alone.published, alone.ours, alone.ours_axis, alone.tasks, alone.same_quantity)
+    try:
+        assert [ax.get_xlabel() for ax in fig.axes] == ["training examples/s on text, mean over the text records"]
+        caption = " ".join(t.get_text().replace("\n", " ") for t in fig.texts)
+        assert "plots training steps/s at 4K on TPU v3, which these records do not measure" in caption
+    finally:
+        plt.close(fig)
+    bench = pd.DataFrame(
+        [("transformer", 4096, 20.0, 5.0, "ok", 4)],
+        columns=["model", "length", "steps_per_s", "peak_mem_gb", "status", "layers"],
+    )
+    both = tradeoff_points(_Accuracies(have), bench)
+    assert both.same_quantity
+    fig, _ = plots.tradeoff_figure(both.published, both.ours, both.ours_axis, both.tasks, both.same_quantity)
+    try:
+        assert [ax.get_xlabel() for ax in fig.axes] == [
+            "training steps/s at 4K, TPU v3",
+            "training steps/s at 4K (benchmark records)",
+        ]
+        assert not fig.axes[0].get_shared_x_axes().joined(fig.axes[0], fig.axes[1])
+    finally:
+        plt.close(fig)
+
+
+def test_the_index_leads_with_the_study_bundles_and_the_budget_bundles_tables_follow(frozen, slots, tmp_path):
+    """``--study A --study B`` beside a budget bundle: LRA Table 1 and Figure 3 of A and B, byte for byte as
+    ``lra-table1`` writes them, head the index; the budget bundle's tables follow under their own heading."""
+    a, b, _ = slots
+    make_all(frozen, tmp_path / "main", study=[a, b])
+    make_lra_table1([a, b], tmp_path / "sub")
+    for name in ("tables/lra_table1.md", "tables/lra_table1.tex", "figures/lra_table1_figure3.png"):
+        assert (tmp_path / "main" / name).read_bytes() == (tmp_path / "sub" / name).read_bytes()
+    assert (tmp_path / "main" / "figures" / "lra_figure3_tradeoff.png").exists()  # the budget bundle's own
+    index = (tmp_path / "main" / "tables" / "index.md").read_text()
+    headings = [line for line in index.splitlines() if line.startswith("## ")]
+    assert headings == [
+        "## Bundle slotA, slotB: LRA Table 1 at the release's protocol (profile paper)",
+        "## Bundle v0: every table, profile budget (3 min wall clock a run, not the papers' protocol)",
+    ]
+    study, rest = index.split(headings[1])
+    assert "[lra_table1.md](lra_table1.md)" in study and "(../figures/lra_table1_figure3.png)" in study
+    assert "lra_table1.md" not in rest and "[lra_table1_accuracy.md](lra_table1_accuracy.md)" in rest
+    assert f"--bundle {frozen.as_posix()} --study {a.as_posix()} --study {b.as_posix()}`" in index.splitlines()[2]
+
+
+def test_a_study_bundle_must_be_a_campaigns_and_the_bundle_not_one_already(frozen, slots, tmp_path):
+    a, b, _ = slots
+    with pytest.raises(BundleError, match=r"^--study v0: no records of profile paper of the lra_\* arms; give"):
+        make_all(frozen, tmp_path / "x", study=[frozen])
+    with pytest.raises(BundleError, match=r"^--study slotB: --bundle slotA holds a campaign's records already"):
+        make_all(a, tmp_path / "y", study=[b])
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()  # refused before writing
 
 
 def test_the_listops_baseline_comes_from_the_bundle_that_analysed_that_test_set(slots, tmp_path):

@@ -4,6 +4,7 @@ Pathfinder and Path-X images behind the sample grids."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -56,12 +57,36 @@ def shared_tasks(view: BundleView) -> tuple[str, ...]:
     return tuple(t for t in LRA_AVG_TASKS if t in common)
 
 
-def tradeoff_points(view: BundleView, bench: pd.DataFrame) -> tuple[list[dict], list[dict], str, tuple[str, ...]]:
+def seed_scores(view: BundleView, arm: str, tasks: tuple[str, ...]) -> list[float]:
+    """Each seed's mean test accuracy over ``tasks``, for the seeds with a record on every one of them, by seed:
+    the spread of one seed's score, whose sd Figure 3's error bars show."""
+    by_task = [view.seeds(arm, t).set_index("seed")["test_acc"] for t in tasks]
+    if not by_task:
+        return []
+    common = sorted(set.intersection(*(set(s.index) for s in by_task)))
+    return [float(np.mean([float(s.loc[seed]) for s in by_task])) for seed in common]
+
+
+@dataclass(frozen=True)
+class Figure3:
+    """LRA Figure 3's inputs: the published points and ours (dicts of name, accuracy, speed, memory_gb, NaN
+    where missing; ours also accuracy_sd, seeds and own_tasks), what our x axis measures, the tasks
+    averaged, and whether our x axis is the published one's quantity (training steps/s at 4K)."""
+
+    published: list[dict]
+    ours: list[dict]
+    ours_axis: str
+    tasks: tuple[str, ...]
+    same_quantity: bool
+
+
+def tradeoff_points(view: BundleView, bench: pd.DataFrame) -> Figure3:
     """LRA Figure 3's points (Tay et al. 2021, Figure 3: accuracy against speed, memory as area): published
     (Tables 1-2) and ours (speed and memory from benchmark records, else the text run records), both averaged
-    over ``shared_tasks`` (returned last), so that a point compares like with like; published over all five
-    (the paper's ``avg``) when those are all five. When no task is shared, ours averages each arm's own tasks
-    (``own_tasks`` counts them) and the published points take the paper's average."""
+    over ``shared_tasks``, so that a point compares like with like; published over all five (the paper's
+    ``avg``) when those are all five. When no task is shared, ours averages each arm's own tasks (``own_tasks``
+    counts them) and the published points take the paper's average. Our accuracy is the mean of the tasks'
+    seed means (LRA Table 1's average); ``accuracy_sd`` the sd of ``seed_scores`` (NaN under two seeds)."""
     tasks = shared_tasks(view)
     pub_acc = published("lra_table1_accuracy").set_index("model")
     pub_eff = published("lra_table2_efficiency").set_index("model")
@@ -82,18 +107,22 @@ def tradeoff_points(view: BundleView, bench: pd.DataFrame) -> tuple[list[dict], 
     ]
     ours = []
     for model, arm in LRA_MODEL_ARMS.items():
-        done = [m for m in (_mean_or_nan(view.accuracies(arm, t)) for t in tasks or LRA_AVG_TASKS) if math.isfinite(m)]
+        means = {t: _mean_or_nan(view.accuracies(arm, t)) for t in tasks or LRA_AVG_TASKS}
+        done = tuple(t for t, m in means.items() if math.isfinite(m))
+        scores = seed_scores(view, arm, done)
         speed, memory = _speed_memory(view, bench, model, arm)
         ours.append(
             {
                 "name": model,
-                "accuracy": float(np.mean(done)) if done else math.nan,
+                "accuracy": float(np.mean([means[t] for t in done])) if done else math.nan,
+                "accuracy_sd": float(np.std(scores, ddof=1)) if len(scores) > 1 else math.nan,
+                "seeds": len(scores),
                 "speed": speed,
                 "memory_gb": memory,
                 "own_tasks": len(done) if not tasks else None,
             }
         )
-    return pub_points, ours, _speed_axis(view, bench), tasks
+    return Figure3(pub_points, ours, _speed_axis(view, bench), tasks, same_quantity=not bench.empty)
 
 
 def kernel_curves(view: BundleView) -> tuple[list[int], dict, dict]:
