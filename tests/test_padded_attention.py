@@ -11,21 +11,17 @@ from repro.followup.rotary import RotarySelfAttention, build_rotary_transformer_
 from repro.original.attention._flex import padded_flex_attention, padding_block_mask
 
 
-def masks(length: int) -> dict[str, torch.Tensor]:
-    """Padding at the end (full, mid-tile, on a tile boundary, one token, none real) and a mask with holes."""
+def padding(length: int) -> torch.Tensor:
+    """Padding at the end: none, mid-tile, on a tile boundary, one real token, no real token."""
     ends = torch.tensor([length, length - 37, 128, 1, 0])
-    suffix = torch.arange(length)[None, :] < ends[:, None]
-    holes = torch.rand(3, length, generator=torch.Generator().manual_seed(0)) < 0.6
-    holes[0, :130] = False  # a whole first tile of padding
-    return {"suffix": suffix, "holes": holes}
+    return torch.arange(length)[None, :] < ends[:, None]
 
 
-@pytest.mark.parametrize("kind", ["suffix", "holes"])
 @pytest.mark.parametrize("length", [300, 256])
-def test_padding_block_mask_classifies_every_tile_exactly(kind, length):
+def test_padding_block_mask_classifies_every_tile_exactly(length):
     """Each (sample, query tile, key tile): absent when the queries or the keys hold no real token, full when
     every pair is allowed, partial otherwise; the mask function allows exactly the real-real pairs."""
-    mask = masks(length)[kind]
+    mask = padding(length)
     block = padding_block_mask(mask, block=128)
     n = -(-length // 128)
     padded = F.pad(mask, (0, n * 128 - length)).view(len(mask), n, 128)
@@ -42,12 +38,18 @@ def test_padding_block_mask_classifies_every_tile_exactly(kind, length):
     assert torch.equal(allowed, mask[:, :, None] & mask[:, None, :])
 
 
-@pytest.mark.parametrize("kind", ["suffix", "holes"])
-def test_padded_flex_attention_equals_sdpa_under_the_key_mask_forward_and_gradients(kind):
+def test_padding_before_a_real_token_is_refused():
+    mask = padding(300)
+    mask[0, 10] = False
+    with pytest.raises(ValueError, match="^padding_block_mask: padding must come after every real token of a sample$"):
+        padding_block_mask(mask)
+
+
+def test_padded_flex_attention_equals_sdpa_under_the_key_mask_forward_and_gradients():
     """float64: on real queries the same outputs and gradients as SDPA with the boolean key mask; padded
     queries exactly 0 (and no gradient through them)."""
     torch.manual_seed(1)
-    mask = masks(300)[kind]
+    mask = padding(300)
     q, k, v = (torch.randn(len(mask), 2, 300, 16, dtype=torch.float64, requires_grad=True) for _ in range(3))
     real = mask[:, None, :, None]
     weights = torch.randn(len(mask), 2, 300, 16, dtype=torch.float64) * real  # loss on real queries alone
@@ -123,3 +125,13 @@ def test_a_compiled_training_step_equals_the_eager_one():
     assert compiled_losses == pytest.approx(eager_losses, rel=1e-10)
     for name, weight in eager_weights.items():
         torch.testing.assert_close(compiled_weights[name], weight, rtol=0, atol=1e-10, msg=name)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "flex"])
+def test_without_a_mask_the_rotary_mixer_equals_its_all_real_mask(backend):
+    """A task without padding passes no mask (pixels): the unmasked call computes what an all-True mask does."""
+    torch.manual_seed(3)
+    mixer = RotarySelfAttention(64, 4, 256, attention_backend=backend).double()
+    x = torch.randn(2, 256, 64, dtype=torch.float64)
+    everything = torch.ones(2, 256, dtype=torch.bool)
+    torch.testing.assert_close(mixer(x), mixer(x, everything), rtol=0, atol=1e-12)

@@ -38,7 +38,8 @@ the check for a batch without padding costs a host synchronisation per layer); `
 (``_flex.padding_block_mask``): it skips every tile of padding, so a batch of ListOps trees
 (mean length about half the maximum) computes about a third of the score tiles, and nothing
 waits for the host, so the model compiles as one graph (``train.compile``). ``"auto"``
-(default): flex on CUDA, sdpa elsewhere. Both compute the same function (tested in float64);
+(default): flex on CUDA, sdpa elsewhere. A task without padding (no mask) takes SDPA's flash kernel
+on either backend. Both compute the same function (tested in float64);
 padded queries output exactly 0 (``AttentionMixer``'s convention). Projections: q/k/v and output ``Linear`` with biases
 (PyTorch's multi-head attention default), Xavier-uniform kernels.
 """
@@ -156,6 +157,11 @@ class RotarySelfAttention(AttentionMixer):
         qk = rotation_fn(qk.device)(qk.unflatten(-1, (2 * H, self.head_dim)), cos, sin)
         q, k = qk.transpose(1, 2).split(H, dim=1)  # [B, H, L, Dh] each
         return q, k, split_heads(v, H)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        if mask is None:  # a task without padding (pixels): the flash kernel, with no mask to build or check
+            return self.proj.output(F.scaled_dot_product_attention(*self.project(x)))
+        return super().forward(x, mask)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
         backend = self.attention_backend

@@ -433,45 +433,48 @@ PADDING_TILE = 128  # flex_attention's default tile side; the padding masks' til
 
 
 def padding_block_mask(mask: Tensor, block: int = PADDING_TILE):
-    """A ``BlockMask`` for softmax attention under a padding mask alone: ``mask`` [B, L] (True = real
-    token); query q may see key k when both are real, and a padded query sees nothing (flex_attention
-    returns 0 for a row with no allowed key, the mixers' convention for padded queries).
+    """A ``BlockMask`` for softmax attention under padding at the end of each sample: ``mask`` [B, L]
+    (True = real token, every real token before every padded one, as every task here pads); query q may
+    see key k when both are real, and a padded query sees nothing (flex_attention returns 0 for a row
+    with no allowed key, the mixers' convention for padded queries).
 
-    The tiles are classified exactly from the mask, per sample and with no host synchronisation (the
-    whole mask is built on the device, so a compiled model traces it): a tile is absent when its
-    queries or its keys hold no real token, full when both are all real (the kernel skips
-    ``mask_mod`` there), partial otherwise. Any mask works, not only padding at the end; with padding
-    at the end (every task here) a batch of mean length l/L computes about (l/L)^2 of the tiles.
-    Positions past the end of the last tile read the last position's entry (``clamp``): the kernel
-    masks them itself."""
+    Built from the lengths on the device with no host synchronisation (so a compiled model traces it):
+    a tile is absent when its queries or its keys are all padding, full when both are all real (the
+    kernel skips ``mask_mod`` there), partial otherwise; a batch of mean length l/L computes about
+    (l/L)^2 of the tiles. A mask with a padded position before a real one is refused (on CUDA by a
+    device-side assertion, which stops the run instead of skipping real tokens)."""
     from torch.nn.attention.flex_attention import BlockMask
 
     B, L = mask.shape
+    lengths = mask.sum(dim=-1)
+    suffix = torch.arange(L, device=mask.device)[None, :] < lengths[:, None]
+    if mask.device.type == "cuda":
+        torch._assert_async((suffix == mask).all())
+    elif not torch.equal(suffix, mask):
+        raise ValueError("padding_block_mask: padding must come after every real token of a sample")
     n = -(-L // block)
-    tiles = F.pad(mask, (0, n * block - L), value=False).view(B, n, block)
-    some, every = tiles.any(dim=-1), tiles.all(dim=-1)  # [B, n] per query (and key) tile
-    full = every[:, :, None] & every[:, None, :]
-    partial = some[:, :, None] & some[:, None, :] & ~full
-    partial_num, partial_idx = _ordered(partial)  # [1, B, n], [1, B, n, n]: B in the heads' place
-    full_num, full_idx = _ordered(full)
-    last = L - 1
+    tile = torch.arange(n, device=mask.device)[None, :]  # [1, n]
+    some = (-(-lengths // block))[:, None]  # tiles holding a real token, per sample
+    every = (lengths // block)[:, None]  # tiles of real tokens alone
+    q_full, q_some = tile < every, tile < some  # [B, n] per query tile
+    full_num = torch.where(q_full, every, 0)  # a query tile of real tokens: the keys' full tiles ...
+    partial_num = torch.where(q_full, some - every, torch.where(q_some, some, 0))  # ... and their last, partial
+    kv = torch.arange(n, device=mask.device)[None, None, :]  # [1, 1, n]
+    partial_idx = torch.where(q_full[..., None], every[..., None] + kv, kv).clamp(max=n - 1)  # [B, n, n]
+    full_idx = kv.expand(B, n, n)
 
-    def mask_mod(b, h, q, kv):
-        return mask[b, q.clamp(max=last)] & mask[b, kv.clamp(max=last)]
+    def mask_mod(b, h, q, k):
+        return (q < lengths[b]) & (k < lengths[b])
 
+    tables = (partial_num[:, None], partial_idx[:, None], full_num[:, None], full_idx[:, None])
     return BlockMask.from_kv_blocks(
-        partial_num.transpose(0, 1),
-        partial_idx.transpose(0, 1),
-        full_num.transpose(0, 1),
-        full_idx.transpose(0, 1),
-        BLOCK_SIZE=block,
-        mask_mod=mask_mod,
-        seq_lengths=(L, L),
+        *(table.to(torch.int32) for table in tables), BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(L, L)
     )
 
 
 def padded_flex_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
-    """Softmax attention of ``q, k, v`` [B, H, L, Dh] over the real keys of ``mask`` [B, L], through
+    """Softmax attention of ``q, k, v`` [B, H, L, Dh] over the real keys of ``mask`` [B, L] (padding at the
+    end), through
     flex_attention's fused kernel on CUDA (the padding block mask skips every tile of padding);
     0 on padded queries. On the CPU (tests), the dense reference of the same function."""
     block_mask = padding_block_mask(mask)
