@@ -153,11 +153,7 @@ def test_the_slug_of_a_heading_is_github_s():
     )
 
 
-LINKED = ["README.md", "ARCHITECTURE.md", "paper/findings.md", "paper/performance.md"]
-LINKED += sorted(f"docs/{page.name}" for page in (ROOT / "docs").glob("*.md"))
-
-
-@pytest.mark.parametrize("name", LINKED)
+@pytest.mark.parametrize("name", markdown_files())
 def test_relative_links_lead_to_a_file_and_heading(name):
     broken = []
     for target in LINK.findall((ROOT / name).read_text(encoding="utf-8")):
