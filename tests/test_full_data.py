@@ -1,4 +1,4 @@
-"""The full IMDb JSONL and CIFAR-10 JPEG files (README, Data), in the folder ``$LRA_TEST_DATA_DIR`` names
+"""The full IMDb JSONL and CIFAR-10 JPEG files (docs/data.md), in the folder ``$LRA_TEST_DATA_DIR`` names
 (laid out as a run's ``data_dir``: ``imdb/``, ``cifar10_jpeg/``).
 
 Each bundle is decompressed and tokenised once into a module-wide temporary cache;
