@@ -185,8 +185,8 @@ def _ledger_parser(prog: str) -> argparse.ArgumentParser:
         type=Path,
         action="append",
         default=None,
-        help="a folder holding runs/ (an output folder or a bundle); repeatable: a cell is done when any holds it "
-        "(added to the folders the grid file's records patterns match)",
+        help="a folder holding runs/ (an output folder or a bundle; its runs/ folder stands for it); repeatable: a "
+        "cell is done when any holds it (added to the folders the grid file's records patterns match)",
     )
     parser.add_argument("--plan-file", type=Path, default=None, help="the estimates of --plan")
     parser.add_argument(
@@ -239,6 +239,24 @@ def _check(args) -> None:
         raise GridError(problem)
 
 
+def records_folders(given: list[Path] | None) -> list[Path] | None:
+    """The ``--records`` folders, each the folder holding ``runs/``: a ``runs/`` folder itself stands for the folder
+    above it; a folder that is not there, or holds no ``runs/``, is refused by name."""
+    found = []
+    for folder in given or []:
+        if folder.name == "runs" and folder.is_dir() and not (folder / "runs").is_dir():
+            folder = folder.parent
+        if not folder.is_dir():
+            raise GridError(f"--records {folder}: no such folder (an output folder or bundle holding runs/)")
+        if not (folder / "runs").is_dir():
+            raise GridError(
+                f"--records {folder}: holds no runs/ folder; give the output folder or bundle that holds runs/ "
+                "(e.g. outputs, results/v0.2-lra)"
+            )
+        found.append(folder)
+    return found if given is not None else None
+
+
 def _main(argv: list[str], started: float) -> int:
     prog = invoked_as("lra-grid")
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
@@ -246,10 +264,13 @@ def _main(argv: list[str], started: float) -> int:
     if argv[:1] == ["ledger"]:
         from .ledger import ledger_command
 
-        return ledger_command(_ledger_parser(prog).parse_args(argv[1:]), extra)
+        args = _ledger_parser(prog).parse_args(argv[1:])
+        args.records = records_folders(args.records)
+        return ledger_command(args, extra)
     if argv[:1] == ["unpack"]:
         return _unpack_command(_unpack_parser(prog).parse_args(argv[1:]))
     args = _parser(prog).parse_args(argv)
+    args.records = records_folders(args.records)
     _check(args)
     grid = load_grid(args.grid, args.include_optional)
     args.records = grid.records_folders(args.records)
