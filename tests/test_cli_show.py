@@ -65,8 +65,8 @@ def test_cfg_run_of_an_arm_shows_each_of_its_tasks_and_refuses_bad_input_as_a_ru
 
 
 def test_a_tasks_shape_is_what_its_builder_builds(tmp_path):
-    """task_shape gives each task module's facts (classes, vocabulary, length, towers, padding) as the builder
-    does for its task config, here on the tests' small data."""
+    """task_shape gives each task module's facts (classes, vocabulary, length, towers, padding, an example's stored
+    shape, the batch hook) as the builder does for its task config, here on the tests' small data."""
     data = tmp_path / "data"
     make_acl(data)
     write_release(data)
@@ -84,4 +84,5 @@ def test_a_tasks_shape_is_what_its_builder_builds(tmp_path):
         built = get_task_builder(cfg["builder"])(cfg, data, tmp_path / "cache", 1)
         shape = task_shape(cfg)
         assert [getattr(shape, f) for f in FACTS] == [getattr(built, f) for f in FACTS], name
+        assert shape.train.inputs.shape[1:] == built.train.inputs.shape[1:] and shape.prepare is built.prepare, name
         assert len(shape.train) == len(shape.val) == len(shape.test) == 0

@@ -24,17 +24,19 @@ def task_shape(task_cfg: dict) -> TaskData:
     """A task with no examples, sized as its builder sizes it (``repro/tasks/<builder>.py``'s ``build``)."""
     builder = task_cfg.get("builder", task_cfg["name"])
     max_len = int(task_cfg.get("max_len", image.MAX_LEN) if builder == "image" else task_cfg["max_len"])
-    shapes = {  # builder -> (classes, vocabulary incl. padding, padding id, two towers)
-        "listops": (listops.NUM_CLASSES, len(listops.VOCAB), 0, False),
-        "text": (text.NUM_CLASSES, BYTE_VOCAB_SIZE, PAD_ID, False),
-        "retrieval": (retrieval.NUM_CLASSES, BYTE_VOCAB_SIZE, PAD_ID, True),
-        "image": (image.NUM_CLASSES, image.VOCAB_SIZE, None, False),
-        "pathfinder": (pathfinder.NUM_CLASSES, pathfinder.VOCAB_SIZE, None, False),
+    # builder -> (classes, vocabulary incl. padding, padding id, one example's stored shape: image as RGB, as its
+    # official files and its RGB bundle give it, which the follow-up's AutoAugment needs)
+    shapes = {
+        "listops": (listops.NUM_CLASSES, len(listops.VOCAB), 0, (max_len,)),
+        "text": (text.NUM_CLASSES, BYTE_VOCAB_SIZE, PAD_ID, (max_len,)),
+        "retrieval": (retrieval.NUM_CLASSES, BYTE_VOCAB_SIZE, PAD_ID, (2, max_len)),
+        "image": (image.NUM_CLASSES, image.VOCAB_SIZE, None, (image.SIDE, image.SIDE, 3)),
+        "pathfinder": (pathfinder.NUM_CLASSES, pathfinder.VOCAB_SIZE, None, (max_len,)),
     }
     if builder not in shapes:
         raise ValueError(f"task.builder={builder!r}: no such task module; choose one of: {', '.join(shapes)}")
-    classes, vocab, pad_id, two_tower = shapes[builder]
-    empty = Split(np.zeros((0, max_len), dtype=np.int64), np.zeros(0, dtype=np.int64))
+    classes, vocab, pad_id, example = shapes[builder]
+    empty = Split(np.zeros((0, *example), dtype=np.uint8), np.zeros(0, dtype=np.int64))
     return TaskData(
         name=task_cfg["name"],
         train=empty,
@@ -43,8 +45,9 @@ def task_shape(task_cfg: dict) -> TaskData:
         num_classes=classes,
         vocab_size=vocab,
         max_len=max_len,
-        two_tower=two_tower,
+        two_tower=builder == "retrieval",
         pad_id=pad_id,
+        prepare=image.lra_grayscale if builder == "image" else None,
     )
 
 
