@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..invocation import invoked_as
-from . import command_line_problem, config_dir, fail, require_same_checkout
+from . import CONF, command_line_problem, config_dir, fail, require_same_checkout
 from .usage import RUN, page, wants_help
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ def take_show_flag(argv: list[str]) -> tuple[list[str], bool]:
 def main(script: str | None = None) -> None:
     """``lra-run``; experiments/run.py passes its own path as ``script`` (it must be this checkout's)."""
     if wants_help(sys.argv[1:]):
-        print(page(RUN, invoked_as("lra-run")), end="")
+        print(page(RUN, invoked_as("lra-run"), CONF), end="")
         return
     if script is not None:
         require_same_checkout(script)

@@ -6,6 +6,9 @@ Hydra's own help page (the configuration dump) stays reachable as ``--hydra-help
 
 from __future__ import annotations
 
+import textwrap
+from pathlib import Path
+
 HELP_FLAGS = ("-h", "--help")
 
 RUN = """\
@@ -22,26 +25,31 @@ Profiles (profile=NAME):
   paper    the papers' protocol: each task's epochs, batch, learning rate and weight decay
 
 Common settings:
-  arm=NAME task=NAME   what to train, on what (experiments/conf/arm/, experiments/conf/task/)
-  seed=K               model seed: initialisation, data order, dropout, augmentation (default 0)
-  device=cpu|cuda|auto where to train (default: the profile's; smoke: cpu)
-  data_dir=DIR         the official LRA files (text, retrieval, image); ListOps and Pathfinder are generated
-  output_dir=DIR       where records and checkpoints go (default outputs)
-  force=true           rerun a run whose record is complete (an unfinished run resumes by itself)
-  budget.minutes=M     profile=budget: the wall-clock cap in minutes (null: none)
-  budget.fraction=F    profile=budget: train this share of the protocol's examples instead
-  techniques=NAME      the follow-up study's training techniques: followup or none (default: the arm's)
+  arm=NAME task=NAME    what to train, on what (the lists below)
+  seed=K                model seed: initialisation, data order, dropout, augmentation (default 0)
+  device=cpu|cuda|auto  where to train (default: the profile's; smoke: cpu)
+  data_dir=DIR          the official LRA files (text, retrieval, image); ListOps and Pathfinder are generated
+  output_dir=DIR        where records and checkpoints go (default outputs)
+  force=true            rerun a run whose record is complete (an unfinished run resumes by itself)
+  budget.minutes=M      profile=budget: the wall-clock cap in minutes (null: none)
+  budget.fraction=F     profile=budget: train this share of the protocol's examples instead
+  techniques=NAME       the follow-up study's training techniques: followup or none (default: the arm's)
+
+{groups}
 
 The + rule: settings under train. and model. start empty in the configuration and take the
 arm's, the task's and the profile's values when the run resolves, so they are typed with a
 leading +, as last-word overrides: +train.lr=0.0005, +model.depth=4, +train.stop_at_step=N.
-++ sets a key whether or not an earlier override set it. Without the +, {prog} names the fix.
+++ sets a key whether or not an earlier override set it. Without the +, the run names the fix.
 
 Commands:
-  {prog} ...             train (the default)
-  {prog} --cfg run ...   print the run's resolved settings (as config.yaml will hold them) and its
-                         parameter count; trains nothing, writes nothing
-  {prog} -m ...          a sweep: comma-separated values run one after another, one record each
+  {prog} KEY=VALUE ...
+      train (the default)
+  {prog} --cfg run KEY=VALUE ...
+      print the run's resolved settings, as its config.yaml will hold them, and its parameter
+      count; trains nothing, writes nothing
+  {prog} -m KEY=A,B ...
+      a sweep: each combination of the comma-separated values in turn, one record each
 
 Examples:
   {prog} arm=locality_k61 task=listops profile=smoke
@@ -53,8 +61,8 @@ Examples:
 
 Every setting is checked before any work; a mistake is one line naming the key and the fix,
 exit status 2. Exit 3: the task's data is missing. Full reference: docs/running.md.
-Hydra's own page (every setting and group): {prog} --hydra-help; the composed configuration
-before it resolves: {prog} --cfg job.
+Hydra's own options: {prog} --hydra-help; the composed configuration before it resolves:
+{prog} --cfg job.
 """
 
 BENCH = """\
@@ -69,10 +77,10 @@ bench.csv, table.md and figure.png; exits 1 (after writing) when a row failed ot
 Common settings (experiments/conf/bench.yaml holds them all, each with its source):
   models=[A,B]         arms or variants to measure (default: every arm with a text block, and the variants)
   lengths=[1024,4096]  bytes per text (default 1K-4K, as LRA Table 2)
-  mode=train|infer|both  what to time (default both)
+  mode=MODE            train, infer or both: what to time (default both)
   batch=N depth=N      batch size (default 32, LRA Table 2); every model's number of layers (default: its own)
   attention_dropout=P  every arm's attention dropout set to P (default lra: each arm's own)
-  device=auto|cuda|cpu where to measure (default auto)
+  device=NAME          auto, cuda, cuda:N or cpu: where to measure (default auto)
   out_dir=DIR          where the benchmark record goes (default results/bench)
 
 Examples:
@@ -80,7 +88,7 @@ Examples:
   {prog} depth=1 batch=8 mode=train lengths=[1024,2048,4096]
   {prog} attention_dropout=0 mode=train lengths=[4096]
 
-Hydra's own page: {prog} --hydra-help; every setting: {prog} --cfg job.
+Hydra's own options: {prog} --hydra-help; every setting: {prog} --cfg job.
 """
 
 
@@ -90,5 +98,16 @@ def wants_help(argv: list[str]) -> bool:
     return any(arg in HELP_FLAGS for arg in head)
 
 
-def page(text: str, prog: str) -> str:
-    return text.format(prog=prog)
+def group_lines(conf: Path) -> str:
+    """The arms and tasks ``conf`` (the checkout's experiments/conf) holds, a wrapped line each."""
+    lines = []
+    for group, title in (("arm", "Arms"), ("task", "Tasks")):
+        names = ", ".join(sorted(p.stem for p in (conf / group).glob("*.yaml")))
+        where = f"{title} (experiments/conf/{group}/): "
+        lines += textwrap.wrap(where + names, width=96, subsequent_indent="  ", break_on_hyphens=False)
+    return "\n".join(lines)
+
+
+def page(text: str, prog: str, conf: Path | None = None) -> str:
+    """``text`` for the command ``prog``; the run's page lists the arms and tasks of ``conf``."""
+    return text.format(prog=prog, groups=group_lines(conf) if conf is not None else "")
