@@ -2,7 +2,8 @@
 they find their Hydra configuration: experiments/conf of the checkout.
 
 experiments/run.py and experiments/bench.py are thin wrappers around the same ``main()``s. Before Hydra
-composes a run, ``command_line_problem`` answers two common mistakes in one line (below).
+composes a run, ``command_line_problem`` answers the common mistakes in one line (below). Each command's
+``--help`` page is printed before torch or Hydra is imported (``usage.py``).
 
 The configs stay in the checkout (users add arms there, or pass ``--config-dir``), so
 ``lra-run`` and ``lra-bench`` need the package installed editable (``pip install -e .``),
@@ -63,9 +64,10 @@ def dispatch(prog: str, doc: str, commands: dict, argv: list[str]) -> int:
 # Mistakes Hydra would answer with a multi-line error, answered in one line first (``lra-run`` and
 # experiments/run.py, before Hydra composes): a config group value with no file (``arm=megaa``; also
 # task, profile, techniques, and each value of a sweep such as ``arm=a,b``), looked up in
-# experiments/conf and every ``--config-dir``; and a setting under ``train.`` or ``model.`` typed
+# experiments/conf and every ``--config-dir``; a setting under ``train.`` or ``model.`` typed
 # without ``+`` (config.yaml holds both blocks empty, the arm and profile fill them, so Hydra refuses
-# ``train.lr=0.1``; the fix is ``+train.lr=0.1``).
+# ``train.lr=0.1``; the fix is ``+train.lr=0.1``); and a plain key config.yaml lacks (``lr=0.1``: a
+# training or model setting, named with its block and the +; any other with the settings there are).
 
 GROUPS = ("arm", "task", "profile", "techniques")
 ADDED_BLOCKS = ("train.", "model.")
