@@ -1,6 +1,6 @@
 """Speed and memory of every arm in the LRA text configuration: ``python experiments/bench.py``.
 
-A thin wrapper around ``repro.cli.bench`` (installed as ``lra-bench``); its docstring has the options.
+A thin wrapper around ``repro.cli.bench`` (installed as ``lra-bench``); ``--help`` lists the options.
 Needs the checkout installed (``pip install -e .``).
 """
 

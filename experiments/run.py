@@ -1,6 +1,6 @@
 """Train an arm on a task: ``python experiments/run.py arm=locality_k61 task=listops profile=smoke``.
 
-A thin wrapper around ``repro.cli.run`` (installed as ``lra-run``); its docstring has the options.
+A thin wrapper around ``repro.cli.run`` (installed as ``lra-run``); ``--help`` lists the options.
 Needs the checkout installed (``pip install -e .``).
 """
 

@@ -71,6 +71,7 @@ from pathlib import Path
 from . import records
 from .analysis import listops_roots
 from .grid.cells import GridError, superseded_records, superseded_source
+from .invocation import invoked_as
 
 FORMAT = "lra-repro-bundle/1"
 MANIFEST = "MANIFEST.json"
@@ -612,9 +613,27 @@ def citation(bundle: Path) -> tuple[str, str]:
 # ---------------------------------------------------------------- command line
 
 
+EXAMPLES = """\
+Examples:
+  {prog} freeze --version v1 --runs outputs/runs --profile budget --notes NOTES.md
+  {prog} freeze --version v1-all --from-bundle results/v1a --from-bundle results/v1b
+  {prog} verify results/v0.2-lra
+  {prog} cite results/v0.2-lra
+  {prog} ls
+
+'{prog} COMMAND --help': the options of a command."""
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m repro.bundle", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    prog = invoked_as("lra-bundle")
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Bundles: frozen, versioned, checksummed sets of run and benchmark records under results/\n"
+        "(the thing a paper cites): freeze records into one, verify its checksums, cite it, list them.",
+        epilog=EXAMPLES.format(prog=prog),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, title="commands")
     fr = sub.add_parser("freeze", help="copy complete records into results/<version> with a manifest")
     fr.add_argument("--version", required=True, help="bundle version, e.g. v1")
     fr.add_argument(
@@ -668,7 +687,7 @@ def _parser() -> argparse.ArgumentParser:
     for name, text in (("verify", "recompute every checksum"), ("cite", "print BibTeX and a one-line citation")):
         p = sub.add_parser(name, help=text)
         p.add_argument("bundle", type=Path)
-    ls = sub.add_parser("ls", help="list bundles")
+    ls = sub.add_parser("ls", help="list the bundles under --results (default results)")
     ls.add_argument("--results", type=Path, default=Path("results"))
     return parser
 

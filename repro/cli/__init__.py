@@ -2,7 +2,8 @@
 they find their Hydra configuration: experiments/conf of the checkout.
 
 experiments/run.py and experiments/bench.py are thin wrappers around the same ``main()``s. Before Hydra
-composes a run, ``command_line_problem`` answers two common mistakes in one line (below).
+composes a run, ``command_line_problem`` answers the common mistakes in one line (below). Each command's
+``--help`` page is printed before torch or Hydra is imported (``usage.py``).
 
 The configs stay in the checkout (users add arms there, or pass ``--config-dir``), so
 ``lra-run`` and ``lra-bench`` need the package installed editable (``pip install -e .``),
@@ -11,6 +12,7 @@ which leaves it in the checkout, next to experiments/.
 
 from __future__ import annotations
 
+import difflib
 import sys
 from pathlib import Path
 
@@ -62,9 +64,10 @@ def dispatch(prog: str, doc: str, commands: dict, argv: list[str]) -> int:
 # Mistakes Hydra would answer with a multi-line error, answered in one line first (``lra-run`` and
 # experiments/run.py, before Hydra composes): a config group value with no file (``arm=megaa``; also
 # task, profile, techniques, and each value of a sweep such as ``arm=a,b``), looked up in
-# experiments/conf and every ``--config-dir``; and a setting under ``train.`` or ``model.`` typed
+# experiments/conf and every ``--config-dir``; a setting under ``train.`` or ``model.`` typed
 # without ``+`` (config.yaml holds both blocks empty, the arm and profile fill them, so Hydra refuses
-# ``train.lr=0.1``; the fix is ``+train.lr=0.1``).
+# ``train.lr=0.1``; the fix is ``+train.lr=0.1``); and a plain key config.yaml lacks (``lr=0.1``: a
+# training or model setting, named with its block and the +; any other with the settings there are).
 
 GROUPS = ("arm", "task", "profile", "techniques")
 ADDED_BLOCKS = ("train.", "model.")
@@ -86,6 +89,68 @@ def group_options(group: str, dirs: list[Path]) -> list[str]:
     return sorted({p.stem for d in dirs for p in (d / group).glob("*.yaml")})
 
 
+def top_level_keys(conf: Path) -> list[str]:
+    """The settings config.yaml holds at its top level, its config groups and ``hydra``."""
+    import yaml
+
+    config = yaml.safe_load((conf / "config.yaml").read_text()) or {}
+    choices = [next(iter(item)) for item in config.get("defaults", []) if isinstance(item, dict)]
+    groups = [name.split("@")[0] for name in choices if not name.startswith(("override ", "hydra/"))]
+    return sorted({*(k for k in config if k != "defaults"), *groups, "hydra"})
+
+
+def _model_keys(node, found: set[str]) -> None:
+    """Every key of a ``model`` block anywhere in an arm or profile file's tree ``node``."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "model" and isinstance(value, dict):
+                found.update(map(str, value))
+            _model_keys(value, found)
+
+
+def block_keys(dirs: list[Path]) -> dict[str, set[str]]:
+    """Per block (``train``, ``model``): the keys a run's block can hold: the training settings' fields; the keys
+    the arm, base and profile files of ``dirs`` give models."""
+    import dataclasses
+
+    import yaml
+
+    from ..training.settings import TrainSettings
+
+    model: set[str] = set()
+    for path in sorted(p for d in dirs for group in ("arm", "base", "profile") for p in (d / group).glob("*.yaml")):
+        try:
+            _model_keys(yaml.safe_load(path.read_text()), model)
+        except yaml.YAMLError:
+            continue  # Hydra names the file when it composes
+    return {"train": {f.name for f in dataclasses.fields(TrainSettings)}, "model": model}
+
+
+def plain_key_problem(arg: str, key: str, dirs: list[Path]) -> str | None:
+    """A plain ``key=value`` whose first key config.yaml lacks: the block that has it and the fix, or the
+    top-level settings there are."""
+    if key.startswith(("+", "~")) or "/" in key or "@" in key:
+        return None  # added or deleted with Hydra's own syntax, or a config group of Hydra's
+    top = key.split(".")[0]
+    settings = top_level_keys(dirs[0])
+    if top in settings:
+        return None
+    blocks = [name for name, keys in block_keys(dirs).items() if top in keys]
+    if blocks:
+        fixes = " or ".join(f"+{name}.{arg}" for name in blocks)
+        kind = " and ".join({"train": "a training", "model": "a model"}[name] for name in blocks)
+        return (
+            f"{arg}: {top} is {kind} setting; set it with {fixes} (settings under train and model are added to "
+            "the arm's with a leading +)"
+        )
+    close = difflib.get_close_matches(top, settings, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return (
+        f"{arg}: no setting {top!r} in {dirs[0] / 'config.yaml'}; {hint}the settings: {', '.join(settings)} "
+        "(training and model settings: +train.KEY=VALUE, +model.KEY=VALUE)"
+    )
+
+
 def command_line_problem(argv: list[str], conf: Path) -> str | None:
     """The first mistake on the command line ``argv`` (the arguments after the script), or None."""
     if any(arg.startswith(("hydra.searchpath", "+hydra.searchpath")) for arg in argv):
@@ -97,6 +162,8 @@ def command_line_problem(argv: list[str], conf: Path) -> str | None:
             continue
         if key.startswith(ADDED_BLOCKS):
             return f"{arg}: settings under {key.split('.')[0]} are added to the arm's with a leading +: +{arg}"
+        if problem := plain_key_problem(arg, key, dirs):
+            return problem
         if key in GROUPS and value not in ("null", "") and "(" not in value:  # choice(...), glob(...): Hydra's
             options = group_options(key, dirs)
             unknown = [v for v in value.split(",") if v not in options]

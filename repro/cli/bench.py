@@ -20,23 +20,26 @@ from __future__ import annotations
 import datetime
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import hydra
-import torch
-from omegaconf import DictConfig, ListConfig, OmegaConf
-
-from ..bench import report
-from ..bench.matrix import Settings, modes_for, run_matrix
-from ..bench.models import attention_dropout_setting, plan
-from ..bench.timing import matmul_peak_tflops
-from ..records import commit_variable_problem, git_commit
-from ..runner import pick_device
-from ..validate import is_int
+from ..invocation import invoked_as
 from . import GROUPS, config_dir, config_dirs, fail, group_options, require_same_checkout
+from .usage import BENCH, page, wants_help
+
+if TYPE_CHECKING:
+    import torch
+    from omegaconf import DictConfig
+
+    from ..bench.matrix import Settings
+
+# torch, Hydra and the benchmark's modules are imported where a measurement needs them, so that --help answers
+# before any of them loads.
 
 
 def as_list(value, key: str) -> list | None:
     """``models=x`` or ``models=[x,y]`` (also lengths); None stays None."""
+    from omegaconf import ListConfig
+
     if value is None:
         return None
     if isinstance(value, (str, int)):
@@ -48,6 +51,8 @@ def as_list(value, key: str) -> list | None:
 
 def count_setting(key: str, value, minimum: int, meaning: str) -> int:
     """``value`` if it is a whole number >= ``minimum``; else a one-line error naming ``key`` and ``meaning``."""
+    from ..validate import is_int
+
     if not is_int(value) or value < minimum:
         raise ValueError(f"{key}={value!r} (experiments/conf/bench.yaml): give {meaning}")
     return value
@@ -63,11 +68,19 @@ def sync_every_setting(value) -> int:
 
 
 def device_name(device: torch.device) -> str:
+    import torch
+
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
 def setup(cfg: DictConfig) -> tuple[list, list[str], Settings]:
     """The rows to measure, the lines of skipped rows and the settings; bad keys raise with their name."""
+    from omegaconf import OmegaConf
+
+    from ..bench.matrix import Settings, modes_for
+    from ..bench.models import attention_dropout_setting, plan
+    from ..runner import pick_device
+
     device = pick_device(str(cfg.device))
     variants = OmegaConf.to_container(cfg.variants, resolve=True) or {}
     dropout = attention_dropout_setting(cfg.attention_dropout)
@@ -99,6 +112,14 @@ def setup(cfg: DictConfig) -> tuple[list, list[str], Settings]:
 
 def bench_app(cfg: DictConfig) -> None:
     """Measure the composed rows, write the bundle; exit 1 after writing when a row failed (not OOM)."""
+    import torch
+
+    from ..bench import report
+    from ..bench.matrix import run_matrix
+    from ..bench.models import attention_dropout_setting
+    from ..bench.timing import matmul_peak_tflops
+    from ..records import commit_variable_problem, git_commit
+
     if problem := commit_variable_problem():  # the record names its commit: refuse a bad one before measuring
         sys.exit(f"bench: {problem}")
     try:
@@ -154,7 +175,7 @@ def bench_app(cfg: DictConfig) -> None:
         else "not measured (CUDA only)",
         "flops_counted": "matrix products only, 2 per multiply-add; training = 3x forward (repro/bench/flops.py)",
         "git_commit": git_commit(),
-        "command": " ".join([*invocation(), *sys.argv[1:]]),
+        "command": " ".join([invoked_as("lra-bench"), *sys.argv[1:]]),
     }
     notes = {s.name: s.note for s in specs if s.note}
     pairs = {s.name: s.compare_with for s in specs if s.compare_with}
@@ -169,16 +190,6 @@ def bench_app(cfg: DictConfig) -> None:
         for row in failed:
             print(f"  {row['model']} L={row['length']} {row['mode']}: {row['status']}", file=sys.stderr)
         sys.exit(1)
-
-
-def invocation() -> list[str]:
-    """How this process was started, for the bundle's ``command``."""
-    argv0 = Path(sys.argv[0])
-    if argv0.suffix != ".py":
-        return [argv0.name]  # lra-bench
-    if argv0.resolve() == Path(__file__).resolve():
-        return ["python", "-m", "repro.cli.bench"]
-    return ["python", "experiments/bench.py"]
 
 
 def command_line_problem(argv: list[str], conf: Path) -> str | None:
@@ -198,12 +209,17 @@ def command_line_problem(argv: list[str], conf: Path) -> str | None:
 
 def main(script: str | None = None) -> None:
     """``lra-bench``; experiments/bench.py passes its own path as ``script`` (it must be this checkout's)."""
+    if wants_help(sys.argv[1:]):
+        print(page(BENCH, invoked_as("lra-bench")), end="")
+        return
     if script is not None:
         require_same_checkout(script)
     prog = "experiments/bench.py" if script else "lra-bench"
     conf = config_dir(prog, "bench")
     if mistake := command_line_problem(sys.argv[1:], Path(conf)):
         fail(f"{prog}: error: {mistake}")
+    import hydra
+
     hydra.main(version_base="1.3", config_path=conf, config_name="bench")(bench_app)()
 
 

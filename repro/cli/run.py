@@ -20,15 +20,18 @@ Scaling out:
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from omegaconf import DictConfig
+from ..invocation import invoked_as
+from . import CONF, command_line_problem, config_dir, fail, require_same_checkout
+from .usage import RUN, page, wants_help
 
-from ..runner import arm_tasks, execute
-from . import command_line_problem, config_dir, fail, require_same_checkout
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+# torch and Hydra are imported where a run needs them, so that --help answers before either loads.
 
 
 class MemberFailed(RuntimeError):
@@ -37,6 +40,9 @@ class MemberFailed(RuntimeError):
 
 def finish(status: int) -> None:
     """Exit with ``status`` (non-zero) in a single run; in a sweep, fail only this member unless interrupted."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
     if status == 0:
         return
     if status >= 128 or HydraConfig.get().mode != RunMode.MULTIRUN:
@@ -44,15 +50,30 @@ def finish(status: int) -> None:
     raise MemberFailed(f"sweep member {' '.join(HydraConfig.get().overrides.task)} ended with status {status}")
 
 
+def each_task(cfg: DictConfig) -> Iterator[tuple[str, DictConfig]]:
+    """(task, its composed configuration) for the task ``cfg`` names, or for every task of its arm in turn."""
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+
+    from ..runner import arm_tasks
+
+    if cfg.get("task") is not None:
+        yield cfg.task.name, cfg
+        return
+    overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("task=")]
+    for name in arm_tasks(cfg):
+        yield name, hydra.compose(config_name="config", overrides=overrides + [f"task={name}"])
+
+
 def run_app(cfg: DictConfig) -> None:
     """One composed configuration: its task, or every task of its arm."""
+    from ..runner import execute
+
     if cfg.get("task") is not None:
         finish(execute(cfg))
         return
-    overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("task=")]
     statuses = {}
-    for name in arm_tasks(cfg):
-        task_cfg = hydra.compose(config_name="config", overrides=overrides + [f"task={name}"])
+    for name, task_cfg in each_task(cfg):
         statuses[name] = execute(task_cfg)
         if statuses[name] >= 128:  # interrupted: stop the sequence, rerun resumes it
             sys.exit(statuses[name])
@@ -67,15 +88,48 @@ def run_app(cfg: DictConfig) -> None:
         finish(1)
 
 
+def show_app(cfg: DictConfig) -> None:
+    """``--cfg run``: each run's resolved settings and parameter count (a YAML document per task), nothing run."""
+    from .show import show
+
+    for i, (_, task_cfg) in enumerate(each_task(cfg)):
+        if i:
+            print("---")
+        if status := show(task_cfg):
+            sys.exit(status)
+
+
+SHOW_FLAGS = (["--cfg", "run"], ["-c", "run"], ["--cfg=run"])
+
+
+def take_show_flag(argv: list[str]) -> tuple[list[str], bool]:
+    """``argv`` without ``--cfg run`` (Hydra's ``--cfg`` takes job, hydra or all; ``run`` is this command's), and
+    whether it was there."""
+    for flag in SHOW_FLAGS:
+        for i in range(len(argv) - len(flag) + 1):
+            if argv[i : i + len(flag)] == flag:
+                return argv[:i] + argv[i + len(flag) :], True
+    return argv, False
+
+
 def main(script: str | None = None) -> None:
     """``lra-run``; experiments/run.py passes its own path as ``script`` (it must be this checkout's)."""
+    if wants_help(sys.argv[1:]):
+        print(page(RUN, invoked_as("lra-run"), CONF), end="")
+        return
     if script is not None:
         require_same_checkout(script)
     prog = "experiments/run.py" if script else "lra-run"
     conf = config_dir(prog, "config")
-    if mistake := command_line_problem(sys.argv[1:], Path(conf)):
+    argv, show = take_show_flag(sys.argv[1:])
+    if show and any(arg in ("-m", "--multirun") for arg in argv):
+        fail(f"{prog}: error: --cfg run shows the settings of one run (or of each task of an arm); leave out -m")
+    if mistake := command_line_problem(argv, Path(conf)):
         fail(f"{prog}: error: {mistake}")
-    hydra.main(version_base="1.3", config_path=conf, config_name="config")(run_app)()
+    import hydra
+
+    sys.argv[1:] = argv
+    hydra.main(version_base="1.3", config_path=conf, config_name="config")(show_app if show else run_app)()
 
 
 if __name__ == "__main__":

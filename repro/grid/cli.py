@@ -57,15 +57,47 @@ import sys
 import time
 from pathlib import Path
 
+from ..invocation import invoked_as
 from ..records import commit_variable_problem
 from .cells import DEFAULT_RUNNER, GridError, comma_list, command, load_grid, output_dir, put_first, select_columns
 
+USAGE = """\
+{prog} GRID.yaml [options] [-- overrides for every cell]
+       {prog} ledger GRID.yaml [--records DIR ...] [--plan-file F] [--out F]
+       {prog} unpack FOLDER --into DIR"""
 
-def _parser() -> argparse.ArgumentParser:
+COMMANDS = """\
+Run, plan and account a grid of (arm, task, seed) cells on GPU machines lent in short slots: each
+cell is one run of experiments/run.py; a cell whose record is complete is skipped, an unfinished
+one resumes from its checkpoint.
+
+commands:
+  GRID.yaml [options]   run the cells left (the options below); --plan: GPU-minutes per cell from
+                        timing probes; --dry-run: print each cell's command, run nothing
+  ledger GRID.yaml      write the grid's LEDGER.md: cells done, GPU-minutes spent and left
+                        ({prog} ledger --help)
+  unpack FOLDER         unpack a slot's archives (--archive-to) into an output folder
+                        ({prog} unpack --help)"""
+
+EXAMPLES = """\
+Examples:
+  {prog} experiments/grids/v0.2-lra.yaml --dry-run
+  {prog} experiments/grids/v0.2-lra.yaml --plan --probe-steps 300 -- data_dir=data
+  {prog} experiments/grids/v0.2-lra.yaml --gpus all --per-gpu 3 --deadline-minutes 24 \\
+      --plan-file experiments/grids/v0.2-lra/plan.csv --archive-to slot1 -- data_dir=data
+  {prog} unpack slot1 --into outputs
+  {prog} ledger experiments/grids/v0.2-lra.yaml --records outputs
+
+After '--': settings every cell's run takes (experiments/run.py's, e.g. data_dir=, output_dir=)."""
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="lra-grid",
-        description=__doc__.split("\n\n")[0],
-        epilog="'lra-grid ledger --help': the ledger. After '--': overrides for each cell",
+        prog=prog,
+        usage=USAGE.format(prog=prog),
+        description=COMMANDS.format(prog=prog),
+        epilog=EXAMPLES.format(prog=prog),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("grid", type=Path, help="the grid file (YAML)")
     run = parser.add_argument_group("running")
@@ -141,9 +173,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _ledger_parser() -> argparse.ArgumentParser:
+def _ledger_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="lra-grid ledger",
+        prog=f"{prog} ledger",
         description="Write the grid's LEDGER.md: cells done, "
         "GPU-minutes spent, cells left, GPU-minutes estimated left.",
     )
@@ -153,8 +185,8 @@ def _ledger_parser() -> argparse.ArgumentParser:
         type=Path,
         action="append",
         default=None,
-        help="a folder holding runs/ (an output folder or a bundle); repeatable: a cell is done when any holds it "
-        "(added to the folders the grid file's records patterns match)",
+        help="a folder holding runs/ (an output folder or a bundle; its runs/ folder stands for it); repeatable: a "
+        "cell is done when any holds it (added to the folders the grid file's records patterns match)",
     )
     parser.add_argument("--plan-file", type=Path, default=None, help="the estimates of --plan")
     parser.add_argument(
@@ -168,9 +200,9 @@ def _ledger_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _unpack_parser() -> argparse.ArgumentParser:
+def _unpack_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="lra-grid unpack",
+        prog=f"{prog} unpack",
         description="Unpack a slot's archives (--archive-to) "
         "into an output folder, as --resume-from does, and run nothing.",
     )
@@ -207,16 +239,38 @@ def _check(args) -> None:
         raise GridError(problem)
 
 
+def records_folders(given: list[Path] | None) -> list[Path] | None:
+    """The ``--records`` folders, each the folder holding ``runs/``: a ``runs/`` folder itself stands for the folder
+    above it; a folder that is not there, or holds no ``runs/``, is refused by name."""
+    found = []
+    for folder in given or []:
+        if folder.name == "runs" and folder.is_dir() and not (folder / "runs").is_dir():
+            folder = folder.parent
+        if not folder.is_dir():
+            raise GridError(f"--records {folder}: no such folder (an output folder or bundle holding runs/)")
+        if not (folder / "runs").is_dir():
+            raise GridError(
+                f"--records {folder}: holds no runs/ folder; give the output folder or bundle that holds runs/ "
+                "(e.g. outputs, results/v0.2-lra)"
+            )
+        found.append(folder)
+    return found if given is not None else None
+
+
 def _main(argv: list[str], started: float) -> int:
+    prog = invoked_as("lra-grid")
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
     if argv[:1] == ["ledger"]:
         from .ledger import ledger_command
 
-        return ledger_command(_ledger_parser().parse_args(argv[1:]), extra)
+        args = _ledger_parser(prog).parse_args(argv[1:])
+        args.records = records_folders(args.records)
+        return ledger_command(args, extra)
     if argv[:1] == ["unpack"]:
-        return _unpack_command(_unpack_parser().parse_args(argv[1:]))
-    args = _parser().parse_args(argv)
+        return _unpack_command(_unpack_parser(prog).parse_args(argv[1:]))
+    args = _parser(prog).parse_args(argv)
+    args.records = records_folders(args.records)
     _check(args)
     grid = load_grid(args.grid, args.include_optional)
     args.records = grid.records_folders(args.records)

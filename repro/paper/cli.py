@@ -71,6 +71,7 @@ from . import claims as claims_file
 from . import plots
 from .accuracy import FOLLOWUP_TASKS, followup_tables, lra_table1, runs_table
 from .claims_tables import baselines_table, claims_table, secondary_table, shares_table
+from .commands import DEFAULT_CLAIMS, PAPER_DIR, parser, table1_parser
 from .efficiency import bench_frame, lra_table2
 from .evaluate import evaluate, pooled_sds
 from .figures import PATHFINDER_SAMPLE_FILES, kernel_curves, pathfinder_samples, tradeoff_points
@@ -78,9 +79,6 @@ from .listops import listops_analysis, listops_table
 from .lra_campaign import ranking, table1, tasks_run
 from .render import Table
 from .view import BundleView
-
-PAPER_DIR = Path(__file__).resolve().parents[2] / "paper"  # a checkout's paper/ folder
-DEFAULT_CLAIMS = PAPER_DIR / "claims.yaml"
 
 
 def _bundles_line(view: BundleView) -> str:
@@ -298,9 +296,9 @@ def draw_pathfinder_samples(out: Path, seed: int = 0, difficulty: str = "hard", 
     return written
 
 
-def samples_parser() -> argparse.ArgumentParser:
+def samples_parser(prog: str = "lra-paper") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="lra-paper pathfinder-samples",
+        prog=f"{prog} pathfinder-samples",
         description="Sample grids of generated Pathfinder (32x32) and Path-X (128x128) images, 8 positive, 8 negative.",
     )
     p.add_argument("--seed", type=int, default=0)
@@ -310,88 +308,16 @@ def samples_parser() -> argparse.ArgumentParser:
     return p
 
 
-def table1_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="lra-paper lra-table1",
-        description="LRA Table 1 at the release's protocol and the ranking table, from one or more bundles.",
-    )
-    p.add_argument("--bundle", type=Path, action="append", required=True, help="a bundle folder (repeatable)")
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=PAPER_DIR,
-        help=f"the table goes to OUT/tables, Figure 3 to OUT/figures (default: {PAPER_DIR})",
-    )
-    p.add_argument("--profile", default="paper", help="profile to show (default: paper)")
-    p.add_argument("--claims", type=Path, default=DEFAULT_CLAIMS, help=f"the claims file (default: {DEFAULT_CLAIMS})")
-    p.add_argument("--no-verify", action="store_true", help="skip checking the bundles' checksums first")
-    p.add_argument(
-        "--leave-out",
-        type=Path,
-        action="append",
-        default=[],
-        help="a record folder of the bundles not to show, e.g. one run before its arm's settings were corrected "
-        "(repeatable; the table names it)",
-    )
-    p.add_argument(
-        "--leave-out-from",
-        type=Path,
-        action="append",
-        default=[],
-        help="a grid file whose 'superseded' records are left out too, each a record of the bundles given, its path "
-        "relative to the working directory as in the grid file (run from the repository root; repeatable)",
-    )
-    return p
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="lra-paper",
-        description=__doc__.split("\n\n")[0],
-        epilog="'lra-paper lra-table1 --help': LRA Table 1 at the protocol; "
-        "'lra-paper pathfinder-samples --help': the grids of generated Pathfinder and Path-X images",
-    )
-    p.add_argument(
-        "--bundle", type=Path, action="append", required=True, help="a bundle folder, e.g. results/v1 (repeatable)"
-    )
-    p.add_argument("--out", type=Path, default=PAPER_DIR, help=f"where tables/ and figures/ go (default: {PAPER_DIR})")
-    p.add_argument("--profile", help="profile to show (default: paper, else budget, else smoke)")
-    p.add_argument(
-        "--claims",
-        "--comparisons",
-        dest="claims",
-        type=Path,
-        default=DEFAULT_CLAIMS,
-        help=f"the claims file (default: {DEFAULT_CLAIMS})",
-    )
-    p.add_argument("--listops-arm", help="arm of the ListOps per-operator figure (default: best mean ListOps accuracy)")
-    p.add_argument(
-        "--study",
-        type=Path,
-        action="append",
-        help="a bundle of the LRA campaign (repeatable): its LRA Table 1 and Figure 3 are written as "
-        "'lra-paper lra-table1 --bundle STUDY' writes them and lead tables/index.md",
-    )
-    p.add_argument("--no-verify", action="store_true", help="skip checking the bundle's checksums first")
-    p.add_argument(
-        "--config-dir",
-        action="append",
-        default=[],
-        help="a config folder holding arms of your own, as experiments/run.py --config-dir took them (repeatable): "
-        "their protocol is read from it",
-    )
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "lra-paper") -> int:
+    """The work of ``lra-paper`` (``repro.paper.commands.main``, the entry point, prints the help pages first)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["pathfinder-samples"]:
-        args = samples_parser().parse_args(argv[1:])
+        args = samples_parser(prog).parse_args(argv[1:])
         for path in draw_pathfinder_samples(args.out, args.seed, args.difficulty, args.render):
             print(path)
         return 0
     if argv[:1] == ["lra-table1"]:
-        args = table1_parser().parse_args(argv[1:])
+        args = table1_parser(prog).parse_args(argv[1:])
         try:
             leave_out = [*args.leave_out, *superseded_records(args.leave_out_from, args.bundle)]
             written = make_lra_table1(
@@ -402,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print("\n".join(str(p) for p in written))
         return 0
-    args = parser().parse_args(argv)
+    args = parser(prog).parse_args(argv)
     try:
         written = make(
             args.bundle,
