@@ -15,7 +15,8 @@ for selection). Each part has a module:
 - ``clock.py``: the time budget, throughput, the time-based intervals and the data-wait probe;
 - ``agreement.py``: the per-step decisions every rank must share;
 - ``signals.py``: SIGTERM/SIGINT/SIGUSR1 as a flag read between steps;
-- ``resume.py`` (with repro/checkpoints.py): ``last.pt``, written and resumed from.
+- ``resume.py`` (with repro/checkpoints.py): ``last.pt``, written and resumed from;
+- ``progress.py``: the progress bar, whose time left follows the cap that stops the run.
 
 Resuming: a run interrupted by a stop signal and restarted ends with the same metrics as
 one never stopped (resume.py). Data parallel (``torchrun``, repro/distributed.py): every
@@ -34,7 +35,6 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from .. import records
 from ..checkpoints import load_best_checkpoint, load_on_rank_0
@@ -45,6 +45,7 @@ from .agreement import StepAgreement
 from .batches import TrainBatches, TrainingData
 from .clock import DataWaitProbe, RunClock
 from .evaluate import Scorer, validate
+from .progress import RunBar
 from .resume import LastCheckpoint
 from .settings import TrainSettings
 from .signals import StopSignals
@@ -71,7 +72,8 @@ def train(
     ``augment`` (a ``repro.followup.techniques.TrainAugment``, or None): training-time
     techniques, applied to each step's batch (batches.py) and perhaps replacing its loss
     (step.py); evaluation never sees them. ``dist`` (repro.distributed.setup): this process's
-    rank in a data-parallel run; None or world 1 trains in this process alone.
+    rank in a data-parallel run; None or world 1 trains in this process alone. ``progress``: bars for
+    training, validation and test.
     ``sigterm_at_step``, ``pause_at_step``: test hooks (signals.py).
 
     Returns a dict of metrics, the history rows and the test predictions (on every rank;
@@ -93,7 +95,7 @@ def train(
     last = LastCheckpoint(run_dir, ctx, model, optimizer, controller)
     state = last.start(resume, seed, s, data.batching, device)
     score = Scorer(model, data.splits, s.eval_batch_size or s.batch_size, autocast_dtype, task.prepare, ctx,
-                   data.lengths, s.trim_multiple)  # fmt: skip
+                   data.lengths, s.trim_multiple, progress=progress and ctx.is_main)  # fmt: skip
     best_path = run_dir / "checkpoints" / "best.pt"
     batches = TrainBatches(data.splits["train"], seed, s.batch_size, data.steps_per_epoch, device, ctx, augment,
                            task.prepare, data.lengths.get("train"), s.bucket_pool_batches, s.trim_multiple)  # fmt: skip
@@ -108,8 +110,10 @@ def train(
                     validate=on_validate, data_wait=DataWaitProbe(device))  # fmt: skip
     model.train()
     clock = RunClock(s.budget_minutes, s.eval_every_seconds, s.checkpoint_every_seconds)
-    bar = tqdm(total=data.total_steps, initial=state.step, desc=f"train {task.name}", unit="step",
-               disable=not progress or not ctx.is_main, dynamic_ncols=True)  # fmt: skip
+    capped = f" ({s.budget_minutes:g} min budget)" if s.budget_minutes else ""
+    bar = RunBar(total=loop.last_step, initial=state.step, desc=f"train {task.name}{capped}", unit="step",
+                 disable=not progress or not ctx.is_main, dynamic_ncols=True,
+                 budget_left=partial(clock.budget_left, state))  # fmt: skip
     with StopSignals(sigterm_at_step, pause_at_step, loud=ctx.is_main) as stop:
         loop.run(state, clock, stop, bar)
     loop.finish(state)
@@ -159,7 +163,7 @@ class StepLoop:
         stop_at = self.settings.stop_at_step
         return self.data.total_steps if stop_at is None else min(stop_at, self.data.total_steps)
 
-    def run(self, state: RunState, clock: RunClock, stop: StopSignals, bar: tqdm) -> None:
+    def run(self, state: RunState, clock: RunClock, stop: StopSignals, bar: RunBar) -> None:
         """Train until the planned steps are done or the budget is spent; a stop signal checkpoints
         and raises RunInterrupted. ``bar``: the progress bar (perhaps disabled), closed on leaving."""
         total_steps = self.data.total_steps
