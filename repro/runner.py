@@ -31,6 +31,7 @@ from .followup.techniques import build_train_augment
 from .model import build_model, collect_record_info
 from .tasks import DataMissing, Split, TaskData, get_task_builder
 from .training import NonFiniteLoss, RunInterrupted, TrainSettings, seed_everything, train
+from .training.console import LOG_FILE, run_console
 
 
 def _plain(node) -> dict:
@@ -376,22 +377,25 @@ def execute(cfg: DictConfig) -> int:
     if augment is not None:
         augment.attach(model)
     n_params = sum(p.numel() for p in model.parameters())
-    if dist.is_main:
-        _start_record(run, run_dir, task, n_params, dist, resume)
-    try:
-        result = train(model, task, settings, run["seed"], run_dir, device, resume=resume,
-                       sigterm_at_step=cfg.debug.sigterm_at_step, progress=cfg.progress, augment=augment,
-                       pause_at_step=cfg.debug.get("pause_at_step"), dist=dist)  # fmt: skip
-    except RunInterrupted as err:
+    # What the run prints from here on also goes to its log.txt (training/console.py; appended on resume).
+    with run_console(run_dir / LOG_FILE if dist.is_main else None, fresh=not resume):
         if dist.is_main:
-            print(f"[{run['arm']}/{task_name}] {err}", file=sys.stderr)
-        err.pass_on()  # e.g. a cluster launcher's requeue handler, now that the checkpoint is written
-        return 128 + err.signum
-    except NonFiniteLoss as err:
-        if dist.is_main:
-            print(f"[{run['arm']}/{task_name}] stopped: {err}", file=sys.stderr)
-        return 1
-    status = _write_run_record(run, run_dir, result, model, task, augment, n_params) if dist.is_main else 0
+            _start_record(run, run_dir, task, n_params, dist, resume)
+        try:
+            result = train(model, task, settings, run["seed"], run_dir, device, resume=resume,
+                           sigterm_at_step=cfg.debug.sigterm_at_step, progress=cfg.progress, augment=augment,
+                           pause_at_step=cfg.debug.get("pause_at_step"), dist=dist,
+                           logger=cfg.get("logger", "none"))  # fmt: skip
+        except RunInterrupted as err:
+            if dist.is_main:
+                print(f"[{run['arm']}/{task_name}] {err}", file=sys.stderr)
+            err.pass_on()  # e.g. a cluster launcher's requeue handler, now that the checkpoint is written
+            return 128 + err.signum
+        except NonFiniteLoss as err:
+            if dist.is_main:
+                print(f"[{run['arm']}/{task_name}] stopped: {err}", file=sys.stderr)
+            return 1
+        status = _write_run_record(run, run_dir, result, model, task, augment, n_params) if dist.is_main else 0
     # The ranks leave together, once rank 0 has written the record: a rank that exited while the other
     # still ran sometimes aborted in gloo's teardown ("terminate called without an active exception").
     distributed.barrier(dist)

@@ -14,9 +14,11 @@ for selection). Each part has a module:
 - ``evaluate.py``: scoring a split, the validation log and ``best.pt``;
 - ``clock.py``: the time budget, throughput, the time-based intervals and the data-wait probe;
 - ``agreement.py``: the per-step decisions every rank must share;
-- ``signals.py``: SIGTERM/SIGINT/SIGUSR1 as a flag read between steps;
+- ``signals.py``: SIGTERM/SIGINT/SIGUSR1/SIGPIPE as a flag read between steps;
 - ``resume.py`` (with repro/checkpoints.py): ``last.pt``, written and resumed from;
-- ``progress.py``: the progress bar, whose time left follows the cap that stops the run.
+- ``progress.py``: the progress bar, whose time left follows the cap that stops the run;
+- ``scalars.py``: ``logger=tensorboard``'s event files;
+- ``console.py`` (used by the runner): the run's ``log.txt`` and a closed stdout as a stop.
 
 Resuming: a run interrupted by a stop signal and restarted ends with the same metrics as
 one never stopped (resume.py). Data parallel (``torchrun``, repro/distributed.py): every
@@ -30,7 +32,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -47,6 +49,7 @@ from .clock import DataWaitProbe, RunClock
 from .evaluate import Scorer, validate
 from .progress import RunBar
 from .resume import LastCheckpoint
+from .scalars import ScalarLog, open_scalar_log
 from .settings import TrainSettings
 from .signals import StopSignals
 from .state import RunState
@@ -66,14 +69,15 @@ def train(
     augment=None,
     pause_at_step: int | None = None,
     dist: DistContext | None = None,
+    logger: str = "none",
 ) -> dict:
     """Train, keep the best-validation weights, score the test set with them.
 
     ``augment`` (a ``repro.followup.techniques.TrainAugment``, or None): training-time
     techniques, applied to each step's batch (batches.py) and perhaps replacing its loss
     (step.py); evaluation never sees them. ``dist`` (repro.distributed.setup): this process's
-    rank in a data-parallel run; None or world 1 trains in this process alone. ``progress``: bars for
-    training, validation and test.
+    rank in a data-parallel run; None or world 1 trains in this process alone. ``logger``: ``none`` or
+    ``tensorboard`` (scalars.py). ``progress``: bars for training, validation and test.
     ``sigterm_at_step``, ``pause_at_step``: test hooks (signals.py).
 
     Returns a dict of metrics, the history rows and the test predictions (on every rank;
@@ -107,20 +111,25 @@ def train(
     loop = StepLoop(settings=s, ctx=ctx, data=data, controller=controller, last=last, batches=batches,
                     step=TrainStep(model, optimizer, controller, s, device, ctx, augment, autocast_dtype),
                     losses=LossLog(ctx, optimizer, data.steps_per_epoch, last.path, first_step=state.step),
-                    validate=on_validate, data_wait=DataWaitProbe(device))  # fmt: skip
+                    validate=on_validate, data_wait=DataWaitProbe(device),
+                    scalars=open_scalar_log(logger, run_dir, state, ctx.is_main))  # fmt: skip
     model.train()
     clock = RunClock(s.budget_minutes, s.eval_every_seconds, s.checkpoint_every_seconds)
     capped = f" ({s.budget_minutes:g} min budget)" if s.budget_minutes else ""
     bar = RunBar(total=loop.last_step, initial=state.step, desc=f"train {task.name}{capped}", unit="step",
                  disable=not progress or not ctx.is_main, dynamic_ncols=True,
                  budget_left=partial(clock.budget_left, state))  # fmt: skip
-    with StopSignals(sigterm_at_step, pause_at_step, loud=ctx.is_main) as stop:
-        loop.run(state, clock, stop, bar)
-    loop.finish(state)
-    last_test = score("test")  # the final weights, as the LRA release tests: reported, never selected on
-    test = score_test_with_best(score, best_path, state, device)
-    metrics = run_metrics(state, data, s, ctx, device, autocast_dtype, test, clock.wall_time())
-    metrics.update(test_acc_last=last_test["acc"], test_loss_last=last_test["loss"])
+    try:
+        with StopSignals(sigterm_at_step, pause_at_step, loud=ctx.is_main) as stop:
+            loop.run(state, clock, stop, bar)
+        loop.finish(state)
+        last_test = score("test")  # the final weights, as the LRA release tests: reported, never selected on
+        test = score_test_with_best(score, best_path, state, device)
+        metrics = run_metrics(state, data, s, ctx, device, autocast_dtype, test, clock.wall_time())
+        metrics.update(test_acc_last=last_test["acc"], test_loss_last=last_test["loss"])
+        loop.scalars.test(state, metrics)
+    finally:
+        loop.scalars.close()
     pairs = enumerate(zip(test["predictions"], test["labels"], strict=True))
     predictions = [{"index": i, "prediction": int(p), "label": int(label)} for i, (p, label) in pairs]
     return {"metrics": metrics, "history": state.history, "predictions": predictions}
@@ -155,6 +164,7 @@ class StepLoop:
     validate: Callable[[RunState], dict]  # evaluate.validate with the run's scorer and best.pt
     last: LastCheckpoint
     data_wait: DataWaitProbe  # times every 50th step's batch against the whole step
+    scalars: ScalarLog = field(default_factory=ScalarLog)  # logger=tensorboard's event files (scalars.py)
 
     @property
     def last_step(self) -> int:
@@ -186,6 +196,7 @@ class StepLoop:
             if self.log_losses(state):
                 bar.set_postfix(loss=f"{state.history[-1]['train_loss']:.3f}", lr=f"{lr:.2e}")
             signum = self.evaluate_and_checkpoint(state, clock, agreement)
+            self.scalars.update(state)
             if signum is not None:
                 bar.close()
                 raise stop.interrupted(signum, state.step, self.last.path)
@@ -198,6 +209,7 @@ class StepLoop:
             self.evaluate(state)
         self.losses.flush(state)
         self.last.save(state)
+        self.scalars.update(state)
 
     def evaluate(self, state: RunState) -> None:
         self.losses.flush(state)
