@@ -334,6 +334,20 @@ def _start_record(run: dict, run_dir: Path, task: TaskData, n_params: int, dist,
     records.write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(run)))
 
 
+def cpu_budget_warning(run: dict) -> str:
+    """The one line a ``profile=budget`` run on a CPU starts with: what it will cost."""
+    train = run["train"]
+    by_examples = train.get("budget_fraction") is not None or train.get("budget_examples") is not None
+    minutes = None if by_examples else train.get("budget_minutes")
+    budget = f"the {minutes:g} min budget" if minutes else "the budget"
+    return (
+        f"[{run['arm']}/{run['task']['name']}] warning: profile=budget on a CPU trains the full data and model: "
+        f"a step takes seconds to minutes, generated data (ListOps, Pathfinder) is drawn first (minutes, once), "
+        f"and {budget} counts training only: scoring the validation and test sets after it takes tens of "
+        "minutes on a few cores; profile=smoke is the profile for a CPU"
+    )
+
+
 @validate.refusing_bad_input
 def execute(cfg: DictConfig) -> int:
     """Train the run ``cfg`` describes and write its record; returns a process exit status."""
@@ -354,6 +368,8 @@ def execute(cfg: DictConfig) -> int:
     stop, resume = distributed.broadcast_object(dist, _record_decision(cfg, run, run_dir) if dist.is_main else None)
     if stop is not None:
         return stop
+    if dist.is_main and run["profile"] == "budget" and dist.device.type == "cpu":
+        print(cpu_budget_warning(run), file=sys.stderr, flush=True)
     if not dist.is_main:
         distributed.barrier(dist)
     try:

@@ -182,3 +182,16 @@ def test_logger_tensorboard_writes_the_history_as_scalars_also_across_a_resume(t
     # With bars on, the log keeps the training bar's last drawing.
     assert any(line.startswith("train listops: 100%|") and "32/32" in line for line in logged(tmp_path))
 
+
+def test_profile_budget_on_a_cpu_starts_with_one_line_saying_what_it_costs(tmp_path, shared_cache):
+    tiny = ["+model.depth=1", "+model.d_model=16", "+model.d_hidden=16"]
+    sizes = ["task.generate.n_train=32", "task.generate.n_val=16", "task.generate.n_test=16"]
+    args = ["arm=locality_k61", "task=listops", "profile=budget", "budget.minutes=0.01", *SHORT_TREES, *sizes, *tiny]
+    done = run_cli(*args, f"output_dir={tmp_path}", f"cache_dir={shared_cache}", "progress=false")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.splitlines()[0] == (
+        "[locality_k61/listops] warning: profile=budget on a CPU trains the full data and model: a step takes "
+        "seconds to minutes, generated data (ListOps, Pathfinder) is drawn first (minutes, once), and the 0.01 min "
+        "budget counts training only: scoring the validation and test sets after it takes tens of minutes on a few "
+        "cores; profile=smoke is the profile for a CPU"
+    )
