@@ -195,3 +195,12 @@ def test_profile_budget_on_a_cpu_starts_with_one_line_saying_what_it_costs(tmp_p
         "budget counts training only: scoring the validation and test sets after it takes tens of minutes on a few "
         "cores; profile=smoke is the profile for a CPU"
     )
+
+
+def test_the_training_bar_counts_to_the_step_that_ends_the_run(tmp_path, shared_cache):
+    # A truncated protocol: 32 steps planned (the schedule's), training ends at step 20.
+    done = run_cli(*ARGS, *common(tmp_path, shared_cache, progress=True), "++train.stop_at_step=20")
+    assert done.returncode == 0, done.stderr[-3000:]
+    bars = [line for line in logged(tmp_path) if line.startswith("train listops: ")]
+    assert bars and bars[-1].startswith("train listops: 100%|") and "| 20/20 [" in bars[-1], bars
+    assert read_json(run_folder(tmp_path) / "metrics.json")["steps"] == 20
