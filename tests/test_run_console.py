@@ -60,16 +60,18 @@ def test_the_log_keeps_the_last_drawing_of_a_bar_and_skips_bars_drawn_below_it(t
         sys.stderr.write("\n\rval: 3/4\x1b[A")  # a nested bar, drawn one line below
         sys.stderr.write("\rtrain: 100%\n")
         print("done", file=sys.stderr)
+        sys.stdout.writelines(["one\n", "two\n"])
         sys.stderr.write("\rgenerating: 99%\r          \r")  # a bar that clears itself
         sys.stderr.write("partial")
     assert sys.stderr is terminal
     _, *lines = (tmp_path / "log.txt").read_text().splitlines()
-    assert lines == ["train:  50%", "train: 100%", "done", "partial"]
+    assert lines == ["train:  50%", "train: 100%", "done", "one", "two", "partial"]
     assert terminal.getvalue().endswith("\rgenerating: 99%\r          \rpartial")  # the terminal gets it all
     with console.run_console(tmp_path / "log.txt", fresh=False):
         print("again")
-    assert (tmp_path / "log.txt").read_text().splitlines()[-2:][1] == "again"  # appended after a new header
-    assert len((tmp_path / "log.txt").read_text().splitlines()) == 7
+    log = (tmp_path / "log.txt").read_text().splitlines()
+    assert len(log) == 9 and log[:7] == [log[0], *lines]  # appended: the first opening's lines stay
+    assert log[7].startswith("# ") and log[8] == "again"  # after a header of its own
 
 
 def test_a_closed_stdout_checkpoints_exits_141_and_the_run_resumes_to_the_uninterrupted_metrics(tmp_path, shared_cache):

@@ -64,6 +64,10 @@ class _Tee:
         self.pending = self.pending.rsplit("\r", 1)[-1]
         return len(text)
 
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
     def _log_line(self, line: str) -> None:
         shown = line.rsplit("\r", 1)[-1].rstrip()  # what a terminal shows of a redrawn line
         if shown and "\x1b" not in shown:  # a nested bar's frame moves the cursor: a terminal's, not the log's
