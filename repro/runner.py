@@ -31,6 +31,7 @@ from .followup.techniques import build_train_augment
 from .model import build_model, collect_record_info
 from .tasks import DataMissing, Split, TaskData, get_task_builder
 from .training import NonFiniteLoss, RunInterrupted, TrainSettings, seed_everything, train
+from .training.console import LOG_FILE, run_console
 
 
 def _plain(node) -> dict:
@@ -334,6 +335,20 @@ def _start_record(run: dict, run_dir: Path, task: TaskData, n_params: int, dist,
     records.write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(run)))
 
 
+def cpu_budget_warning(run: dict) -> str:
+    """The one line a ``profile=budget`` run on a CPU starts with: what it will cost."""
+    train = run["train"]
+    by_examples = train.get("budget_fraction") is not None or train.get("budget_examples") is not None
+    minutes = None if by_examples else train.get("budget_minutes")
+    budget = f"the {minutes:g} min budget" if minutes else "the budget"
+    return (
+        f"[{run['arm']}/{run['task']['name']}] warning: profile=budget on a CPU trains the full data and model: "
+        f"a step takes seconds to minutes, generated data (ListOps, Pathfinder) is drawn first (minutes, once), "
+        f"and {budget} counts training only: scoring the validation and test sets after it takes tens of "
+        "minutes on a few cores; profile=smoke is the profile for a CPU"
+    )
+
+
 @validate.refusing_bad_input
 def execute(cfg: DictConfig) -> int:
     """Train the run ``cfg`` describes and write its record; returns a process exit status."""
@@ -354,6 +369,8 @@ def execute(cfg: DictConfig) -> int:
     stop, resume = distributed.broadcast_object(dist, _record_decision(cfg, run, run_dir) if dist.is_main else None)
     if stop is not None:
         return stop
+    if dist.is_main and run["profile"] == "budget" and dist.device.type == "cpu":
+        print(cpu_budget_warning(run), file=sys.stderr, flush=True)
     if not dist.is_main:
         distributed.barrier(dist)
     try:
@@ -377,22 +394,25 @@ def execute(cfg: DictConfig) -> int:
     if augment is not None:
         augment.attach(model)
     n_params = sum(p.numel() for p in model.parameters())
-    if dist.is_main:
-        _start_record(run, run_dir, task, n_params, dist, resume)
-    try:
-        result = train(model, task, settings, run["seed"], run_dir, device, resume=resume,
-                       sigterm_at_step=cfg.debug.sigterm_at_step, progress=cfg.progress, augment=augment,
-                       pause_at_step=cfg.debug.get("pause_at_step"), dist=dist)  # fmt: skip
-    except RunInterrupted as err:
+    # What the run prints from here on also goes to its log.txt (training/console.py; appended on resume).
+    with run_console(run_dir / LOG_FILE if dist.is_main else None, fresh=not resume):
         if dist.is_main:
-            print(f"[{run['arm']}/{task_name}] {err}", file=sys.stderr)
-        err.pass_on()  # e.g. a cluster launcher's requeue handler, now that the checkpoint is written
-        return 128 + err.signum
-    except NonFiniteLoss as err:
-        if dist.is_main:
-            print(f"[{run['arm']}/{task_name}] stopped: {err}", file=sys.stderr)
-        return 1
-    status = _write_run_record(run, run_dir, result, model, task, augment, n_params) if dist.is_main else 0
+            _start_record(run, run_dir, task, n_params, dist, resume)
+        try:
+            result = train(model, task, settings, run["seed"], run_dir, device, resume=resume,
+                           sigterm_at_step=cfg.debug.sigterm_at_step, progress=cfg.progress, augment=augment,
+                           pause_at_step=cfg.debug.get("pause_at_step"), dist=dist,
+                           logger=cfg.get("logger", "none"))  # fmt: skip
+        except RunInterrupted as err:
+            if dist.is_main:
+                print(f"[{run['arm']}/{task_name}] {err}", file=sys.stderr)
+            err.pass_on()  # e.g. a cluster launcher's requeue handler, now that the checkpoint is written
+            return 128 + err.signum
+        except NonFiniteLoss as err:
+            if dist.is_main:
+                print(f"[{run['arm']}/{task_name}] stopped: {err}", file=sys.stderr)
+            return 1
+        status = _write_run_record(run, run_dir, result, model, task, augment, n_params) if dist.is_main else 0
     # The ranks leave together, once rank 0 has written the record: a rank that exited while the other
     # still ran sometimes aborted in gloo's teardown ("terminate called without an active exception").
     distributed.barrier(dist)

@@ -16,6 +16,7 @@ records it checks that
 - an arm file's own top-level ``model`` or ``train`` key is not overridden, for the task run, by a
   per-task block the arm inherits (``base/locality`` sets ``depth`` per task): such a key would be
   recorded nowhere and trained with the inherited value; it belongs under ``tasks.<task>``;
+- ``logger`` is ``none`` or ``tensorboard``, and ``tensorboard`` finds its package;
 - a ``data_dir`` given on the command line (or by ``LRA_DATA_DIR``) holds the task's files: a
   task that can generate its data does so under ``task.source=auto`` only when no data folder
   was named, so a wrong path never turns silently into generated data (``task.source=generated``
@@ -44,6 +45,7 @@ from .checkpoints import CorruptCheckpoint
 from .records import DamagedRecord
 from .tasks import DataError, official_files_missing
 from .training import TrainSettings
+from .training.scalars import logger_problem
 
 GROUPS = ("model", "task", "train", "budget")
 EXIT_STATUS = 2
@@ -272,6 +274,8 @@ def check(cfg: DictConfig, overrides: list[str] | None = None) -> None:
     overrides = typed_overrides() if overrides is None else overrides
     top = {"seed": cfg.get("seed"), "workers": cfg.get("workers"), "budget": _plain(cfg.get("budget"))}
     problems = out_of_range(top)
+    if logger := logger_problem(cfg.get("logger", "none")):
+        problems.append(logger)
     if problems:  # resolving reads seed as an integer: stop here
         raise BadInput("\n".join(problems))
     try:

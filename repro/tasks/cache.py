@@ -13,6 +13,10 @@ stored. Without it, grid cells started together on generated data each drew the 
 Pathfinder cells on one host: four builds of 200,000 images sharing its cores). The kernel drops
 the lock when its holder exits, so a crashed build leaves none behind. Where ``fcntl`` is missing
 (not POSIX) there is no lock: concurrent builders each build and the first to store wins.
+
+A builder may keep pieces of an entry in progress in ``<cache_dir>/<task>/.<key>.parts/``
+(``parts_path``), so that a build interrupted resumes from them (ListOps' chunks of trees); the
+folder is removed once the entry is stored.
 """
 
 from __future__ import annotations
@@ -43,6 +47,11 @@ def cache_key(params: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def parts_path(cache_dir: str | os.PathLike, task: str, params: dict) -> Path:
+    """The folder where the build of ``params``' entry may keep its pieces (module docstring)."""
+    return Path(cache_dir) / task / f".{cache_key(params)}.parts"
+
+
 def cached_arrays(
     cache_dir: str | os.PathLike,
     task: str,
@@ -62,7 +71,9 @@ def cached_arrays(
         found = load_whole(entry)  # another process may have built it while this one waited
         if found is not None:
             return found
-        return store(entry, params, *build())
+        stored = store(entry, params, *build())
+        shutil.rmtree(parts_path(cache_dir, task, params), ignore_errors=True)  # the entry holds them now
+        return stored
 
 
 def load_whole(entry: Path) -> tuple[dict[str, np.ndarray], dict] | None:

@@ -5,12 +5,22 @@ Two sources give the same token ids: the official release files
 (``listops_trees``). Tokenisation is the LRA pipeline's (after its March 2021
 fix): parentheses dropped, ``]`` its own token, whitespace split, padded with
 0 to 2000.
+
+Generating the 100,000 trees of the full task takes minutes on a CPU. The chunks of trees are
+kept as they are drawn (``<cache_dir>/listops/.<key>.parts/``, one file each, written under a
+temporary name and renamed), so an interrupted generation resumes from the chunks it kept and
+ends with the arrays an uninterrupted one gives; the folder goes once the cache entry is stored.
 """
 
 from __future__ import annotations
 
 import csv
 import multiprocessing as mp
+import os
+import secrets
+import sys
+import zipfile
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -19,7 +29,7 @@ from tqdm import tqdm
 
 from . import listops_trees as trees
 from .base import DataError, DataMissing, Split, TaskData
-from .cache import cached_arrays
+from .cache import cached_arrays, parts_path
 
 # 0 is padding; digits, operators and the closing bracket follow.
 VOCAB = ["<pad>"] + [str(v) for v in trees.VALUES] + list(trees.OPERATORS) + [trees.CLOSE]
@@ -141,25 +151,84 @@ def _chunk_ids(args) -> tuple[list[np.ndarray], list[int]]:
     return ids, labels
 
 
+def _chunk_file(parts: Path, chunk: int) -> Path:
+    return parts / f"chunk{chunk:06d}.npz"
+
+
+def _save_chunk(parts: Path, chunk: int, ids: list[np.ndarray], labels: list[int]) -> None:
+    """One chunk's token ids and labels, written under a temporary name and renamed into place."""
+    parts.mkdir(parents=True, exist_ok=True)
+    tmp = parts / f".chunk{chunk:06d}.{secrets.token_hex(4)}.npz"
+    try:
+        with open(tmp, "wb") as handle:
+            tokens = np.concatenate(ids) if ids else np.zeros(0, dtype=np.uint8)
+            lengths = np.asarray([len(row) for row in ids], dtype=np.int64)
+            np.savez(handle, tokens=tokens, lengths=lengths, labels=np.asarray(labels, dtype=np.int64))
+        os.replace(tmp, _chunk_file(parts, chunk))
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _load_chunk(parts: Path, chunk: int) -> tuple[list[np.ndarray], list[int]] | None:
+    """A kept chunk, or None when it is damaged (then removed, with a warning, to be drawn again)."""
+    path = _chunk_file(parts, chunk)
+    try:
+        with np.load(path, allow_pickle=False) as stored:  # a zip: each array's CRC-32 is checked on reading
+            tokens, lengths, labels = stored["tokens"], stored["lengths"], stored["labels"]
+        if len(lengths) != len(labels) or int(lengths.sum()) != len(tokens):
+            raise ValueError("its lengths do not add up to its tokens")
+    except (OSError, ValueError, KeyError, EOFError, SyntaxError, zipfile.BadZipFile) as err:  # npy header: SyntaxError
+        print(f"warning: {path} is damaged ({type(err).__name__}: {err}); drawing it again", file=sys.stderr)
+        path.unlink(missing_ok=True)
+        return None
+    return np.split(tokens, np.cumsum(lengths)[:-1]), labels.tolist()
+
+
+def _chunk_results(
+    seed: int, spec: trees.TreeSpec, chunks: range, pool, parts: Path | None
+) -> Iterator[tuple[list[np.ndarray], list[int]]]:
+    """The chunks' (ids, labels) in order: kept ones read from ``parts``, the others drawn (by ``pool``
+    when given) and kept there."""
+    kept = {c for c in chunks if parts is not None and _chunk_file(parts, c).exists()}
+    jobs = [(seed, c, spec) for c in chunks if c not in kept]
+    drawn = pool.imap(_chunk_ids, jobs) if pool else map(_chunk_ids, jobs)
+    for c in chunks:
+        found = _load_chunk(parts, c) if c in kept else None
+        if found is None:
+            found = _chunk_ids((seed, c, spec)) if c in kept else next(drawn)  # kept but damaged: drawn here
+            if parts is not None:
+                _save_chunk(parts, c, *found)
+        yield found
+
+
 def generate(
-    n_train: int, n_val: int, n_test: int, seed: int, spec: trees.TreeSpec, workers: int = 1
+    n_train: int,
+    n_val: int,
+    n_test: int,
+    seed: int,
+    spec: trees.TreeSpec,
+    workers: int = 1,
+    parts: Path | None = None,
 ) -> tuple[dict[str, np.ndarray], dict]:
-    """Distinct trees split train/val/test, reproducible by ``seed`` whatever ``workers`` is."""
+    """Distinct trees split train/val/test, reproducible by ``seed`` whatever ``workers`` is. ``parts``: a
+    folder keeping each chunk as it is drawn, from which an interrupted generation resumes (module docstring)."""
     total = n_train + n_val + n_test
     seen: set[bytes] = set()
     rows: list[np.ndarray] = []
     labels: list[int] = []
     duplicates = 0
     chunk = 0
+    kept = len(list(parts.glob("chunk*.npz"))) if parts is not None and parts.is_dir() else 0
+    if kept:
+        print(f"ListOps generation: resuming from the {kept} chunk(s) of {CHUNK:,} trees kept in {parts}", flush=True)
     bar = tqdm(total=total, desc="generating ListOps", unit="tree", leave=False)
     pool = mp.get_context("spawn").Pool(workers) if workers > 1 else None
     try:
         while len(rows) < total:
             need_chunks = max(1, -(-(total - len(rows)) // CHUNK))
-            batch = [(seed, c, spec) for c in range(chunk, chunk + need_chunks)]
+            batch = range(chunk, chunk + need_chunks)
             chunk += need_chunks
-            results = pool.imap(_chunk_ids, batch) if pool else map(_chunk_ids, batch)
-            for ids, labs in results:
+            for ids, labs in _chunk_results(seed, spec, batch, pool, parts):
                 before = len(rows)
                 for row, label in zip(ids, labs, strict=True):
                     if len(rows) == total:
@@ -237,7 +306,8 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
         params = {"source": "generated", "seed": seed, "chunk": CHUNK, **sizes, **asdict(spec)}
 
         def make():
-            arrays, meta = generate(seed=seed, spec=spec, workers=workers, **sizes)
+            parts = parts_path(cache_dir, "listops", params)
+            arrays, meta = generate(seed=seed, spec=spec, workers=workers, parts=parts, **sizes)
             if spec.max_len < max_len:
                 arrays = {
                     k: (np.pad(v, ((0, 0), (0, max_len - spec.max_len))) if k.endswith("_x") else v)

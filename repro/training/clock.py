@@ -31,22 +31,31 @@ class RunClock:
     """Accumulates wall-clock time into a :class:`RunState` in segments between reads."""
 
     def __init__(
-        self, budget_minutes: float | None, eval_every_seconds: float | None, checkpoint_every_seconds: float | None
+        self,
+        budget_minutes: float | None,
+        eval_every_seconds: float | None,
+        checkpoint_every_seconds: float | None,
+        now: Callable[[], float] = time.monotonic,
     ):
+        self.now = now  # seconds, monotonic (a fake clock in tests)
         self.budget_s = budget_minutes * 60 if budget_minutes else None
         self.eval_every_seconds = eval_every_seconds
         self.checkpoint_every_seconds = checkpoint_every_seconds
-        self.wall_start = time.monotonic()
-        self.segment_start = time.monotonic()
-        self.last_eval = self.last_checkpoint = time.monotonic()
+        self.wall_start = now()
+        self.segment_start = now()
+        self.last_eval = self.last_checkpoint = now()
         self.step_end = self.segment_start
 
     def elapsed(self, state: RunState) -> float:
         """The run's seconds so far, the open segment included."""
-        return state.elapsed_s + (time.monotonic() - self.segment_start)
+        return state.elapsed_s + (self.now() - self.segment_start)
 
     def over_budget(self, elapsed: float) -> bool:
         return self.budget_s is not None and elapsed >= self.budget_s
+
+    def budget_left(self, state: RunState) -> float | None:
+        """The wall-clock budget's seconds left, resumes included (None: no budget); the progress bar's ETA."""
+        return None if self.budget_s is None else self.budget_s - self.elapsed(state)
 
     def progress(self, step: int, total_steps: int, elapsed: float) -> float:
         """Training progress in [0, 1] (repro/schedule.py): steps done over planned, or under a
@@ -55,14 +64,14 @@ class RunClock:
 
     def end_step(self, state: RunState) -> None:
         """Close the segment of a training step: it counts toward the budget and toward throughput."""
-        self.step_end = now = time.monotonic()
+        self.step_end = now = self.now()
         state.elapsed_s += now - self.segment_start
         state.train_time_s += now - self.segment_start
         self.segment_start = now
 
     def end_overhead(self, state: RunState) -> None:
         """Close the segment of evaluation and checkpointing: it counts toward the budget only."""
-        now = time.monotonic()
+        now = self.now()
         state.elapsed_s += now - self.segment_start
         self.segment_start = now
 
@@ -73,18 +82,18 @@ class RunClock:
     def checkpoint_due(self) -> bool:
         """``train.checkpoint_every_seconds`` have passed since the last checkpoint, as of now."""
         return bool(
-            self.checkpoint_every_seconds and time.monotonic() - self.last_checkpoint >= self.checkpoint_every_seconds
+            self.checkpoint_every_seconds and self.now() - self.last_checkpoint >= self.checkpoint_every_seconds
         )
 
     def evaluated(self) -> None:
-        self.last_eval = time.monotonic()
+        self.last_eval = self.now()
 
     def checkpointed(self) -> None:
-        self.last_checkpoint = time.monotonic()
+        self.last_checkpoint = self.now()
 
     def wall_time(self) -> float:
         """Seconds since this process started training (not spanning resumes, unlike ``elapsed_s``)."""
-        return time.monotonic() - self.wall_start
+        return self.now() - self.wall_start
 
 
 class DataWaitProbe:

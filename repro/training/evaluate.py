@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from .. import records
 from ..batching import trimmed_width
@@ -29,6 +30,7 @@ def evaluate(
     dist: DistContext | None = None,
     lengths: torch.Tensor | None = None,
     trim_multiple: int = 128,
+    progress: str | None = None,
 ) -> dict:
     """Loss, accuracy and predictions of ``model`` on a split held as tensors.
 
@@ -37,6 +39,7 @@ def evaluate(
     (each batch holds the same examples as in a one-process run). With ``lengths`` (length
     bucketing, a length-flexible model), examples are scored in order of length, each batch
     trimmed to its longest (repro/batching.py); predictions come back in the split's order.
+    ``progress``: a bar over this rank's batches, with this name (None: none).
     """
     ctx = dist or DistContext()
     model.eval()
@@ -49,7 +52,8 @@ def evaluate(
     total_loss = torch.zeros((), device=device, dtype=torch.float64)
     predictions = []
     starts = range(0, len(y), batch_size)
-    for start in starts[ctx.rank :: ctx.world]:
+    mine = starts[ctx.rank :: ctx.world]
+    for start in tqdm(mine, desc=progress, unit="batch", leave=False, disable=progress is None, dynamic_ncols=True):
         if order is None:
             inputs, labels = x[start : start + batch_size], y[start : start + batch_size]
         else:  # this batch of the length-sorted order, trimmed to its longest
@@ -106,6 +110,7 @@ class Scorer:
     ctx: DistContext
     lengths: dict  # name -> sequence lengths (length bucketing), else empty
     trim_multiple: int
+    progress: bool = False  # a bar per scoring, named by the split
 
     def __call__(self, name: str) -> dict:
         return evaluate(
@@ -117,6 +122,7 @@ class Scorer:
             dist=self.ctx,
             lengths=self.lengths.get(name),
             trim_multiple=self.trim_multiple,
+            progress=name if self.progress else None,
         )
 
 

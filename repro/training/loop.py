@@ -14,8 +14,11 @@ for selection). Each part has a module:
 - ``evaluate.py``: scoring a split, the validation log and ``best.pt``;
 - ``clock.py``: the time budget, throughput, the time-based intervals and the data-wait probe;
 - ``agreement.py``: the per-step decisions every rank must share;
-- ``signals.py``: SIGTERM/SIGINT/SIGUSR1 as a flag read between steps;
-- ``resume.py`` (with repro/checkpoints.py): ``last.pt``, written and resumed from.
+- ``signals.py``: SIGTERM/SIGINT/SIGUSR1/SIGPIPE as a flag read between steps;
+- ``resume.py`` (with repro/checkpoints.py): ``last.pt``, written and resumed from;
+- ``progress.py``: the progress bar, whose time left follows the cap that stops the run;
+- ``scalars.py``: ``logger=tensorboard``'s event files;
+- ``console.py`` (used by the runner): the run's ``log.txt`` and a closed stdout as a stop.
 
 Resuming: a run interrupted by a stop signal and restarted ends with the same metrics as
 one never stopped (resume.py). Data parallel (``torchrun``, repro/distributed.py): every
@@ -29,12 +32,11 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from .. import records
 from ..checkpoints import load_best_checkpoint, load_on_rank_0
@@ -45,7 +47,9 @@ from .agreement import StepAgreement
 from .batches import TrainBatches, TrainingData
 from .clock import DataWaitProbe, RunClock
 from .evaluate import Scorer, validate
+from .progress import RunBar
 from .resume import LastCheckpoint
+from .scalars import ScalarLog, open_scalar_log
 from .settings import TrainSettings
 from .signals import StopSignals
 from .state import RunState
@@ -65,13 +69,15 @@ def train(
     augment=None,
     pause_at_step: int | None = None,
     dist: DistContext | None = None,
+    logger: str = "none",
 ) -> dict:
     """Train, keep the best-validation weights, score the test set with them.
 
     ``augment`` (a ``repro.followup.techniques.TrainAugment``, or None): training-time
     techniques, applied to each step's batch (batches.py) and perhaps replacing its loss
     (step.py); evaluation never sees them. ``dist`` (repro.distributed.setup): this process's
-    rank in a data-parallel run; None or world 1 trains in this process alone.
+    rank in a data-parallel run; None or world 1 trains in this process alone. ``logger``: ``none`` or
+    ``tensorboard`` (scalars.py). ``progress``: bars for training, validation and test.
     ``sigterm_at_step``, ``pause_at_step``: test hooks (signals.py).
 
     Returns a dict of metrics, the history rows and the test predictions (on every rank;
@@ -93,7 +99,7 @@ def train(
     last = LastCheckpoint(run_dir, ctx, model, optimizer, controller)
     state = last.start(resume, seed, s, data.batching, device)
     score = Scorer(model, data.splits, s.eval_batch_size or s.batch_size, autocast_dtype, task.prepare, ctx,
-                   data.lengths, s.trim_multiple)  # fmt: skip
+                   data.lengths, s.trim_multiple, progress=progress and ctx.is_main)  # fmt: skip
     best_path = run_dir / "checkpoints" / "best.pt"
     batches = TrainBatches(data.splits["train"], seed, s.batch_size, data.steps_per_epoch, device, ctx, augment,
                            task.prepare, data.lengths.get("train"), s.bucket_pool_batches, s.trim_multiple)  # fmt: skip
@@ -105,18 +111,25 @@ def train(
     loop = StepLoop(settings=s, ctx=ctx, data=data, controller=controller, last=last, batches=batches,
                     step=TrainStep(model, optimizer, controller, s, device, ctx, augment, autocast_dtype),
                     losses=LossLog(ctx, optimizer, data.steps_per_epoch, last.path, first_step=state.step),
-                    validate=on_validate, data_wait=DataWaitProbe(device))  # fmt: skip
+                    validate=on_validate, data_wait=DataWaitProbe(device),
+                    scalars=open_scalar_log(logger, run_dir, state, ctx.is_main))  # fmt: skip
     model.train()
     clock = RunClock(s.budget_minutes, s.eval_every_seconds, s.checkpoint_every_seconds)
-    bar = tqdm(total=data.total_steps, initial=state.step, desc=f"train {task.name}", unit="step",
-               disable=not progress or not ctx.is_main, dynamic_ncols=True)  # fmt: skip
-    with StopSignals(sigterm_at_step, pause_at_step, loud=ctx.is_main) as stop:
-        loop.run(state, clock, stop, bar)
-    loop.finish(state)
-    last_test = score("test")  # the final weights, as the LRA release tests: reported, never selected on
-    test = score_test_with_best(score, best_path, state, device)
-    metrics = run_metrics(state, data, s, ctx, device, autocast_dtype, test, clock.wall_time())
-    metrics.update(test_acc_last=last_test["acc"], test_loss_last=last_test["loss"])
+    capped = f" ({s.budget_minutes:g} min budget)" if s.budget_minutes else ""
+    bar = RunBar(total=loop.last_step, initial=state.step, desc=f"train {task.name}{capped}", unit="step",
+                 disable=not progress or not ctx.is_main, dynamic_ncols=True,
+                 budget_left=partial(clock.budget_left, state))  # fmt: skip
+    try:
+        with StopSignals(sigterm_at_step, pause_at_step, loud=ctx.is_main) as stop:
+            loop.run(state, clock, stop, bar)
+        loop.finish(state)
+        last_test = score("test")  # the final weights, as the LRA release tests: reported, never selected on
+        test = score_test_with_best(score, best_path, state, device)
+        metrics = run_metrics(state, data, s, ctx, device, autocast_dtype, test, clock.wall_time())
+        metrics.update(test_acc_last=last_test["acc"], test_loss_last=last_test["loss"])
+        loop.scalars.test(state, metrics)
+    finally:
+        loop.scalars.close()
     pairs = enumerate(zip(test["predictions"], test["labels"], strict=True))
     predictions = [{"index": i, "prediction": int(p), "label": int(label)} for i, (p, label) in pairs]
     return {"metrics": metrics, "history": state.history, "predictions": predictions}
@@ -151,6 +164,7 @@ class StepLoop:
     validate: Callable[[RunState], dict]  # evaluate.validate with the run's scorer and best.pt
     last: LastCheckpoint
     data_wait: DataWaitProbe  # times every 50th step's batch against the whole step
+    scalars: ScalarLog = field(default_factory=ScalarLog)  # logger=tensorboard's event files (scalars.py)
 
     @property
     def last_step(self) -> int:
@@ -159,7 +173,7 @@ class StepLoop:
         stop_at = self.settings.stop_at_step
         return self.data.total_steps if stop_at is None else min(stop_at, self.data.total_steps)
 
-    def run(self, state: RunState, clock: RunClock, stop: StopSignals, bar: tqdm) -> None:
+    def run(self, state: RunState, clock: RunClock, stop: StopSignals, bar: RunBar) -> None:
         """Train until the planned steps are done or the budget is spent; a stop signal checkpoints
         and raises RunInterrupted. ``bar``: the progress bar (perhaps disabled), closed on leaving."""
         total_steps = self.data.total_steps
@@ -182,6 +196,7 @@ class StepLoop:
             if self.log_losses(state):
                 bar.set_postfix(loss=f"{state.history[-1]['train_loss']:.3f}", lr=f"{lr:.2e}")
             signum = self.evaluate_and_checkpoint(state, clock, agreement)
+            self.scalars.update(state)
             if signum is not None:
                 bar.close()
                 raise stop.interrupted(signum, state.step, self.last.path)
@@ -194,6 +209,7 @@ class StepLoop:
             self.evaluate(state)
         self.losses.flush(state)
         self.last.save(state)
+        self.scalars.update(state)
 
     def evaluate(self, state: RunState) -> None:
         self.losses.flush(state)

@@ -1,7 +1,8 @@
-"""Stop signals: SIGTERM/SIGINT/SIGUSR1 become a flag the loop reads between steps.
+"""Stop signals: SIGTERM/SIGINT/SIGUSR1/SIGPIPE become a flag the loop reads between steps.
 
 The loop then writes a checkpoint and raises :class:`RunInterrupted`; the runner exits with
 128 + signum after handing the signal to the handler it had before (a launcher's requeue).
+SIGPIPE is what a run raises to itself when its stdout or stderr loses its reader (console.py).
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ import threading
 import time
 from pathlib import Path
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)  # SIGUSR1: Slurm's warning before preemption/time limit
+# SIGUSR1: Slurm's warning before preemption/time limit; SIGPIPE: a console without its reader (console.py).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1) + tuple(
+    getattr(signal, name) for name in ("SIGPIPE",) if hasattr(signal, name)
+)
 
 
 class RunInterrupted(RuntimeError):
-    """SIGTERM/SIGINT/SIGUSR1 arrived; a checkpoint was written and the run can be resumed."""
+    """A stop signal arrived; a checkpoint was written and the run can be resumed."""
 
     def __init__(self, signum: int, step: int, checkpoint: Path, previous_handler=None):
         self.signum = signum
@@ -36,7 +40,7 @@ class RunInterrupted(RuntimeError):
 
 
 class StopSignals:
-    """Within ``with``: SIGTERM/SIGINT/SIGUSR1 set ``signum`` instead of ending the process.
+    """Within ``with``: each of ``STOP_SIGNALS`` sets ``signum`` instead of ending the process.
 
     ``sigterm_at_step`` and ``pause_at_step`` are test hooks, run when the loop reads the flag
     (``read``): send this process SIGTERM after that step; after that step, wait up to two
