@@ -16,12 +16,6 @@ FENCE = re.compile(r"^\s*(```|~~~)")
 LIST_ITEM = re.compile(r"^ {0,3}([-*+]|\d+[.)])\s")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 
-# The notes that repro/paper writes under a generated table come one per line with no blank line between
-# them, so Markdown renders them as one paragraph, which starts with the table's footer. They change only
-# when the generator does; each file listed must still hold such a paragraph over the limit, so a file whose
-# notes are short again leaves this list.
-GENERATED_NOTES = "Missing cells (not run, marked"
-GENERATED_LONG = {"paper/tables/lra_table1.md", "paper/tables/statistics_claims.md"}
 
 
 def paragraphs(text: str) -> list[tuple[int, str]]:
@@ -101,18 +95,14 @@ def test_the_paragraph_splitter_skips_code_and_tables_and_splits_list_items():
 def test_no_markdown_paragraph_outside_results_is_over_150_words():
     files = markdown_files()
     assert "README.md" in files and "paper/findings.md" in files
-    too_long, generated = [], set()
+    too_long = []
     for name in files:
         for line, paragraph in paragraphs((ROOT / name).read_text(encoding="utf-8")):
             words = len(paragraph.split())
             if words <= MOST_WORDS:
                 continue
-            if name in GENERATED_LONG and paragraph.startswith(GENERATED_NOTES):
-                generated.add(name)
-            else:
-                too_long.append(f"{name}:{line}: a paragraph of {words} words (at most {MOST_WORDS}; split it)")
+            too_long.append(f"{name}:{line}: a paragraph of {words} words (at most {MOST_WORDS}; split it)")
     assert too_long == []
-    assert generated == GENERATED_LONG, "a generated table's notes are short now: drop it from GENERATED_LONG"
 
 
 def test_the_readme_is_one_screen_and_a_half_with_its_results_near_the_top():

@@ -97,7 +97,8 @@ class Table:
             for row in self.rows + self.reference_rows
         ]
         lines += ["", self.footer()]
-        lines += [f"{note}" for note in self.notes]
+        for note in self.notes:  # a paragraph each
+            lines += ["", note]
         return "\n".join(lines) + "\n"
 
     def latex(self) -> str:
