@@ -17,7 +17,6 @@ LIST_ITEM = re.compile(r"^ {0,3}([-*+]|\d+[.)])\s")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 
 
-
 def paragraphs(text: str) -> list[tuple[int, str]]:
     """(first line number, text) of each Markdown paragraph: a block of lines between blank lines, a
     heading or a list item starting a block of its own; fenced code blocks and table rows are no paragraph."""
