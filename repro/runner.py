@@ -216,6 +216,10 @@ IMPLICIT_SETTINGS = {
     "model.positional_base": 10000,
     "model.two_tower_combine": "concat_prod_diff",
     "model.release_masking": False,
+    "model.final_norm": True,
+    "model.rotary_layout": "per_head",
+    "model.rotary_disable": "lower_half",
+    "model.single_logit": False,
 }
 _ABSENT = "(absent)"
 
