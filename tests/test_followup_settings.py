@@ -412,3 +412,38 @@ def test_cifar_pipeline_is_deterministic_by_seed_and_step_and_leaves_the_global_
     assert sum(not torch.equal(a, b) for a, b in zip(out, images, strict=True)) >= 6  # the affine moves most images
     with pytest.raises(ValueError, match="needs RGB uint8 images"):
         augment(images[..., 0], StepDraws(0, 0))
+
+
+# ------------------------------------------------------------------ defaults that match the published rows
+
+
+def test_locality_arms_default_to_the_data_techniques_and_pathfinder_on_the_three_sets():
+    for k in (5, 7, 11, 21, 31, 61):
+        arm = f"locality_k{k}"
+        path = resolve(composed(f"arm={arm}", "task=pathfinder", "profile=paper"))
+        assert path["task"]["difficulty"] == "all" and path["train"]["epochs"] == 67, (
+            arm
+        )  # Table 7 with Table 5's caption
+        techniques = {
+            t: resolve(composed(f"arm={arm}", f"task={t}"))["techniques"] for t in ("listops", "image", "text")
+        }
+        assert {t: v["name"] for t, v in techniques.items()} == dict.fromkeys(techniques, "followup_data"), arm
+        assert techniques["listops"]["augment"] == {"listops_permute": True}
+        assert techniques["image"]["augment"] == {"autoaugment": "followup"}
+        assert techniques["text"]["augment"] == {}  # no denoising: the code adds it per experiment
+        hard = resolve(composed(f"arm={arm}", "task=pathfinder", "profile=paper", "techniques=none"))
+        assert hard["task"]["difficulty"] == "hard", arm
+
+
+def test_gmlp_defaults_to_the_techniques_of_every_published_gmlp_row():
+    run = resolve(composed("arm=gmlp", "task=text", "profile=paper"))
+    assert run["techniques"]["name"] == "followup" and run["techniques"]["augment"]["mlm"]["loss_on"] == "all"
+    assert resolve(composed("arm=gmlp", "task=pathfinder", "profile=paper"))["task"]["difficulty"] == "all"
+
+
+def test_each_follow_up_arm_file_names_the_published_row_its_default_reproduces():
+    from conftest import CONF
+
+    for arm in FOLLOWUP_ARMS:
+        text = " ".join((CONF / "arm" / f"{arm}.yaml").read_text().split())
+        assert "Its default reproduces Table" in text or "Its default (no techniques) stands beside Table" in text, arm
