@@ -412,6 +412,7 @@ def _write_run_record(run: dict, run_dir: Path, result: dict, model, task: TaskD
         "seed": run["seed"],
         "profile": run["profile"],
         "parameters": n_params,
+        "parameters_trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
         "techniques": {**run["techniques"], "built": augment.describe() if augment else None},
         **result["metrics"],
         **collect_record_info(model),  # e.g. conv_impls: the convolution implementations that ran

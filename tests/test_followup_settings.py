@@ -339,6 +339,8 @@ def test_resumed_run_with_weight_averaging_and_early_stopping_matches_the_uninte
     folder = Path("out") / "runs" / "rotary_transformer" / "listops" / "smoke" / "seed0"
     a, b = (read_json(tmp_path / run / folder / "metrics.json") for run in ("whole", "cut"))
     assert a["steps_per_epoch"] == 8 and a["swa_epochs_averaged"] == a["epochs"] - 1 >= 2
+    # every parameter counted; rotary's frequency tables (d_model / 2 = 16 per layer, 2 layers) do not train
+    assert a["parameters"] - a["parameters_trainable"] == 2 * 16 and a["parameters_trainable"] > 10_000
     for key in ("best_val_acc", "best_val_step", "test_acc", "test_acc_last", "test_loss_last", "steps", "stopped_by"):
         assert a[key] == b[key], (key, a[key], b[key])
 

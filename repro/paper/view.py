@@ -41,6 +41,7 @@ COLUMNS = [
     "budget",
     "data",
     "epochs",
+    "parameters",
 ]
 
 
@@ -92,6 +93,7 @@ def _row(record: str, metrics: dict, conf_dir: Path, arm_dirs: tuple[str, ...] =
         "budget": protocol.budget_label(metrics),
         "data": data_source(metrics["task"], metrics.get("data") or {}),
         "epochs": _float(metrics.get("epochs")),
+        "parameters": _float(metrics.get("parameters")),  # the parameters of the model the run built (repro/runner.py)
     }
 
 
