@@ -50,16 +50,35 @@ def classifier(d_in: int, num_classes: int, hidden: int | list[int] | None) -> n
     return nn.Sequential(*layers, nn.Linear(d_in, num_classes))
 
 
+def n_outputs(num_classes: int, single_logit: bool) -> int:
+    """The classifier's outputs: one per class, or with ``single_logit`` on a task of two classes one logit
+    ``z``, returned as the pair ``[0, z]`` (:func:`as_two_classes`), whose cross-entropy is the binary
+    cross-entropy of ``z`` (the follow-up's code: BCEWithLogitsLoss on one logit for two classes)."""
+    return 1 if single_logit and num_classes == 2 else num_classes
+
+
+def as_two_classes(logits: torch.Tensor, single_logit: bool) -> torch.Tensor:
+    return torch.cat([torch.zeros_like(logits), logits], dim=-1) if single_logit else logits
+
+
 class OneTowerHead(nn.Module):
-    def __init__(self, d_model: int, num_classes: int, pooling: str = "mean", hidden: int | None = None):
+    def __init__(
+        self,
+        d_model: int,
+        num_classes: int,
+        pooling: str = "mean",
+        hidden: int | None = None,
+        single_logit: bool = False,
+    ):
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling {pooling!r}: choose one of {', '.join(POOLINGS)}")
         self.pooling = pooling
-        self.classify = classifier(d_model, num_classes, hidden)
+        self.single_logit = n_outputs(num_classes, single_logit) == 1
+        self.classify = classifier(d_model, n_outputs(num_classes, single_logit), hidden)
 
     def forward(self, states: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        return self.classify(pool(states, mask, self.pooling))
+        return as_two_classes(self.classify(pool(states, mask, self.pooling)), self.single_logit)
 
 
 class TwoTowerHead(nn.Module):
@@ -76,18 +95,20 @@ class TwoTowerHead(nn.Module):
         pooling: str = "mean",
         hidden: int | None = None,
         combine: str = "concat_prod_diff",
+        single_logit: bool = False,
     ):
         super().__init__()
         if combine not in COMBINES:
             raise ValueError(f"combine {combine!r}: choose one of {', '.join(COMBINES)}")
         self.pooling = pooling
         self.combine = combine
+        self.single_logit = n_outputs(num_classes, single_logit) == 1
         width = 2 * d_model if combine == "concat" else 4 * d_model
-        self.classify = classifier(width, num_classes, hidden)
+        self.classify = classifier(width, n_outputs(num_classes, single_logit), hidden)
 
     def embed(self, states: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         return pool(states, mask, self.pooling)
 
     def forward(self, e1: torch.Tensor, e2: torch.Tensor) -> torch.Tensor:
         parts = [e1, e2] if self.combine == "concat" else [e1, e2, e1 * e2, e1 - e2]
-        return self.classify(torch.cat(parts, dim=-1))
+        return as_two_classes(self.classify(torch.cat(parts, dim=-1)), self.single_logit)

@@ -213,7 +213,8 @@ class Encoder(nn.Module):
         self.sublayers = nn.ModuleList(
             ResidualSublayer(m, d_model, prenorm, cfg.get("dropout", 0.0), norm) for m in mixers
         )
-        self.final_norm = make_norm(norm, d_model) if prenorm else nn.Identity()
+        # model.final_norm: false leaves the pre-norm stack's output unnormalised (the follow-up's code)
+        self.final_norm = make_norm(norm, d_model) if prenorm and cfg.get("final_norm", True) else nn.Identity()
 
     def state_mask(self, mask: torch.Tensor | None) -> torch.Tensor | None:
         """The padding mask aligned with the encoder's output states (CLS included)."""
@@ -263,7 +264,11 @@ class SequenceClassifier(nn.Module):
             # (two-tower) head adds Dense(mlp_dim // 2) -> ReLU. mlp_dim is the FFN width d_ff.
             hidden = [cfg["d_ff"], cfg["d_ff"] // 2] if two_tower else [cfg["d_ff"]]
         head_args = dict(
-            d_model=cfg["d_model"], num_classes=num_classes, pooling=cfg.get("pooling", "mean"), hidden=hidden
+            d_model=cfg["d_model"],
+            num_classes=num_classes,
+            pooling=cfg.get("pooling", "mean"),
+            hidden=hidden,
+            single_logit=bool(cfg.get("single_logit", False)),
         )
         self.head = TwoTowerHead(**head_args, combine=combine) if two_tower else OneTowerHead(**head_args)
 

@@ -218,6 +218,10 @@ IMPLICIT_SETTINGS = {
     "model.positional_base": 10000,
     "model.two_tower_combine": "concat_prod_diff",
     "model.release_masking": False,
+    "model.final_norm": True,
+    "model.rotary_layout": "per_head",
+    "model.rotary_disable": "lower_half",
+    "model.single_logit": False,
 }
 _ABSENT = "(absent)"
 
@@ -429,6 +433,7 @@ def _write_run_record(run: dict, run_dir: Path, result: dict, model, task: TaskD
         "seed": run["seed"],
         "profile": run["profile"],
         "parameters": n_params,
+        "parameters_trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
         "techniques": {**run["techniques"], "built": augment.describe() if augment else None},
         **result["metrics"],
         **collect_record_info(model),  # e.g. conv_impls: the convolution implementations that ran

@@ -76,6 +76,12 @@ NON_NEGATIVE = ("a number >= 0", lambda v: _is_number(v) and v >= 0)
 FRACTION = ("a number in [0, 1)", lambda v: _is_number(v) and 0 <= v < 1)
 MINUTES = ("a number > 0, or null for no wall-clock cap", POSITIVE_OR_NULL[1])
 BOOLEAN = ("true or false", lambda v: isinstance(v, bool))
+FRACTION_OR_NULL = ("a number in [0, 1), or null", lambda v: v is None or FRACTION[1](v))
+
+
+def one_of(*choices: str) -> tuple:
+    return (f"one of {', '.join(choices)}", lambda v: v in choices)
+
 
 # Setting -> (what it must be, test), checked on the resolved run (keys a run lacks are skipped).
 RULES = {
@@ -103,6 +109,15 @@ RULES = {
     "train.grad_clip": POSITIVE_OR_NULL,
     "train.bucket_pool_batches": INT_GE1,
     "train.trim_multiple": INT_GE1,
+    "train.final_phase": one_of("linear", "step"),
+    "train.final_factor": POSITIVE,
+    "train.plateau_threshold": NON_NEGATIVE,
+    "train.plateau_min_lr": NON_NEGATIVE,
+    "train.swa_start": FRACTION_OR_NULL,
+    "train.swa_lr": POSITIVE,
+    "train.swa_anneal_epochs": INT_GE0,
+    "train.early_stop_patience": INT_GE1_OR_NULL,
+    "train.no_decay": one_of("1d", "bias_norm_embedding"),
     "task.data_seed": INT_GE0,
     "task.max_len": INT_GE1,
     **{f"task.generate.{key}": INT_GE1 for key in ("n_train", "n_val", "n_test", "n_per_difficulty")},

@@ -524,7 +524,8 @@ def test_cli_runs_the_arm_on_smoke_listops(arm, techniques, tmp_path, shared_cac
         "+train.max_steps=4",
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    folder = arm if techniques == "none" else f"{arm}+{techniques}"
+    default = composed(f"arm={arm}").arm.get("techniques_default", "none")
+    folder = arm if techniques == default else f"{arm}+{techniques}"
     metrics = read_json(tmp_path / "out" / "runs" / folder / "listops" / "smoke" / "seed0" / "metrics.json")
     assert metrics["status"] == "complete" and metrics["steps"] == 4 and metrics["arm"] == arm
     assert metrics["techniques"]["name"] == techniques

@@ -49,6 +49,7 @@ TABLES = [
     "statistics_secondary",
     "trivial_baselines",
     "protocol_share",
+    "parameters",
     "listops_operator_accuracy",
     "runs",
 ]

@@ -290,7 +290,7 @@ def test_every_table4_arm_runs_on_every_task_at_smoke_scale(arm, task, tmp_path,
     built = metrics["techniques"]["built"]
     expected = {
         "listops": "ListOpsOperandPermutation",
-        "image": "CifarAutoAugment",
+        "image": "CifarFollowupAugment",
         "text": "MaskedTokenObjective",
         "retrieval": "MaskedTokenObjective",
         "pathfinder": None,

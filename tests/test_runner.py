@@ -214,9 +214,10 @@ def test_a_run_with_other_techniques_gets_its_own_record_folder():
         cfg = composed(*overrides, "task=listops", "profile=smoke")
         return run_dir_for(cfg, resolve(cfg)).parts[-4]
 
-    assert folder("arm=locality_k5") == "locality_k5"
-    assert folder("arm=locality_k5", "techniques=none") == "locality_k5"
-    assert folder("arm=locality_k5", "techniques=followup") == "locality_k5+followup"
+    assert folder("arm=s4") == "s4"
+    assert folder("arm=s4", "techniques=none") == "s4"
+    assert folder("arm=s4", "techniques=followup") == "s4+followup"
+    assert folder("arm=locality_k5", "techniques=none") == "locality_k5+none"  # its default: followup_data
     assert folder("arm=rotary_transformer") == "rotary_transformer"
     assert folder("arm=rotary_transformer", "techniques=none") == "rotary_transformer+none"
 

@@ -293,9 +293,14 @@ def test_arms_choose_default_techniques_and_the_command_line_wins():
     }
     assert techniques("arm=rotary_transformer_notech", "task=text")["name"] == "none"
     assert techniques("arm=learned_pe", "task=text")["augment"]["mlm"]["rate"] == 0.3
-    assert techniques("arm=sinusoidal_pe", "task=image")["augment"] == {"autoaugment": "cifar10"}
-    # any arm: the existing arms default to none, and take the follow-up's techniques on request
-    assert techniques("arm=locality_k61", "task=listops") == {"name": "none", "augment": {}, "arm_default": "none"}
+    assert techniques("arm=sinusoidal_pe", "task=image")["augment"] == {"autoaugment": "followup"}
+    assert techniques("arm=locality_k61", "task=listops") == {
+        "name": "followup_data",
+        "augment": {"listops_permute": True},
+        "arm_default": "followup_data",
+    }
+    # any arm: the LRA arms default to none, and take the follow-up's techniques on request
+    assert techniques("arm=lra_local", "task=listops") == {"name": "none", "augment": {}, "arm_default": "none"}
     assert techniques("arm=lra_transformer", "task=retrieval", "techniques=followup")["augment"]["mlm"]["weight"] == 1.0
 
 

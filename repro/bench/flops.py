@@ -39,6 +39,8 @@ from contextlib import contextmanager, nullcontext
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from ..heads import n_outputs
+
 TRAIN_FACTOR = 3  # forward + backward (input and weight gradients)
 
 
@@ -51,7 +53,8 @@ def head_widths(model_cfg: dict, num_classes: int) -> list[int]:
         hidden = []
     elif isinstance(hidden, int):
         hidden = [hidden]
-    return [int(model_cfg["d_model"]), *[int(w) for w in hidden], int(num_classes)]
+    outputs = n_outputs(int(num_classes), bool(model_cfg.get("single_logit", False)))  # one logit for two classes
+    return [int(model_cfg["d_model"]), *[int(w) for w in hidden], outputs]
 
 
 def head_flops(model_cfg: dict, batch: int, num_classes: int) -> int:

@@ -11,12 +11,17 @@ sinusoidal base frequency = ``positional_base``, 10000 as rotary's, appendix A.2
 Rotary settings (model config keys):
 
 * ``rotary_base`` (10000, Table 5 "Rotary base freq").
+* ``rotary_layout``: ``full_width`` (the follow-up's code, src/models/modules/
+  rotary_multihead_attention.py with src/utils/rotary_embedding.py) rotates the full-width
+  queries and keys before the head split, with the frequencies ``base ** (-2i / d_model)``
+  of channel pair ``i`` of ``d_model / 2``: each head has its own band of them, the first
+  head the fastest. ``per_head`` rotates each head with the whole table
+  ``base ** (-2i / head_dim)``, as the rotary-embedding-torch library does.
 * ``rotary_disable_half`` (Table 5 "Rotary disable half": "half of the base frequencies are
   set to 0, disabling the rotation of those channels and making them independent of
-  positional information"). The paper does not say which half; we zero the lower half
-  (the slowest rotations, the last ``head_dim // 4`` frequencies of the library's
-  ``theta ** (-2i / head_dim)`` table), so the channels that still rotate keep the full
-  range of wavelengths from 2*pi tokens up. Our choice, recorded here.
+  positional information"), and which half, ``rotary_disable``: ``alternate`` (the
+  follow-up's code, src/utils/rotary_embedding.py: ``thetas[::2] = 0``, the frequencies of
+  even index, the fastest among them) or ``lower_half`` (the slowest half of the table).
 
 Rotation runs in float32 even under bf16 autocast: the library computes positions in the
 dtype of the tensor it rotates, and bf16 cannot count past 256 exactly.
@@ -60,16 +65,28 @@ ATTENTION_BACKENDS = ("auto", "flex", "sdpa")
 _COMPILED_ROTATION = None
 
 
-def rotary_embedding(head_dim: int, base: float = 10000.0, disable_half: bool = False) -> RotaryEmbedding:
-    """The library's rotary table for ``head_dim`` channels; ``disable_half`` zeroes the lower half of the
-    frequencies."""
-    if head_dim % 4:
-        raise ValueError(f"rotary attention needs a head width divisible by 4 (d_model / n_heads), got {head_dim}")
-    rotary = RotaryEmbedding(dim=head_dim, theta=base)
+ROTARY_LAYOUTS = ("full_width", "per_head")
+ROTARY_DISABLES = ("alternate", "lower_half")
+
+
+def rotary_embedding(
+    dim: int, base: float = 10000.0, disable_half: bool = False, disable: str = "lower_half"
+) -> RotaryEmbedding:
+    """The library's rotary table for ``dim`` channels (``base ** (-2i / dim)`` for pair ``i``);
+    ``disable_half`` zeroes half of the frequencies, which half ``disable`` says: ``lower_half`` (the
+    slowest) or ``alternate`` (those of even index)."""
+    if dim % 4:
+        raise ValueError(f"rotary attention needs a rotated width divisible by 4, got {dim}")
+    if disable not in ROTARY_DISABLES:
+        raise ValueError(f"model.rotary_disable={disable!r}: choose one of {', '.join(ROTARY_DISABLES)}")
+    rotary = RotaryEmbedding(dim=dim, theta=base)
     if disable_half:
         with torch.no_grad():
-            n_freqs = rotary.freqs.shape[0]  # head_dim // 2, one per channel pair
-            rotary.freqs[n_freqs - n_freqs // 2 :] = 0.0
+            n_freqs = rotary.freqs.shape[0]  # dim // 2, one per channel pair
+            if disable == "alternate":
+                rotary.freqs[::2] = 0.0
+            else:
+                rotary.freqs[n_freqs - n_freqs // 2 :] = 0.0
     return rotary
 
 
@@ -108,6 +125,8 @@ class RotarySelfAttention(AttentionMixer):
         disable_half: bool = False,
         impl: str = "auto",
         attention_backend: str = "auto",
+        layout: str = "per_head",
+        disable: str = "lower_half",
     ):
         super().__init__(d_model, n_heads, max_len, dropout=0.0)
         if impl not in ROTARY_IMPLS:
@@ -117,8 +136,14 @@ class RotarySelfAttention(AttentionMixer):
                 f"model.attention_backend={attention_backend!r}: choose one of {', '.join(ATTENTION_BACKENDS)}"
             )
         self.attention_backend = attention_backend
+        if layout not in ROTARY_LAYOUTS:
+            raise ValueError(f"model.rotary_layout={layout!r}: choose one of {', '.join(ROTARY_LAYOUTS)}")
         self.proj = QKVOut(d_model, n_heads, bias=True)
-        self.rotary = rotary_embedding(self.head_dim, base, disable_half) if rotary else None
+        self.layout = layout
+        width = d_model if layout == "full_width" else self.head_dim
+        if rotary and self.head_dim % 2:
+            raise ValueError(f"rotary attention needs an even head width (d_model / n_heads), got {self.head_dim}")
+        self.rotary = rotary_embedding(width, base, disable_half, disable) if rotary else None
         self.disable_half = disable_half if rotary else None
         self.impl = impl
         self._tables: dict = {}
@@ -129,18 +154,25 @@ class RotarySelfAttention(AttentionMixer):
         if self.rotary is None:
             return t
         wide = t if t.dtype == torch.float64 else t.float()
+        if self.layout == "full_width":  # heads side by side [B, L, D], rotated, split again
+            merged = wide.transpose(1, 2).flatten(-2)
+            return split_heads(self.rotary.rotate_queries_or_keys(merged, offset=offset), self.n_heads).to(t.dtype)
         return self.rotary.rotate_queries_or_keys(wide, offset=offset).to(t.dtype)
 
     def rotation_tables(self, length: int, device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """cos and sin ``[L, 1, Dh / 2]`` of the library's angles (positions 0..L-1), in ``dtype``;
-        cached per (length, device, dtype) and rebuilt when the frequencies change."""
+        """cos and sin ``[L, 1, Dh / 2]`` (full width: ``[L, 2H, Dh / 2]``) of the library's angles (positions
+        0..L-1), in ``dtype``; cached per (length, device, dtype) and rebuilt when the frequencies change."""
         freqs = self.rotary.freqs
         key = (length, str(device), dtype, freqs.dtype, freqs._version, freqs.data_ptr())
         if key not in self._tables:
             with torch.no_grad():
                 positions = self.rotary.get_seq_pos(length, device=device, dtype=freqs.dtype)
                 angles = self.rotary(positions, seq_len=length)[:, 0::2]  # one angle per channel pair
-                self._tables = {key: (angles.cos().to(dtype)[:, None], angles.sin().to(dtype)[:, None])}
+                if self.layout == "full_width":  # [L, 2H, Dh / 2]: each head its band, for q's heads and k's
+                    angles = angles.unflatten(-1, (self.n_heads, -1)).repeat(1, 2, 1)
+                else:
+                    angles = angles[:, None]
+                self._tables = {key: (angles.cos().to(dtype), angles.sin().to(dtype))}
         return self._tables[key]
 
     def fused(self, t: Tensor) -> bool:
@@ -173,7 +205,7 @@ class RotarySelfAttention(AttentionMixer):
     def extra_repr(self) -> str:
         return (
             super().extra_repr() + f", rotary={self.rotary is not None}, disable_half={self.disable_half}, "
-            f"impl={self.impl!r}, attention_backend={self.attention_backend!r}"
+            f"impl={self.impl!r}, layout={self.layout!r}, attention_backend={self.attention_backend!r}"
         )
 
 
@@ -204,6 +236,8 @@ def build_rotary_transformer_layers(cfg: dict, max_len: int) -> list[nn.Module]:
                 disable_half=bool(cfg.get("rotary_disable_half", False)),
                 impl=str(cfg.get("rotary_impl", "auto")),
                 attention_backend=str(cfg.get("attention_backend", "auto")),
+                layout=str(cfg.get("rotary_layout", "per_head")),
+                disable=str(cfg.get("rotary_disable", "lower_half")),
             )
         )
         layers.append(FeedForward(d_model, int(cfg["d_ff"]), cfg.get("activation", "relu")))

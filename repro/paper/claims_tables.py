@@ -99,6 +99,26 @@ def _effect(result: Result) -> str:
     return fmt_number(result.published) + mark
 
 
+def sensitivity_notes(results: list[ClaimResult]) -> list[str]:
+    """One line per claim whose verdict rests on its task's trivial baseline (rule R3 fired, or a near tie
+    changes the verdict) when that baseline has a near tie (a label within 1% of the majority's training count,
+    repro/analysis/baselines.py): the verdict with each such label in the majority's place."""
+    lines = []
+    for r in results:
+        rests = r.verdict.rule.startswith("R3") or any(v.word != r.verdict.word for _, v in r.sensitivity)
+        if not r.sensitivity or not rests:
+            continue
+        readings = []
+        for what, verdict in r.sensitivity:
+            changed = "" if verdict.word == r.verdict.word else ", a different verdict"
+            readings.append(f"{what}: {verdict.word} ({verdict.rule.split(':')[0]}{changed})")
+        lines.append(
+            f"Baseline sensitivity, {r.claim.id} ({r.verdict.word}, {r.verdict.rule.split(':')[0]}), with a near-tie "
+            f"label in the baseline's place: " + "; ".join(readings) + "."
+        )
+    return lines
+
+
 def claims_table(results: list[ClaimResult], view: BundleView, alpha: float, power: float) -> Table:
     rows = []
     for r in results:
@@ -144,6 +164,7 @@ def claims_table(results: list[ClaimResult], view: BundleView, alpha: float, pow
         "published Δ (two-sided), and for TOST to show our Δ within ± margin of it when it equals it; from "
         "the seed sd pooled over the bundle's cells (see statistics_secondary).",
         "Secondary tests (statistics_secondary) give no verdict.",
+        *sensitivity_notes(results),
     ]
     papers = {r.claim.paper for r in results}
     whose = "Claims of both papers" if papers <= set(PAPERS) else "Claims"

@@ -21,6 +21,7 @@ tables
                                the claims' further comparisons
   ``trivial_baselines``        majority class and (ListOps) root operator on each task's test set
   ``protocol_share``           per cell: data, budget, examples trained and their share of the protocol's
+  ``parameters``               per arm and task: the parameter count, and the LRA release's 10% rule for lra_*
   ``listops_operator_accuracy`` per root operator: the root-operator baseline vs a model (the follow-up, appendix B)
   ``runs``                     every record in the bundle
   ``index``                    (Markdown only) the bundles' versions and hashes, and what each file is: first
@@ -65,6 +66,7 @@ from pathlib import Path
 
 from ..bundle import BundleError, require_intact
 from ..grid.cells import GridError, superseded_records, superseded_source
+from ..reference import LRA_MODEL_ARMS
 from ..tasks import pathfinder as pf
 from ..tasks import pathfinder_render as render
 from . import claims as claims_file
@@ -77,6 +79,7 @@ from .evaluate import evaluate, pooled_sds
 from .figures import PATHFINDER_SAMPLE_FILES, kernel_curves, pathfinder_samples, tradeoff_points
 from .listops import listops_analysis, listops_table
 from .lra_campaign import ranking, table1, tasks_run
+from .parameters import parameters_table
 from .render import Table
 from .view import BundleView
 
@@ -216,7 +219,9 @@ def write_lra_table1(view: BundleView, spec, results: list, out: Path) -> list[P
     results = [r for r in results if r.claim.paper == LRA_PAPER]
     claims_rows = claims_table(results, view, spec.alpha, spec.power)
     claims_rows.name, claims_rows.title = "lra_table1_claims", f"The claims of {LRA_PAPER}, tested on these records"
-    tables = [table1(view), ranking(view), claims_rows]
+    sizes = parameters_table(view, "lra_table1_parameters")
+    sizes.rows = [row for row in sizes.rows if row[0] in set(LRA_MODEL_ARMS.values()) and row[1] == "none"]
+    tables = [table1(view), sizes, ranking(view), claims_rows]
     folder = out / "tables"
     folder.mkdir(parents=True, exist_ok=True)
     md, tex = folder / "lra_table1.md", folder / "lra_table1.tex"
@@ -267,6 +272,7 @@ def make(
         secondary_table(results, view, pooled_sds(view)),
         baselines_table(view),
         shares_table(view),
+        parameters_table(view),
         listops_table(operator_rows, note),
         runs_table(view),
     ]

@@ -16,7 +16,7 @@ n tasks, sqrt(sum of their variances) / n, tasks taken as independent).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -72,6 +72,8 @@ class ClaimResult:
     seeds_detect: int | None
     seeds_match: int | None
     secondary: tuple[Result, ...]
+    # the verdict with a near-tie label in a baseline majority's place: (what changed, verdict), one per tie
+    sensitivity: tuple[tuple[str, stats.Verdict], ...] = ()
 
 
 def _task_data(view: BundleView, arm: str, task: str, label: str) -> ArmData:
@@ -201,6 +203,10 @@ def evaluate(view: BundleView, spec: ClaimsFile) -> list[ClaimResult]:
             two_arms=two_arms,
         )
         secondary = tuple(compare(view, s, spec.alpha, claim.margin) for s in claim.secondary)
+        variants = view.baseline_variants.get(primary.task, []) if baseline is not None else []
+        sensitivity = tuple(
+            (what, stats.decide(replace(evidence, baseline=changed.interval))) for what, changed in variants
+        )
         out.append(
             ClaimResult(
                 claim,
@@ -213,6 +219,7 @@ def evaluate(view: BundleView, spec: ClaimsFile) -> list[ClaimResult]:
                 detect,
                 match,
                 secondary,
+                sensitivity,
             )
         )
     return out

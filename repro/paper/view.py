@@ -41,6 +41,7 @@ COLUMNS = [
     "budget",
     "data",
     "epochs",
+    "parameters",
 ]
 
 
@@ -92,6 +93,7 @@ def _row(record: str, metrics: dict, conf_dir: Path, arm_dirs: tuple[str, ...] =
         "budget": protocol.budget_label(metrics),
         "data": data_source(metrics["task"], metrics.get("data") or {}),
         "epochs": _float(metrics.get("epochs")),
+        "parameters": _float(metrics.get("parameters")),  # the parameters of the model the run built (repro/runner.py)
     }
 
 
@@ -213,6 +215,11 @@ class BundleView:
     def strongest_baseline(self, task: str) -> trivial.Baseline | None:
         return trivial.strongest(self.baselines_of(task))
 
+    @cached_property
+    def baseline_variants(self) -> dict[str, list[tuple[str, trivial.Baseline]]]:
+        """Per task: (what changed, the strongest baseline then) for each near tie of a baseline's label."""
+        return {task: task_baseline_variants(self, task) for task in sorted(set(self.runs["task"]))}
+
 
 def _refuse_repeated_records(frame: pd.DataFrame) -> None:
     """Each (arm, techniques, task, profile, seed) in one bundle only: the tables would count it twice."""
@@ -256,6 +263,25 @@ def task_baselines(view: BundleView, task: str) -> tuple[list[trivial.Baseline],
     if not counts:
         return [], "no record has training label counts (data.class_counts.train)"
     return [trivial.majority_class(counts, labels[0])], ""
+
+
+def task_baseline_variants(view: BundleView, task: str) -> list[tuple[str, trivial.Baseline]]:
+    """``task_baselines`` with one near-tie label in a majority's place (repro/analysis/baselines.py), each
+    as (what changed, the strongest of the task's baselines then)."""
+    found, _ = view.baselines.get(task, ([], ""))
+    if not found:
+        return []
+    records = view.runs[view.runs["task"] == task]
+    labels = view.predictions(records["path"].iloc[0])["label"].to_numpy()
+    if task == "listops":
+        rows, summary = listops_analysis_of(view, records["path"])
+        root, majority = found
+        changed = [(w, [b, majority]) for w, b in trivial.root_operator_variants(summary["train"], rows)]
+        counts = trivial.listops_train_counts(summary["train"])
+        changed += [(w, [root, b]) for w, b in trivial.majority_class_variants(counts, labels)]
+    else:
+        changed = [(w, [b]) for w, b in trivial.majority_class_variants(_train_counts(view, records["path"]), labels)]
+    return [(what, trivial.strongest(baselines)) for what, baselines in changed]
 
 
 def listops_analysis_of(view: BundleView, paths) -> tuple[list[dict], dict] | None:

@@ -54,6 +54,7 @@ from .settings import TrainSettings
 from .signals import StopSignals
 from .state import RunState
 from .step import LossLog, TrainStep, make_optimizer
+from .swa import WeightAverage, swa_start_epoch
 
 
 def train(
@@ -94,9 +95,13 @@ def train(
     autocast_dtype = configure_device(device, s)
     model.to(device)
     optimizer = make_optimizer(model, s, device)
-    controller = LRController(s.lr, s.schedule, s.warmup_steps, s.final_fraction, s.plateau_factor, s.plateau_patience)
     data = TrainingData.build(task, s, model, augment is not None, device)
-    last = LastCheckpoint(run_dir, ctx, model, optimizer, controller)
+    swa_start = swa_start_epoch(s.swa_start, s.epochs)
+    controller = LRController(s.lr, s.schedule, s.warmup_steps, s.final_fraction, s.plateau_factor, s.plateau_patience,
+                              s.plateau_threshold, s.plateau_min_lr, s.final_phase, s.final_factor, swa_start,
+                              s.swa_lr, s.swa_anneal_epochs)  # fmt: skip
+    average = WeightAverage(model, swa_start) if swa_start is not None else None
+    last = LastCheckpoint(run_dir, ctx, model, optimizer, controller, average)
     state = last.start(resume, seed, s, data.batching, device)
     score = Scorer(model, data.splits, s.eval_batch_size or s.batch_size, autocast_dtype, task.prepare, ctx,
                    data.lengths, s.trim_multiple, progress=progress and ctx.is_main)  # fmt: skip
@@ -108,7 +113,7 @@ def train(
     on_validate = partial(validate, score, steps_per_epoch=data.steps_per_epoch, best_path=best_path,
                           print_line=ctx.is_main and not progress,
                           progress_path=run_dir / records.PROGRESS_FILE)  # fmt: skip
-    loop = StepLoop(settings=s, ctx=ctx, data=data, controller=controller, last=last, batches=batches,
+    loop = StepLoop(settings=s, ctx=ctx, data=data, controller=controller, last=last, batches=batches, average=average,
                     step=TrainStep(model, optimizer, controller, s, device, ctx, augment, autocast_dtype),
                     losses=LossLog(ctx, optimizer, data.steps_per_epoch, last.path, first_step=state.step),
                     validate=on_validate, data_wait=DataWaitProbe(device),
@@ -123,10 +128,15 @@ def train(
         with StopSignals(sigterm_at_step, pause_at_step, loud=ctx.is_main) as stop:
             loop.run(state, clock, stop, bar)
         loop.finish(state)
+        averaged = average.apply(model) if average is not None else False  # the last weights are the average
         last_test = score("test")  # the final weights, as the LRA release tests: reported, never selected on
         test = score_test_with_best(score, best_path, state, device)
         metrics = run_metrics(state, data, s, ctx, device, autocast_dtype, test, clock.wall_time())
         metrics.update(test_acc_last=last_test["acc"], test_loss_last=last_test["loss"])
+        if metrics["stopped_by"] == "budget" and loop.early_stopped(state):
+            metrics["stopped_by"] = "early_stopping"  # no better validation for train.early_stop_patience epochs
+        if average is not None:
+            metrics["swa_epochs_averaged"] = average.count if averaged else 0
         loop.scalars.test(state, metrics)
     finally:
         loop.scalars.close()
@@ -165,6 +175,7 @@ class StepLoop:
     last: LastCheckpoint
     data_wait: DataWaitProbe  # times every 50th step's batch against the whole step
     scalars: ScalarLog = field(default_factory=ScalarLog)  # logger=tensorboard's event files (scalars.py)
+    average: WeightAverage | None = None  # stochastic weight averaging (swa.py), or None
 
     @property
     def last_step(self) -> int:
@@ -180,7 +191,7 @@ class StepLoop:
         agreement = StepAgreement(self.ctx, clock, stop, state)
         while True:
             elapsed = agreement.elapsed(state)
-            if state.step >= self.last_step or clock.over_budget(elapsed):
+            if state.step >= self.last_step or clock.over_budget(elapsed) or self.early_stopped(state):
                 break
             progress = clock.progress(state.step, total_steps, elapsed)
             batch, (loss, lr) = self.data_wait.run(
@@ -202,6 +213,14 @@ class StepLoop:
                 raise stop.interrupted(signum, state.step, self.last.path)
             clock.end_overhead(state)  # evaluation and checkpoints count toward the budget, not throughput
         bar.close()
+
+    def early_stopped(self, state: RunState) -> bool:
+        """At an epoch's end, True when ``train.early_stop_patience`` epochs have ended since the epoch of the
+        best validation accuracy (evaluated at every epoch's end) without a better one."""
+        patience, per_epoch = self.settings.early_stop_patience, self.data.steps_per_epoch
+        if not patience or state.best_val_step < 0 or state.step % per_epoch:
+            return False
+        return state.step // per_epoch - math.ceil(state.best_val_step / per_epoch) >= patience
 
     def finish(self, state: RunState) -> None:
         """After the last step: validate unless that step did, log the last losses, write ``last.pt``."""
@@ -225,6 +244,8 @@ class StepLoop:
         if epoch_end and state.epoch_loss_count:
             self.controller.end_epoch(state.epoch_loss_sum / state.epoch_loss_count)
             state.epoch_loss_sum, state.epoch_loss_count = 0.0, 0
+            if self.average is not None:
+                self.average.end_epoch(self.step.model, self.controller.epochs_done)
         return logged
 
     def evaluate_and_checkpoint(self, state: RunState, clock: RunClock, agreement: StepAgreement) -> int | None:
@@ -304,7 +325,8 @@ def run_metrics(
 
 
 def stopped_by(step: int, planned: int, stop_at: int | None) -> str:
-    """Why training ended: ``steps`` (the plan done), ``stop_at_step`` (a truncated protocol), ``budget``."""
+    """Why training ended: ``steps`` (the plan done), ``stop_at_step`` (a truncated protocol), ``budget``
+    (train() names ``early_stopping`` itself)."""
     if step >= planned:
         return "steps"
     return "stop_at_step" if stop_at is not None and step >= stop_at else "budget"

@@ -37,9 +37,11 @@ class LastCheckpoint:
         model: torch.nn.Module,
         optimizer: torch.optim.Optimizer,
         controller: LRController,
+        average=None,
     ):
         self.run_dir, self.path = run_dir, run_dir / "checkpoints" / "last.pt"
         self.ctx, self.model, self.optimizer, self.controller = ctx, model, optimizer, controller
+        self.average = average  # a swa.WeightAverage, or None
 
     def save(self, state: RunState) -> None:
         """All ranks call it (their RNG states are gathered); rank 0 writes ``last.pt``, keeping the one before."""
@@ -56,6 +58,8 @@ class LastCheckpoint:
         }
         if rngs:
             payload["rng_ranks"] = rngs
+        if self.average is not None:
+            payload["average"] = self.average.state_dict()
         save_checkpoint(self.path, payload, keep_previous=True)
 
     def start(self, resume: bool, seed: int, settings: TrainSettings, batching: dict, device: torch.device) -> RunState:
@@ -87,6 +91,8 @@ class LastCheckpoint:
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.controller.load_state_dict(ckpt["controller"])
+        if self.average is not None and "average" in ckpt:
+            self.average.load_state_dict(ckpt["average"])
         rank_rngs = ckpt.get("rng_ranks")
         use_rank_rng = self.ctx.active and rank_rngs and len(rank_rngs) == self.ctx.world
         set_rng_state(rank_rngs[self.ctx.rank] if use_rank_rng else ckpt["rng"])

@@ -23,11 +23,20 @@ class TrainSettings:
     schedule: str = "followup"
     warmup_steps: int = 0
     final_fraction: float = 0.1
+    final_phase: str = "linear"  # the followup schedule's last final_fraction: linear (to 0) | step (x final_factor)
+    final_factor: float = 0.1  # final_phase=step: the rate's factor over the last final_fraction of the steps
     plateau_factor: float = 0.5
     plateau_patience: int = 5
+    plateau_threshold: float = 1e-3  # relative improvement of the epoch's training loss that resets the patience
+    plateau_min_lr: float = 0.0  # the plateau rule never cuts the rate below this
+    swa_start: float | None = None  # stochastic weight averaging from epoch int(swa_start * epochs); None: off
+    swa_lr: float = 0.01  # SWA: the rate it anneals to (torch.optim.swa_utils.SWALR's swa_lr)
+    swa_anneal_epochs: int = 4  # SWA: epochs of cosine annealing to swa_lr
+    early_stop_patience: int | None = None  # stop after this many epochs without a better validation accuracy
     betas: tuple = (0.9, 0.999)
     eps: float = 1e-8  # Adam's epsilon (LRA: 1e-9)
     decay_1d_params: bool = False  # weight decay on biases and norm gains too
+    no_decay: str = "1d"  # what takes no weight decay: 1d (biases, norm gains) | bias_norm_embedding (and embeddings)
     grad_clip: float | None = None
     eval_every_steps: int | None = None
     eval_every_seconds: float | None = None

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from ..distributed import DistContext, mean_
 from ..schedule import LRController
@@ -25,8 +26,36 @@ class NonFiniteLoss(RuntimeError):
     """The training loss became NaN or infinite."""
 
 
+NORMS = (nn.LayerNorm, nn.BatchNorm1d, nn.BatchNorm2d, nn.GroupNorm, nn.RMSNorm)
+DECAYED_WORDS = ("linear", "conv", "kernel", "weight")  # no_decay=bias_norm_embedding: names that decay
+
+
+def undecayed(model: torch.nn.Module, rule: str) -> set[int]:
+    """The ids of the parameters ``train.no_decay`` exempts from weight decay.
+
+    ``1d``: every parameter of fewer than two dimensions (biases, norm gains). ``bias_norm_embedding``
+    (the follow-up's code, src/utils/weight_decay_param_filter.py): biases, the parameters of norm layers
+    and of embedding tables, and every parameter whose name holds none of linear, conv, kernel, weight;
+    the code matches the words bias, norm and embedding in the names of its own modules, so here the
+    module types stand for the last two.
+    """
+    if rule == "1d":
+        return {id(p) for p in model.parameters() if p.ndim < 2}
+    if rule != "bias_norm_embedding":
+        raise ValueError(f"train.no_decay={rule!r}: choose one of 1d, bias_norm_embedding")
+    exempt = set()
+    for module_name, module in model.named_modules():
+        for name, p in module.named_parameters(recurse=False):
+            full = f"{module_name}.{name}".lower()
+            kept = isinstance(module, (*NORMS, nn.Embedding)) or "bias" in name.lower()
+            if kept or not any(word in full for word in DECAYED_WORDS):
+                exempt.add(id(p))
+    return exempt
+
+
 def make_optimizer(model: torch.nn.Module, s: TrainSettings, device: torch.device) -> torch.optim.Optimizer:
-    """AdamW; by default no decay on 1-D parameters (biases, norm gains).
+    """AdamW; by default no decay on 1-D parameters (biases, norm gains); ``train.no_decay`` names the rule
+    (:func:`undecayed`), ``train.decay_1d_params`` decays every parameter.
 
     A parameter may carry ``param._optim = {"lr": ..., "weight_decay": ...}`` (the state-space
     parameters of S4D and S5, which their papers train at a smaller rate without decay): it
@@ -34,6 +63,7 @@ def make_optimizer(model: torch.nn.Module, s: TrainSettings, device: torch.devic
     so the schedule's shape applies to every group.
     """
     decay, no_decay, special = [], [], {}
+    exempt = set() if s.decay_1d_params else undecayed(model, s.no_decay)
     for p in model.parameters():
         if not p.requires_grad:
             continue
@@ -42,7 +72,7 @@ def make_optimizer(model: torch.nn.Module, s: TrainSettings, device: torch.devic
             key = (float(hint.get("lr", s.lr)), float(hint.get("weight_decay", s.weight_decay)))
             special.setdefault(key, []).append(p)
         else:
-            (decay if p.ndim >= 2 or s.decay_1d_params else no_decay).append(p)
+            (no_decay if id(p) in exempt else decay).append(p)
     groups = [
         {"params": decay, "weight_decay": s.weight_decay, "lr_scale": 1.0},
         {"params": no_decay, "weight_decay": 0.0, "lr_scale": 1.0},

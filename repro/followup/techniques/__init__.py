@@ -8,9 +8,9 @@ A run's techniques come from the ``techniques`` config group (experiments/conf/t
 ``augment`` key     what it does                                               module
 ==================  =========================================================  ==============
 ``listops_permute`` random operand order at every operator node (ListOps)       listops_permute
-``autoaugment``     ``cifar10``: torchvision's CIFAR-10 AutoAugment on RGB       cifar_autoaugment
+``autoaugment``     ``cifar10`` (the policy) | ``followup`` (the code's chain) cifar_*augment
 ``d4``              ``true`` or a list of elements 0-7: D4 rotations/reflections dihedral
-``mlm``             ``{rate, random_fraction, weight}``: multitask masked tokens mlm
+``mlm``             ``{rate, random_fraction, weight, loss_on}``: denoising    mlm
 ==================  =========================================================  ==============
 
 Transforms act on the stored training batch (before the task's ``prepare`` hook, so
@@ -126,10 +126,14 @@ def _listops_permute(value, task: TaskData):
 
 @TECHNIQUES.register("autoaugment")
 def _autoaugment(value, task: TaskData):
+    from .cifar_augment import CifarFollowupAugment
     from .cifar_autoaugment import CifarAutoAugment
 
-    if value != "cifar10":
-        raise ValueError(f"{_where(task, 'autoaugment')}={value!r}: the only policy is 'cifar10' (or null for none)")
+    if value not in ("cifar10", "followup"):
+        raise ValueError(
+            f"{_where(task, 'autoaugment')}={value!r}: choose cifar10 (the AutoAugment policy alone) or followup "
+            "(the follow-up's whole pipeline), or null for none"
+        )
     shape = task.train.inputs.shape
     if len(shape) != 4 or shape[-1] != 3:
         raise ValueError(
@@ -137,7 +141,7 @@ def _autoaugment(value, task: TaskData):
             f"{task.name!r} stores {tuple(shape)} ({task.info.get('inputs', 'no RGB')}); provide "
             "cifar-10-batches-py/ or the rgb bundle, or run techniques=none"
         )
-    return "transform", CifarAutoAugment()
+    return "transform", CifarAutoAugment() if value == "cifar10" else CifarFollowupAugment()
 
 
 @TECHNIQUES.register("d4")
@@ -161,7 +165,7 @@ def _mlm(value, task: TaskData):
             f"{_where(task, 'mlm')}: needs a token task with padding (text, retrieval); task {task.name!r} has none"
         )
     settings = {} if value is True else dict(value)
-    known = {"rate", "random_fraction", "weight"}
+    known = {"rate", "random_fraction", "weight", "loss_on"}
     if set(settings) - known:
         raise ValueError(
             f"{_where(task, 'mlm')}: unknown key(s) {sorted(set(settings) - known)}; known: {sorted(known)}"

@@ -10,9 +10,11 @@ Choices the paper leaves open (ours): each non-padding token is selected indepen
 with probability ``rate`` (so 30% in expectation); a random replacement is uniform over
 the real tokens (ids 1 .. vocab_size - 1, never padding or the mask token, possibly the
 original, as in BERT); the mask token is a new id, ``vocab_size`` (the model is built with
-one more embedding row); the denoising loss is the cross-entropy over the selected
-positions only; the head is one ``Linear(d_model, vocab_size)`` on the encoder's final
-(normalised) token states, shared by both documents of a retrieval pair.
+one more embedding row); the head is one ``Linear(d_model, vocab_size)`` on the encoder's
+final token states, shared by both documents of a retrieval pair. Which positions the
+denoising loss covers is ``loss_on``: ``all`` (the follow-up's code, src/tasks/denoise_task.py:
+the cross-entropy over every non-padding token, reconstructing the whole input) or
+``corrupted`` (over the selected positions only, as BERT).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 HEAD_NAME = "mlm_head"
+LOSS_ON = ("all", "corrupted")
 
 
 def corrupt_tokens(
@@ -48,8 +51,17 @@ class MaskedTokenObjective:
     """Task loss + masked-token loss from one encoder pass (the training loss of the multitask setting)."""
 
     def __init__(
-        self, vocab_size: int, pad_id: int, rate: float = 0.3, random_fraction: float = 1 / 3, weight: float = 1.0
+        self,
+        vocab_size: int,
+        pad_id: int,
+        rate: float = 0.3,
+        random_fraction: float = 1 / 3,
+        weight: float = 1.0,
+        loss_on: str = "corrupted",
     ):
+        if loss_on not in LOSS_ON:
+            raise ValueError(f"techniques mlm.loss_on={loss_on!r}: choose one of {', '.join(LOSS_ON)}")
+        self.loss_on = loss_on
         if not 0.0 < rate < 1.0:
             raise ValueError(f"techniques mlm.rate={rate}: a fraction in (0, 1) (the follow-up: 0.3)")
         if not 0.0 <= random_fraction <= 1.0:
@@ -74,8 +86,10 @@ class MaskedTokenObjective:
 
     def loss(self, model: nn.Module, ids: Tensor, labels: Tensor, generator: torch.Generator | None) -> Tensor:
         """Cross-entropy of the task on the corrupted input plus ``weight`` x that of the originals at the
-        selected positions."""
+        selected positions (``loss_on: all``: at every non-padding position)."""
         corrupted, selected = self.corrupt(ids, generator)
+        if self.loss_on == "all":
+            selected = ids != self.pad_id
         logits, states = model.forward_with_states(corrupted)
         if model.encoder.cls is not None:
             states = states[:, 1:]  # the CLS state predicts no token
@@ -89,5 +103,5 @@ class MaskedTokenObjective:
     def __repr__(self) -> str:
         return (
             f"MaskedTokenObjective(rate={self.rate}, random_fraction={self.random_fraction:.4f}, "
-            f"mask_id={self.mask_id})"
+            f"mask_id={self.mask_id}, loss_on={self.loss_on!r})"
         )
