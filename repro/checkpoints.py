@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from .distributed import DistContext, broadcast_object
-from .records import write_atomic
+from .records import describe_fingerprint, write_atomic
 
 # The layout of ``last.pt`` (repro/training/loop.py: model, optimizer, controller, state, rng, rng_ranks).
 CHECKPOINT_FORMAT = 1
@@ -115,9 +115,10 @@ def save_best_checkpoint(path: Path, state: dict) -> None:
     save_checkpoint(copy_path(path), state)
 
 
-def load_best_checkpoint(path: Path, device: torch.device, step: int) -> dict:
-    """The first readable of ``best.pt`` and ``best.copy.pt`` that holds the run's best step ``step``,
-    warning (on stderr) about each damaged one and rewriting it from the good one."""
+def load_best_checkpoint(path: Path, device: torch.device, step: int, fingerprint: dict | None = None) -> dict:
+    """The first readable of ``best.pt`` and ``best.copy.pt`` that holds the run's best step ``step`` (and,
+    given the run's ``fingerprint``, is this run's), warning (on stderr) about each damaged one and rewriting
+    it from the good one."""
     problems = []
     for candidate in (path, copy_path(path)):
         try:
@@ -127,6 +128,9 @@ def load_best_checkpoint(path: Path, device: torch.device, step: int) -> dict:
             continue
         if best is None or best.get("step") != step:
             problems.append(f"{candidate}: " + ("missing" if best is None else f"holds step {best.get('step')}"))
+            continue
+        if fingerprint is not None and best.get("fingerprint") != fingerprint:
+            problems.append(f"{candidate}: another run's weights ({describe_fingerprint(best.get('fingerprint'))})")
             continue
         for damaged in problems:
             print(

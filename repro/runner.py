@@ -273,8 +273,17 @@ def _record_decision(cfg: DictConfig, run: dict, run_dir: Path) -> tuple[int | N
     """
     task_name = run["task"]["name"]
     resume = bool(cfg.resume)
+    if _has_progress(run_dir) and not (run_dir / "config.yaml").exists():
+        if not cfg.force:
+            raise records.RunFolderConflict(
+                f"{run_dir} holds checkpoints or a record but no config.yaml: whose run they are is unknown, "
+                "so they are not continued; pass force=true to start this run over in its place, or "
+                "output_dir=<another folder>"
+            )
+        print(f"[{run['arm']}/{task_name}] force=true: starting over in {run_dir} (it holds no config.yaml)")
+        return None, False
     # A run that died before its first checkpoint left nothing to protect.
-    guarded = _has_progress(run_dir) and (run_dir / "config.yaml").exists()
+    guarded = _has_progress(run_dir)
     try:
         previous = records.read_config(run_dir / "config.yaml") if guarded else None
     except records.DamagedRecord:
@@ -282,7 +291,14 @@ def _record_decision(cfg: DictConfig, run: dict, run_dir: Path) -> tuple[int | N
             raise  # one line naming the file and force=true (validate.refusing_bad_input)
         print(f"[{run['arm']}/{task_name}] force=true: starting over in {run_dir} (its config.yaml is unreadable)")
         return None, False
-    complete = records.read_metrics(run_dir) is not None
+    metrics, problem = records.record_problem(run_dir)
+    complete = problem is None
+    if problem is not None and (run_dir / "metrics.json").exists():  # one definition of a complete record
+        print(
+            f"warning: {run_dir} holds no complete record ({problem}); this run writes it again",
+            file=sys.stderr,
+            flush=True,
+        )
     differences = settings_differences(previous, run, complete) if previous is not None else []
     if differences:
         if not cfg.force:
@@ -319,7 +335,9 @@ def _refuse_batch_norm(run: dict, world: int) -> int:
     return 2
 
 
-def _start_record(run: dict, run_dir: Path, task: TaskData, n_params: int, dist, resume: bool) -> None:
+def _start_record(
+    run: dict, run_dir: Path, task: TaskData, n_params: int, dist, resume: bool, fingerprint: dict
+) -> None:
     """Announce the run, clear what an earlier run left that this one does not continue, write config.yaml."""
     where = f"{dist.device} x{dist.world} processes" if dist.active else f"{dist.device}"
     print(
@@ -330,7 +348,8 @@ def _start_record(run: dict, run_dir: Path, task: TaskData, n_params: int, dist,
     stale = ["metrics.json", records.PROGRESS_FILE] + ([] if resume else ["history.csv", "predictions.csv"])
     for name in stale:
         (run_dir / name).unlink(missing_ok=True)
-    records.write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(run)))
+    config = {**run, "fingerprint": fingerprint}
+    records.write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
 
 
 @validate.refusing_bad_input
@@ -350,6 +369,18 @@ def execute(cfg: DictConfig) -> int:
     # rank (the others may run on machines that do not share its disk), and rank 0 builds (and
     # caches) the data first.
     dist = distributed.setup(pick_device(run["device"]))
+    lock = records.RunFolderLock(run_dir)  # one owner per run folder: rank 0, while it lives
+    try:
+        if dist.is_main:
+            lock.acquire()
+        return _execute_in_folder(cfg, run, run_dir, dist, workers)
+    finally:
+        lock.release()
+
+
+def _execute_in_folder(cfg: DictConfig, run: dict, run_dir: Path, dist, workers: int) -> int:
+    """``execute``, once rank 0 holds the run folder's lock."""
+    task_name = run["task"]["name"]
     stop, resume = distributed.broadcast_object(dist, _record_decision(cfg, run, run_dir) if dist.is_main else None)
     if stop is not None:
         return stop
@@ -368,6 +399,8 @@ def execute(cfg: DictConfig) -> int:
             distributed.barrier(dist)
     if run["subset"]:
         task = take_subset(task, run["subset"], run["task"].get("data_seed", 0))
+    data_digests = records.split_digests({name: (s.inputs, s.labels) for name, s in task.splits().items()})
+    fingerprint = records.run_fingerprint(run, data_digests, FREE_TRAIN_KEYS)
     device = dist.device
     settings = TrainSettings.from_dict(apply_example_budget(run, task))  # config.yaml keeps the budget as typed
     augment = build_train_augment(run["techniques"], task)
@@ -377,11 +410,11 @@ def execute(cfg: DictConfig) -> int:
         augment.attach(model)
     n_params = sum(p.numel() for p in model.parameters())
     if dist.is_main:
-        _start_record(run, run_dir, task, n_params, dist, resume)
+        _start_record(run, run_dir, task, n_params, dist, resume, fingerprint)
     try:
         result = train(model, task, settings, run["seed"], run_dir, device, resume=resume,
                        sigterm_at_step=cfg.debug.sigterm_at_step, progress=cfg.progress, augment=augment,
-                       pause_at_step=cfg.debug.get("pause_at_step"), dist=dist)  # fmt: skip
+                       pause_at_step=cfg.debug.get("pause_at_step"), dist=dist, fingerprint=fingerprint)  # fmt: skip
     except RunInterrupted as err:
         if dist.is_main:
             print(f"[{run['arm']}/{task_name}] {err}", file=sys.stderr)
@@ -391,16 +424,20 @@ def execute(cfg: DictConfig) -> int:
         if dist.is_main:
             print(f"[{run['arm']}/{task_name}] stopped: {err}", file=sys.stderr)
         return 1
-    status = _write_run_record(run, run_dir, result, model, task, augment, n_params) if dist.is_main else 0
+    identity = {"fingerprint": fingerprint, "data_digests": data_digests}
+    status = _write_run_record(run, run_dir, result, model, task, augment, n_params, identity) if dist.is_main else 0
     # The ranks leave together, once rank 0 has written the record: a rank that exited while the other
     # still ran sometimes aborted in gloo's teardown ("terminate called without an active exception").
     distributed.barrier(dist)
     return status
 
 
-def _write_run_record(run: dict, run_dir: Path, result: dict, model, task: TaskData, augment, n_params: int) -> int:
-    """The record of a finished run: what :func:`repro.training.train` returned, with what was run and where.
-    Returns the exit status: 1, with no record, when the run is not a result (``records.record_problems``)."""
+def _write_run_record(
+    run: dict, run_dir: Path, result: dict, model, task: TaskData, augment, n_params: int, identity: dict
+) -> int:
+    """The record of a finished run: what :func:`repro.training.train` returned, with what was run and where,
+    and whose run it is (``identity``: the run's fingerprint and its splits' digests). Returns the exit
+    status: 1, with no record, when the run is not a result (``records.record_problems``)."""
     metrics = {
         "status": "complete",
         "arm": run["arm"],
@@ -414,6 +451,7 @@ def _write_run_record(run: dict, run_dir: Path, result: dict, model, task: TaskD
         "versions": records.versions(),
         "git_commit": records.git_commit(),
         "data": task.info,
+        **identity,
     }
     problems = records.record_problems(metrics)
     if problems:  # not a result: the history stays for a look, nothing is marked complete
@@ -437,7 +475,9 @@ HISTORY_COLUMNS = ["step", "epoch", "lr", "train_loss", "val_loss", "val_acc", "
 
 
 def write_record(run_dir: Path, history: list[dict], predictions: list[dict], metrics: dict) -> None:
-    """History and predictions first, metrics last: metrics.json marks the record complete."""
+    """History and predictions first, metrics last: metrics.json marks the record complete and lists the
+    sha256 of the other files (``records.HASHED_FILES``)."""
     records.write_csv(run_dir / "history.csv", history, HISTORY_COLUMNS)
     records.write_csv(run_dir / "predictions.csv", predictions, ["index", "prediction", "label"])
-    records.write_json(run_dir / "metrics.json", metrics)
+    files = {name: records.file_sha256(run_dir / name) for name in records.HASHED_FILES}
+    records.write_json(run_dir / "metrics.json", {**metrics, "files": files})

@@ -22,6 +22,7 @@ from ..checkpoints import (
     save_checkpoint,
 )
 from ..distributed import DistContext, gather_objects
+from ..records import RunFolderConflict, foreign_checkpoint
 from ..schedule import LRController
 from .settings import TrainSettings
 from .state import RunState, rng_state, seed_everything, set_rng_state
@@ -37,9 +38,11 @@ class LastCheckpoint:
         model: torch.nn.Module,
         optimizer: torch.optim.Optimizer,
         controller: LRController,
+        fingerprint: dict | None = None,
     ):
         self.run_dir, self.path = run_dir, run_dir / "checkpoints" / "last.pt"
         self.ctx, self.model, self.optimizer, self.controller = ctx, model, optimizer, controller
+        self.fingerprint = fingerprint  # records.run_fingerprint: whose run the checkpoint is
 
     def save(self, state: RunState) -> None:
         """All ranks call it (their RNG states are gathered); rank 0 writes ``last.pt``, keeping the one before."""
@@ -56,6 +59,8 @@ class LastCheckpoint:
         }
         if rngs:
             payload["rng_ranks"] = rngs
+        if self.fingerprint is not None:
+            payload["fingerprint"] = self.fingerprint
         save_checkpoint(self.path, payload, keep_previous=True)
 
     def start(self, resume: bool, seed: int, settings: TrainSettings, batching: dict, device: torch.device) -> RunState:
@@ -77,6 +82,10 @@ class LastCheckpoint:
             raise RuntimeError(
                 f"{source}: checkpoint format {ckpt.get('format')} is not {CHECKPOINT_FORMAT}; delete it to start over"
             )
+        if self.fingerprint is not None and (
+            foreign := foreign_checkpoint(source, ckpt.get("fingerprint"), self.fingerprint)
+        ):
+            raise RunFolderConflict(foreign)  # before any of its weights or state is taken
         check_resume_batching(
             checkpoint_batching(ckpt["state"], settings.bucket_pool_batches),
             batching,
