@@ -219,8 +219,13 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
             "folder": str(official_dir(data_dir, cfg["official_subdir"]).resolve()),
             "max_len": max_len,
         }
+        folder = official_dir(data_dir, cfg["official_subdir"])
         arrays, meta = cached_arrays(
-            cache_dir, "listops", params, lambda: load_official(data_dir, cfg["official_subdir"], max_len)
+            cache_dir,
+            "listops",
+            params,
+            lambda: load_official(data_dir, cfg["official_subdir"], max_len),
+            sources=[folder / name for name in OFFICIAL_FILES.values()],
         )
     else:
         gen = cfg["generate"]

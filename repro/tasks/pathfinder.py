@@ -371,7 +371,8 @@ def load_difficulty(
             **asdict(spec),
         }
         make = lambda: load_generated(n, seed, difficulty, spec, workers)  # noqa: E731
-    return cached_arrays(cache_dir, f"pathfinder{resolution}", params, make)
+    sources = [official_folder(data_dir, cfg["official_subdir"], difficulty)] if source == "official" else None
+    return cached_arrays(cache_dir, f"pathfinder{resolution}", params, make, sources=sources)
 
 
 def compose_all(pools: dict[str, dict]) -> tuple[dict[str, Split], dict]:

@@ -219,7 +219,9 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
         "strip": strip,
         "reader": READER_VERSION,
     }
-    arrays, meta = cached_arrays(cache_dir, "text", params, lambda: load(source, folder, max_len, strip))
+    arrays, meta = cached_arrays(
+        cache_dir, "text", params, lambda: load(source, folder, max_len, strip), sources=[folder]
+    )
 
     train_x, train_y, train_len = arrays["train_x"], arrays["train_y"], arrays["train_len"]
     test = Split(arrays["test_x"], arrays["test_y"])
