@@ -2,10 +2,13 @@
 
 A run folder holds ``config.yaml`` (the resolved config), ``history.csv`` (one
 row per logged step or evaluation), ``predictions.csv`` (per test example: index,
-predicted and true label, for paired tests) and, written last, ``metrics.json``.
-A record is complete exactly when ``metrics.json`` exists with status
-``complete``, and a run that trained no step or whose metrics hold NaN or infinity is never
-written as complete (``record_problems``). ``progress.json`` holds the step and elapsed seconds of
+predicted and true label, for paired tests) and, written last, ``metrics.json``, which lists the
+sha256 of the other three and carries the run's fingerprint (``run_fingerprint``: whose run it is)
+and the digests of the data it saw (``split_digests``). Whether a folder holds a complete record
+has one definition, ``record_problem``, which the runner, ``bundle freeze``, ``bundle verify`` and
+the tables share; a run that trained no step or whose metrics hold NaN or infinity is never
+written as complete (``record_problems``). ``run.lock`` is held by the process writing the folder
+(``RunFolderLock``) and is no part of the record. ``progress.json`` holds the step and elapsed seconds of
 the run's last validation (what a grid projects a running cell from); it is no part of the record,
 and no bundle takes it. Every file goes to a temporary name first and is
 renamed into place, with the permissions the umask gives (as ``open`` would).
@@ -24,7 +27,6 @@ import re
 import secrets
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -83,7 +85,7 @@ class RunFolderLock:
 
     def __init__(self, run_dir: Path):
         self.run_dir, self.path, self.handle = Path(run_dir), Path(run_dir) / LOCK_FILE, None
-        self.created = not self.run_dir.exists()
+        self.made = [f for f in (self.run_dir, *self.run_dir.parents) if not f.exists()]  # what acquire creates
 
     def acquire(self) -> RunFolderLock:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -116,16 +118,18 @@ class RunFolderLock:
         return self
 
     def release(self) -> None:
-        """Drop the lock; a folder this lock created and nothing else wrote is removed again."""
+        """Drop the lock; the folders this lock created and nothing else wrote are removed again (a refused
+        run leaves nothing behind)."""
         if self.handle is None:
             return
         others = [p for p in self.run_dir.iterdir() if p.name != LOCK_FILE]
-        if self.created and not others:
+        if self.made and not others:
             self.path.unlink(missing_ok=True)  # still held: a process opening it now is refused, then retries
-            try:
-                self.run_dir.rmdir()
-            except OSError:
-                pass
+            for folder in self.made:  # the run folder first, then each empty parent it made
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
         self.handle.close()
         self.handle = None
 
@@ -419,26 +423,6 @@ def write_csv(path: Path, rows: list[dict], columns: list[str]) -> None:
     for row in rows:
         writer.writerow({c: row.get(c, "") for c in columns})
     write_atomic(path, buffer.getvalue())
-
-
-def read_metrics(run_dir: Path) -> dict | None:
-    """The metrics of a complete record, or None.
-
-    An unreadable ``metrics.json`` (truncated, edited) counts as incomplete, with a warning
-    on stderr: rerunning the same command writes it again from the checkpoints."""
-    path = Path(run_dir) / "metrics.json"
-    if not path.exists():
-        return None
-    try:
-        metrics = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        print(
-            f"warning: {path} is damaged ({err}); the record counts as incomplete and this run writes it again",
-            file=sys.stderr,
-            flush=True,
-        )
-        return None
-    return metrics if isinstance(metrics, dict) and metrics.get("status") == "complete" else None
 
 
 def read_config(path: Path) -> dict:
