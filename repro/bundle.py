@@ -56,6 +56,7 @@ the manifest's hash (after verifying).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import hashlib
 import json
@@ -67,6 +68,11 @@ import tempfile
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: freezes are not serialised (_one_freeze_at_a_time)
+    fcntl = None
 
 from . import records
 from .analysis import listops_roots
@@ -506,38 +512,60 @@ def freeze(
             "matches the filters" + (f" ({len(left_out)} incomplete left out)" if left_out else "")
         )
     results_root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{version}.partial-", dir=results_root))
-    try:
-        runs = _stage_runs(chosen, staging)
-        bench_files = _copy_files(list(bench or []), staging, "bench")
-        extra_files = _copy_files(list(extra or []), staging, "extra")
-        merged_parts = _copy_sources(sources, staging, analysis)
-        analysed, analysis_missing = [], []
-        if analysis:
-            analysed, analysis_missing = listops_roots.analyse_records(
-                chosen, staging, data_dir, cache_dir, workers, log
-            )
-        created = datetime.now(timezone.utc).replace(microsecond=0)
-        commit = records.git_commit()
-        title = title or f"LRA-repro results, bundle {version}"
-        authors = authors or ["LRA-repro contributors"]
-        records.write_atomic(staging / CITATION, _citation(version, created, commit, authors, title, len(runs)))
-        if notes is not None:
-            shutil.copyfile(notes, staging / NOTES)
-        manifest = _manifest(version, title, authors, created, commit, runs, staging, bench=bench_files,
-                             extra=extra_files, analysis=analysed, analysis_missing=analysis_missing,
-                             left_out=left_out, **merged_parts)  # fmt: skip
-        records.write_json(staging / MANIFEST, manifest)
-        records.write_atomic(staging / MANIFEST_HASH, f"{sha256_file(staging / MANIFEST)}  {MANIFEST}\n")
-        _publish(staging, final)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    log(
-        f"froze {len(runs)} record(s), {len(bench_files)} benchmark file(s) into {final} "
-        f"({len(left_out)} left out); manifest sha256 {manifest_hash(final)}"
-    )
-    return final
+    with _one_freeze_at_a_time(results_root):  # a freeze killed before this one left its staging folder
+        staging = Path(tempfile.mkdtemp(prefix=f".{version}.partial-", dir=results_root))
+        try:
+            runs = _stage_runs(chosen, staging)
+            bench_files = _copy_files(list(bench or []), staging, "bench")
+            extra_files = _copy_files(list(extra or []), staging, "extra")
+            merged_parts = _copy_sources(sources, staging, analysis)
+            analysed, analysis_missing = [], []
+            if analysis:
+                analysed, analysis_missing = listops_roots.analyse_records(
+                    chosen, staging, data_dir, cache_dir, workers, log
+                )
+            created = datetime.now(timezone.utc).replace(microsecond=0)
+            commit = records.git_commit()
+            title = title or f"LRA-repro results, bundle {version}"
+            authors = authors or ["LRA-repro contributors"]
+            records.write_atomic(staging / CITATION, _citation(version, created, commit, authors, title, len(runs)))
+            if notes is not None:
+                shutil.copyfile(notes, staging / NOTES)
+            manifest = _manifest(version, title, authors, created, commit, runs, staging, bench=bench_files,
+                                 extra=extra_files, analysis=analysed, analysis_missing=analysis_missing,
+                                 left_out=left_out, **merged_parts)  # fmt: skip
+            records.write_json(staging / MANIFEST, manifest)
+            records.write_atomic(staging / MANIFEST_HASH, f"{sha256_file(staging / MANIFEST)}  {MANIFEST}\n")
+            _publish(staging, final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        log(
+            f"froze {len(runs)} record(s), {len(bench_files)} benchmark file(s) into {final} "
+            f"({len(left_out)} left out); manifest sha256 {manifest_hash(final)}"
+        )
+        return final
+
+
+def _one_freeze_at_a_time(results_root: Path):
+    """Hold ``results_root`` (an flock on the folder itself, so nothing is written there) while freezing, and
+    remove the hidden ``.<version>.partial-*`` folders a killed freeze left: no other freeze is running."""
+    if fcntl is None:  # no lock, and no other freeze's staging folder can be told from a stale one
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def held():
+        fd = os.open(results_root, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            for stale in results_root.glob(".*.partial-*"):
+                if stale.is_dir():
+                    shutil.rmtree(stale, ignore_errors=True)
+            yield
+        finally:
+            os.close(fd)
+
+    return held()
 
 
 def _umask() -> int:

@@ -409,6 +409,7 @@ def _execute_in_folder(cfg: DictConfig, run: dict, run_dir: Path, dist, workers:
     if augment is not None:
         augment.attach(model)
     n_params = sum(p.numel() for p in model.parameters())
+    first_start = not (run_dir / "config.yaml").exists()
     if dist.is_main:
         _start_record(run, run_dir, task, n_params, dist, resume, fingerprint)
     try:
@@ -424,6 +425,11 @@ def _execute_in_folder(cfg: DictConfig, run: dict, run_dir: Path, dist, workers:
         if dist.is_main:
             print(f"[{run['arm']}/{task_name}] stopped: {err}", file=sys.stderr)
         return 1
+    except validate.USER_ERRORS:  # refused before a step was trained: a refused run leaves nothing behind
+        if dist.is_main and first_start and not _has_progress(run_dir):
+            for name in ("config.yaml", records.PROGRESS_FILE):
+                (run_dir / name).unlink(missing_ok=True)
+        raise
     identity = {"fingerprint": fingerprint, "data_digests": data_digests}
     status = _write_run_record(run, run_dir, result, model, task, augment, n_params, identity) if dist.is_main else 0
     # The ranks leave together, once rank 0 has written the record: a rank that exited while the other

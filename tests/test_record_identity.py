@@ -453,3 +453,45 @@ def test_class_5_history_after_resume_equals_the_uninterrupted_one(case, tmp_pat
     assert len(a.splitlines()) == 7  # header, train rows at 8, 16, 24, 32, validation at 16 and 32
     ma, mb = (read_json(folder_of(root, "locality_k5") / "metrics.json") for root in (whole, other))
     assert ma["test_acc"] == mb["test_acc"] and ma["best_val_step"] == mb["best_val_step"]
+
+
+# ---------------------------------------------------------------- class 8: nothing left behind
+
+
+def _refused_run(tmp_path: Path, cache: Path) -> None:
+    """A run refused once its data is built (a batch larger than the training set) writes nothing."""
+    done = run_cli(*smoke("locality_k5", "++train.batch_size=1000"), *common(tmp_path, cache))
+    assert done.returncode == 2
+    assert error_lines(done.stderr) == ["error: train.batch_size=1000 exceeds the 128 training examples"]
+    assert not (tmp_path / "out").exists()
+
+
+def _killed_freeze(tmp_path: Path, cache: Path) -> None:
+    """The staging folder a killed freeze left under results/ is removed by the next freeze."""
+    from fake_records import fixed_labels, make_record
+
+    results = tmp_path / "results"
+    stale = results / ".v0.partial-k1ll3d"
+    (stale / "runs").mkdir(parents=True)
+    make_record(tmp_path / "runs", "lra_transformer", "text", 0, labels=fixed_labels("text", 8), accuracy=0.5)
+    bundle.freeze("v1", tmp_path / "runs", results, analysis=False, log=lambda *a, **k: None)
+    assert sorted(p.name for p in results.iterdir()) == ["v1"]
+
+
+def _killed_cache_build(tmp_path: Path, cache: Path) -> None:
+    """The temporary folder a killed cache build left beside its entry is removed by the next build of it."""
+    from repro.tasks.cache import cache_key, cached_arrays
+
+    entry = tmp_path / "cache" / "toy" / cache_key({"n": 3})
+    stale = entry.parent / f".{entry.name}.0123456789ab"
+    stale.mkdir(parents=True)
+    (stale / "x.npy").write_bytes(b"half")
+    arrays, meta = cached_arrays(tmp_path / "cache", "toy", {"n": 3}, lambda: ({"x": np.arange(3)}, {}))
+    assert meta["cache_hit"] is False and arrays["x"].tolist() == [0, 1, 2]
+    assert sorted(p.name for p in entry.parent.iterdir() if p.is_dir()) == [entry.name]
+
+
+@pytest.mark.parametrize("case", ["refused run", "killed freeze", "killed cache build"])
+def test_class_8_nothing_is_left_behind(case, tmp_path, shared_cache):
+    {"refused run": _refused_run, "killed freeze": _killed_freeze,
+     "killed cache build": _killed_cache_build}[case](tmp_path, shared_cache)  # fmt: skip

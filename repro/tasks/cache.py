@@ -88,8 +88,11 @@ def source_digest(sources: list[Path], memo_dir: Path) -> str:
     if fresh != memo:
         memo_dir.mkdir(parents=True, exist_ok=True)
         tmp = memo_dir / f".{memo_path.name}.{secrets.token_hex(6)}"
-        tmp.write_text(json.dumps(fresh, sort_keys=True))
-        os.replace(tmp, memo_path)
+        try:
+            tmp.write_text(json.dumps(fresh, sort_keys=True))
+            os.replace(tmp, memo_path)
+        finally:
+            tmp.unlink(missing_ok=True)
     return hashlib.sha256(json.dumps(listing).encode()).hexdigest()
 
 
@@ -116,6 +119,9 @@ def cached_arrays(
         found = load_whole(entry)  # another process may have built it while this one waited
         if found is not None:
             return found
+        for stale in entry.parent.glob(f".{entry.name}.*"):  # a killed build's temporary folder (the lock is ours)
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
         return store(entry, params, *build())
 
 
