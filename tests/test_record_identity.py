@@ -208,11 +208,13 @@ def _listops(root: Path):
 
     from repro.tasks import listops
 
-    def write(label: int):
+    def write(label: int):  # [SM 4 7] is 1, [SM 4 8] is 2: the same size, other bytes
         folder = root / "listops-1000"
         shutil.rmtree(folder, ignore_errors=True)
         row = "( ( ( [MAX 2 ) 9 ) ] )\t9"
-        write_official(folder, {"train": [row] * 3, "val": [row], "test": [f"( ( [SM 4 ) 7 ] )\t{label}"] * 2})
+        write_official(
+            folder, {"train": [row] * 3, "val": [row], "test": [f"( ( [SM 4 ) {label + 6} ] )\t{label}"] * 2}
+        )
 
     cfg = {"name": "listops", "source": "official", "official_subdir": "listops-1000", "max_len": 50}
     return write, lambda cache: listops.build(cfg, root, cache), (1, 2)
@@ -495,3 +497,89 @@ def _killed_cache_build(tmp_path: Path, cache: Path) -> None:
 def test_class_8_nothing_is_left_behind(case, tmp_path, shared_cache):
     {"refused run": _refused_run, "killed freeze": _killed_freeze,
      "killed cache build": _killed_cache_build}[case](tmp_path, shared_cache)  # fmt: skip
+
+
+# ---------------------------------------------------------------- class 7: data checked as it is read
+
+
+def _listops_row(root: Path, row: str):
+    from test_listops import write_official
+
+    from repro.tasks import listops
+
+    good = "( ( ( [MAX 2 ) 9 ) ] )\t9"
+    write_official(root / "listops-1000", {"train": [good, row], "val": [good], "test": [good]})
+    return lambda: listops.load_official(root, "listops-1000", 50), f"{root / 'listops-1000' / 'basic_train.tsv'}:3: "
+
+
+def _review(root: Path, data: bytes | None):
+    from test_text import make_acl
+
+    from repro.tasks import text
+
+    make_acl(root)
+    path = root / "aclImdb" / "train" / "pos" / "0_9.txt"
+    path.unlink()
+    if data is None:
+        path.mkdir()
+    else:
+        path.write_bytes(data)
+    return lambda: text.read_official_split(root / "aclImdb", "train"), f"{path}: "
+
+
+def _pathfinder_twice(root: Path):
+    from test_pathfinder import write_fixture
+
+    from repro.tasks import pathfinder
+
+    write_fixture(root, "hard", 4, files=1)
+    folder = root / "pathfinder32" / "curv_contour_length_14"
+    meta = folder / "metadata" / "0.npy"
+    first = meta.read_text().splitlines()[0].split(" ")
+    meta.write_text(meta.read_text() + " ".join([*first[:3], str(1 - int(first[3])), *first[4:]]) + "\n")
+    return lambda: pathfinder.read_official_difficulty(folder, 32), f"{folder / 'imgs/0/sample_0.png'} is listed "
+
+
+DATA_CASES = {
+    "ListOps ']' closing nothing": (
+        lambda root: _listops_row(root, "( [MAX 2 ] ] )\t2"),
+        "']' at token 5 closes no operator in Source; the release's rows are well formed: fix or remove the row",
+    ),
+    "ListOps operator not closed": (
+        lambda root: _listops_row(root, "( ( [MIN 3 ) 4 )\t3"),
+        "1 operator(s) not closed by ']' in Source; the release's rows are well formed: fix or remove the row",
+    ),
+    "ListOps label contradicting its expression": (
+        lambda root: _listops_row(root, "( ( ( [MAX 2 ) 9 ) ] )\t2"),
+        "Target 2 is not the value of its Source (9); in the release's files every Target is: fix or remove the row",
+    ),
+    "empty review": (lambda root: _review(root, b"  \n"), "empty review; restore its text or remove the file"),
+    "binary review": (
+        lambda root: _review(root, b"ok\x00\x01"),
+        "binary data (a NUL byte at byte 2), not a review; restore the file",
+    ),
+    "review not UTF-8": (
+        lambda root: _review(root, b"caf\xe9"),
+        "not UTF-8 text (unexpected end of data at byte 3); restore the file",
+    ),
+    "review that is a folder": (
+        lambda root: _review(root, None),
+        "not a file; a review is a text file <id>_<rating>.txt",
+    ),
+    "Pathfinder image with two labels": (
+        _pathfinder_twice,
+        "in {metadata} with label 0 and with label 1: an image has one label; remove the wrong line",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(DATA_CASES))
+def test_class_7_bad_data_is_named_not_taken(case, tmp_path):
+    from repro.tasks.base import DataError
+
+    make, message = DATA_CASES[case]
+    read, where = make(tmp_path)
+    message = message.replace("{metadata}", str(tmp_path / "pathfinder32" / "curv_contour_length_14" / "metadata"))
+    with pytest.raises(DataError) as err:
+        read()
+    assert str(err.value) == where + message
