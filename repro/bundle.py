@@ -607,7 +607,16 @@ def verify(bundle: Path) -> list[str]:
         manifest = load_manifest(bundle)
     except BundleError as err:
         return problems + [str(err)]
-    listed = {entry["path"]: entry for entry in manifest["files"]}
+    entries = manifest.get("files") if isinstance(manifest.get("files"), list) else None
+    if entries is None:
+        return problems + [f"{MANIFEST}: no list of files (key 'files'); freeze the bundle again"]
+    listed = {}
+    for i, entry in enumerate(entries):
+        lacking = [k for k in ("path", "sha256", "size") if not isinstance(entry, dict) or k not in entry]
+        if lacking:
+            problems.append(f"{MANIFEST}: files[{i}] lacks {', '.join(lacking)}; freeze the bundle again")
+        else:
+            listed[str(entry["path"])] = entry
     for rel, entry in sorted(listed.items()):
         path = bundle / rel
         if outside := _outside(bundle, rel):

@@ -75,15 +75,30 @@ def load_checkpoint(path: Path, device: torch.device) -> dict:
 
 
 def load_resume_checkpoint(last_path: Path, device: torch.device) -> tuple[dict | None, Path | None]:
-    """The newest readable of ``last.pt`` and ``last.prev.pt``, warning (on stderr) about each unreadable one."""
+    """The newest readable of ``last.pt`` and ``last.prev.pt`` in this version's layout (``CHECKPOINT_FORMAT``),
+    warning (on stderr) about each unreadable one. When every one reads but none is in this layout (written
+    by another version of repro), CorruptCheckpoint says so in one line: starting over would discard them."""
     candidates = [p for p in (last_path, previous_path(last_path)) if p.exists()]
+    other_format = []
     for i, path in enumerate(candidates):
         try:
-            return load_checkpoint(path, device), path
+            ckpt = load_checkpoint(path, device)
         except CorruptCheckpoint as err:
-            later = i + 1 < len(candidates)
-            then = f"falling back to {candidates[i + 1]}" if later else "no earlier checkpoint is readable"
-            print(f"warning: checkpoint {err}; {then}", file=sys.stderr, flush=True)
+            problem = str(err)
+        else:
+            if isinstance(ckpt, dict) and ckpt.get("format") == CHECKPOINT_FORMAT:
+                return ckpt, path
+            found = ckpt.get("format") if isinstance(ckpt, dict) else type(ckpt).__name__
+            other_format.append(f"{path.name} has format {found}")
+            problem = f"{path}: checkpoint format {found} is not {CHECKPOINT_FORMAT}"
+        later = i + 1 < len(candidates)
+        then = f"falling back to {candidates[i + 1]}" if later else "no earlier checkpoint is usable"
+        print(f"warning: checkpoint {problem}; {then}", file=sys.stderr, flush=True)
+    if other_format:
+        raise CorruptCheckpoint(
+            f"{last_path.parent}: no checkpoint in format {CHECKPOINT_FORMAT} ({', '.join(other_format)}: written "
+            "by another version of repro); delete the folder's checkpoints or pass force=true to start this run over"
+        )
     if candidates:
         print(
             f"warning: no readable checkpoint among {', '.join(p.name for p in candidates)} in {last_path.parent}; "

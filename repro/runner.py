@@ -15,6 +15,7 @@ line in its defaults list); otherwise ``none`` (config.yaml).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import sys
 from collections.abc import Sequence
@@ -181,7 +182,26 @@ def pick_device(name: str) -> torch.device:
             f"device={name}: CUDA is not available on this machine; use device=cpu, or device=auto (a GPU when "
             "there is one)"
         )
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device={name}: not a device the runner trains on; use device=cpu, cuda, cuda:<k> or auto")
+    return device
+
+
+# Errors of the machine rather than of the code: the run cannot write (a read-only folder, a full disk, a
+# file-size or disk quota limit). One line naming the file, exit status 2, like refused input.
+ENVIRONMENT_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
+
+
+def folder_problem(key: str, folder: Path) -> str | None:
+    """Why ``folder`` (the setting ``key``) cannot hold folders: it, or a folder above it, is a file."""
+    for path in (folder, *folder.parents):
+        if path.exists() and not path.is_dir():
+            return f"{key}={folder}: {path} is a file, not a folder; point {key} at a folder"
+    return None
 
 
 def run_dir_for(cfg: DictConfig, run: dict) -> Path:
@@ -361,6 +381,9 @@ def execute(cfg: DictConfig) -> int:
         print(f"[{run['arm']}/{task_name}] refused: {problem}", file=sys.stderr)
         return 2
     run_dir = run_dir_for(cfg, run)
+    for key in ("output_dir", "cache_dir"):
+        if problem := folder_problem(key, Path(cfg[key])):
+            raise ValueError(problem)
     workers = cfg.workers or min(16, os.cpu_count() or 1)
     world = distributed.world_from_env()
     if world > 1 and run["model"].get("norm") == "batch":
@@ -374,6 +397,17 @@ def execute(cfg: DictConfig) -> int:
         if dist.is_main:
             lock.acquire()
         return _execute_in_folder(cfg, run, run_dir, dist, workers)
+    except OSError as err:
+        if err.errno not in ENVIRONMENT_ERRNOS or cfg.debug.get("traceback"):
+            raise
+        if dist.is_main:
+            where = err.filename or run_dir
+            print(
+                f"error: cannot write {where}: {err.strerror}; free space, lift the limit or give write "
+                "permission there, or pass output_dir=<another folder> (cache_dir=<another folder> for the data cache)",
+                file=sys.stderr,
+            )
+        return validate.EXIT_STATUS
     finally:
         lock.release()
 

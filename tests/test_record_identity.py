@@ -583,3 +583,92 @@ def test_class_7_bad_data_is_named_not_taken(case, tmp_path):
     with pytest.raises(DataError) as err:
         read()
     assert str(err.value) == where + message
+
+
+# ---------------------------------------------------------------- class 6: one line where a traceback was
+
+
+def _file_size_limit() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))  # config.yaml fits, a checkpoint does not
+
+
+def _other_format_checkpoints(root: Path, cache: Path) -> list[str]:
+    """An interrupted run whose last.pt and last.prev.pt are in another checkpoint layout."""
+    import torch
+
+    from repro.checkpoints import save_checkpoint
+
+    assert run_cli(*smoke("locality_k5", "debug.sigterm_at_step=12"), *common(root, cache)).returncode == 143
+    checkpoints = folder_of(root, "locality_k5") / "checkpoints"
+    for name in ("last.pt", "last.prev.pt"):
+        state = torch.load(checkpoints / name, weights_only=False)
+        save_checkpoint(checkpoints / name, {**state, "format": 99})
+    return []
+
+
+def _a_file(root: Path) -> Path:
+    (root / "a_file").write_text("x")
+    return root / "a_file"
+
+
+ONE_LINE_CASES = {
+    "device=tpu": (
+        lambda root, cache: ["device=tpu"],
+        "error: device=tpu: not a device the runner trains on; use device=cpu, cuda, cuda:<k> or auto",
+    ),
+    "+train.betas=[0.9]": (
+        lambda root, cache: ["+train.betas=[0.9]"],
+        "error: train.betas=[0.9]: Adam's betas are two numbers in [0, 1) (beta1, beta2), e.g. "
+        "+train.betas=[0.9,0.999]",
+    ),
+    "output_dir naming a file": (
+        lambda root, cache: [f"output_dir={_a_file(root)}"],
+        "error: output_dir={root}/a_file: {root}/a_file is a file, not a folder; point output_dir at a folder",
+    ),
+    "cache_dir naming a file": (
+        lambda root, cache: [f"cache_dir={_a_file(root)}"],
+        "error: cache_dir={root}/a_file: {root}/a_file is a file, not a folder; point cache_dir at a folder",
+    ),
+    "file-size limit": (
+        lambda root, cache: [],
+        "error: cannot write {root}/out/runs/locality_k5/listops/smoke/seed0: File too large; free space, lift the "
+        "limit or give write permission there, or pass output_dir=<another folder> (cache_dir=<another folder> "
+        "for the data cache)",
+    ),
+    "checkpoints of another format": (
+        _other_format_checkpoints,
+        "error: {root}/out/runs/locality_k5/listops/smoke/seed0/checkpoints: no checkpoint in format 1 (last.pt "
+        "has format 99, last.prev.pt has format 99: written by another version of repro); delete the folder's "
+        "checkpoints or pass force=true to start this run over",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", [*ONE_LINE_CASES, "manifest entry without sha256"])
+def test_class_6_an_error_of_input_or_machine_is_one_line(case, tmp_path, shared_cache):
+    if case == "manifest entry without sha256":  # verify names it instead of a KeyError traceback
+        from fake_records import fixed_labels, make_record
+
+        make_record(tmp_path / "runs", "lra_transformer", "text", 0, labels=fixed_labels("text", 8), accuracy=0.5)
+        frozen = bundle.freeze("v1", tmp_path / "runs", tmp_path / "results", analysis=False, log=lambda *a, **k: None)
+        manifest = read_json(frozen / "MANIFEST.json")
+        del manifest["files"][0]["sha256"]
+        (frozen / "MANIFEST.json").write_text(json.dumps(manifest))
+        assert "MANIFEST.json: files[0] lacks sha256; freeze the bundle again" in bundle.verify(frozen)
+        return
+    make, expected = ONE_LINE_CASES[case]
+    extra = make(tmp_path, shared_cache)
+    limit = _file_size_limit if case == "file-size limit" else None
+    done = subprocess.run(
+        [sys.executable, "experiments/run.py", *smoke(), *common(tmp_path, shared_cache), *extra],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        preexec_fn=limit,  # noqa: PLW1509
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert error_lines(done.stderr) == [expected.replace("{root}", str(tmp_path))]
+    assert "Traceback" not in done.stderr

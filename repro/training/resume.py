@@ -78,10 +78,6 @@ class LastCheckpoint:
             if self.ctx.rank > 0:
                 seed_everything(seed + 1_000_003 * self.ctx.rank)
             return RunState(batching=batching)
-        if ckpt.get("format") != CHECKPOINT_FORMAT:
-            raise RuntimeError(
-                f"{source}: checkpoint format {ckpt.get('format')} is not {CHECKPOINT_FORMAT}; delete it to start over"
-            )
         if self.fingerprint is not None and (
             foreign := foreign_checkpoint(source, ckpt.get("fingerprint"), self.fingerprint)
         ):

@@ -50,5 +50,14 @@ class TrainSettings:
             raise ValueError(f"unknown key(s) under train: {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         cfg = dict(cfg)
         if "betas" in cfg:
-            cfg["betas"] = tuple(cfg["betas"])
+            betas = cfg["betas"]
+            numbers = isinstance(betas, (list, tuple)) and all(
+                isinstance(b, (int, float)) and not isinstance(b, bool) for b in betas
+            )
+            if not numbers or len(betas) != 2 or not all(0 <= b < 1 for b in betas):
+                raise ValueError(
+                    f"train.betas={betas!r}: Adam's betas are two numbers in [0, 1) (beta1, beta2), "
+                    "e.g. +train.betas=[0.9,0.999]"
+                )
+            cfg["betas"] = tuple(betas)
         return cls(**cfg)
