@@ -8,9 +8,9 @@ and the digests of the data it saw (``split_digests``). Whether a folder holds a
 has one definition, ``record_problem``, which the runner, ``bundle freeze``, ``bundle verify`` and
 the tables share; a run that trained no step or whose metrics hold NaN or infinity is never
 written as complete (``record_problems``). ``run.lock`` is held by the process writing the folder
-(``RunFolderLock``) and is no part of the record. ``progress.json`` holds the step and elapsed seconds of
-the run's last validation (what a grid projects a running cell from); it is no part of the record,
-and no bundle takes it. Every file goes to a temporary name first and is
+(``RunFolderLock``) and removed when it is done; ``progress.json`` holds the step and elapsed seconds
+of the run's last validation (what a grid projects a running cell from). Neither is part of the
+record, and no bundle takes them. Every file goes to a temporary name first and is
 renamed into place, with the permissions the umask gives (as ``open`` would).
 """
 
@@ -70,7 +70,7 @@ class RunFolderConflict(DamagedRecord):
 
 # ---------------------------------------------------------------- one owner per run folder
 
-LOCK_FILE = "run.lock"  # held (flock) by the process writing the folder; names its PID and host
+LOCK_FILE = "run.lock"  # held (flock) by the process writing the folder, names its PID and host; removed after
 
 
 class RunFolderLock:
@@ -118,18 +118,17 @@ class RunFolderLock:
         return self
 
     def release(self) -> None:
-        """Drop the lock; the folders this lock created and nothing else wrote are removed again (a refused
-        run leaves nothing behind)."""
+        """Drop the lock and its file, and the folders this lock created if nothing else was written in them
+        (a refused run leaves nothing behind). The file goes while still held: a process that opened it
+        before is refused or, locking it after, finds it unlinked and takes a new one (``acquire``)."""
         if self.handle is None:
             return
-        others = [p for p in self.run_dir.iterdir() if p.name != LOCK_FILE]
-        if self.made and not others:
-            self.path.unlink(missing_ok=True)  # still held: a process opening it now is refused, then retries
-            for folder in self.made:  # the run folder first, then each empty parent it made
-                try:
-                    folder.rmdir()
-                except OSError:
-                    break
+        self.path.unlink(missing_ok=True)
+        for folder in self.made:  # the run folder first, then each parent it made, while they are empty
+            try:
+                folder.rmdir()
+            except OSError:
+                break
         self.handle.close()
         self.handle = None
 

@@ -314,11 +314,13 @@ def _record_decision(cfg: DictConfig, run: dict, run_dir: Path) -> tuple[int | N
     metrics, problem = records.record_problem(run_dir)
     complete = problem is None
     if problem is not None and (run_dir / "metrics.json").exists():  # one definition of a complete record
-        print(
-            f"warning: {run_dir} holds no complete record ({problem}); this run writes it again",
-            file=sys.stderr,
-            flush=True,
+        damaged = problem.removeprefix("unreadable metrics.json: ")
+        warning = (
+            f"{run_dir / 'metrics.json'} is damaged ({damaged}); the record counts as incomplete"
+            if damaged != problem
+            else f"{run_dir} holds no complete record ({problem})"
         )
+        print(f"warning: {warning} and this run writes it again", file=sys.stderr, flush=True)
     differences = settings_differences(previous, run, complete) if previous is not None else []
     if differences:
         if not cfg.force:
