@@ -92,7 +92,7 @@ def load_resume_checkpoint(last_path: Path, device: torch.device) -> tuple[dict 
             other_format.append(f"{path.name} has format {found}")
             problem = f"{path}: checkpoint format {found} is not {CHECKPOINT_FORMAT}"
         later = i + 1 < len(candidates)
-        then = f"falling back to {candidates[i + 1]}" if later else "no earlier checkpoint is usable"
+        then = f"falling back to {candidates[i + 1]}" if later else "no earlier checkpoint is readable"
         print(f"warning: checkpoint {problem}; {then}", file=sys.stderr, flush=True)
     if other_format:
         raise CorruptCheckpoint(
