@@ -672,3 +672,27 @@ def test_class_6_an_error_of_input_or_machine_is_one_line(case, tmp_path, shared
     assert done.returncode == 2, done.stderr[-3000:]
     assert error_lines(done.stderr) == [expected.replace("{root}", str(tmp_path))]
     assert "Traceback" not in done.stderr
+
+
+def test_paired_tests_pair_only_records_of_one_test_set(tmp_path):
+    """Equal labels are not enough (text and image labels are sorted by class): records whose test-set
+    digests differ are not paired, and freeze refuses to bundle them in the first place."""
+    from fake_records import fixed_labels, make_record
+
+    from repro.paper.view import BundleView
+
+    labels = fixed_labels("text", 20)
+    for seed in (0, 1):
+        folder = make_record(tmp_path / "runs", "lra_transformer", "text", seed, labels=labels, accuracy=0.6)
+        metrics = read_json(folder / "metrics.json")
+        metrics["data_digests"] = {"test": {"inputs": "a" * 64, "labels": "b" * 64}}
+        (folder / "metrics.json").write_text(json.dumps(metrics))
+    frozen = bundle.freeze("v1", tmp_path / "runs", tmp_path / "results", analysis=False, log=lambda *a, **k: None)
+    view = BundleView([frozen], None)
+    assert view.correctness(view.seeds("lra_transformer", "text")) is not None
+    odd = frozen / "runs" / "lra_transformer" / "text" / "budget" / "seed1" / "metrics.json"
+    metrics = read_json(odd)
+    metrics["data_digests"]["test"]["inputs"] = "c" * 64  # the same labels, other inputs
+    odd.write_text(json.dumps(metrics))
+    view = BundleView([frozen], None)
+    assert view.correctness(view.seeds("lra_transformer", "text")) is None
