@@ -493,10 +493,20 @@ def _killed_cache_build(tmp_path: Path, cache: Path) -> None:
     assert sorted(p.name for p in entry.parent.iterdir() if p.is_dir()) == [entry.name]
 
 
-@pytest.mark.parametrize("case", ["refused run", "killed freeze", "killed cache build"])
-def test_class_8_nothing_is_left_behind(case, tmp_path, shared_cache):
-    {"refused run": _refused_run, "killed freeze": _killed_freeze,
-     "killed cache build": _killed_cache_build}[case](tmp_path, shared_cache)  # fmt: skip
+def _unknown_precision(tmp_path: Path, cache: Path) -> None:
+    """A precision the loop does not know is refused, not trained as bf16."""
+    done = run_cli(*smoke("locality_k5", "++train.precision=fp16"), *common(tmp_path, cache))
+    assert done.returncode == 2
+    assert error_lines(done.stderr) == [
+        "error: train.precision='fp16': use bf16 or fp32 (the autocast dtype on CUDA; CPU runs are float32)"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("case", ["refused run", "killed freeze", "killed cache build", "unknown precision"])
+def test_class_8_nothing_is_left_behind_or_dropped(case, tmp_path, shared_cache):
+    {"refused run": _refused_run, "killed freeze": _killed_freeze, "killed cache build": _killed_cache_build,
+     "unknown precision": _unknown_precision}[case](tmp_path, shared_cache)  # fmt: skip
 
 
 # ---------------------------------------------------------------- class 7: data checked as it is read

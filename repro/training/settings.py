@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+PRECISIONS = ("bf16", "fp32")  # train.precision: bf16 autocast on CUDA, or none (float32)
+
 
 @dataclass
 class TrainSettings:
@@ -35,7 +37,7 @@ class TrainSettings:
     checkpoint_every_steps: int | None = None
     checkpoint_every_seconds: float | None = 300.0
     log_every: int = 50
-    precision: str = "bf16"  # autocast dtype on CUDA: bf16 | fp32
+    precision: str = "bf16"  # autocast dtype on CUDA: one of PRECISIONS
     data_on_device: bool = True
     deterministic: bool = False  # torch.use_deterministic_algorithms on CUDA (CPU runs are deterministic)
     length_bucketing: str = "off"  # off | auto | on: batches of similar length, trimmed (repro/batching.py)
@@ -49,6 +51,11 @@ class TrainSettings:
         if unknown:
             raise ValueError(f"unknown key(s) under train: {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         cfg = dict(cfg)
+        if cfg.get("precision", "bf16") not in PRECISIONS:
+            raise ValueError(
+                f"train.precision={cfg['precision']!r}: use {' or '.join(PRECISIONS)} (the autocast dtype on CUDA; "
+                "CPU runs are float32)"
+            )
         if "betas" in cfg:
             betas = cfg["betas"]
             numbers = isinstance(betas, (list, tuple)) and all(
