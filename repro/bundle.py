@@ -56,6 +56,7 @@ the manifest's hash (after verifying).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import hashlib
 import json
@@ -67,6 +68,11 @@ import tempfile
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: freezes are not serialised (_one_freeze_at_a_time)
+    fcntl = None
 
 from . import records
 from .analysis import listops_roots
@@ -81,6 +87,7 @@ NOTES = "NOTES.md"
 VERSION_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors", ".bin")
 ROOTS_DIR = listops_roots.ROOTS_DIR
+LEFT_OUT_BY_REQUEST = "left out by --leave-out"
 listops_roots_key = listops_roots.roots_key  # the key of a record's test set (kept under its old name)
 
 
@@ -141,34 +148,36 @@ class Candidate:
 
 
 def _check_record(path: Path, rel: str) -> Candidate:
-    metrics_path = path / "metrics.json"
-    if not metrics_path.exists():
-        return Candidate(path, rel, None, "incomplete: no metrics.json (run in progress or interrupted)")
-    try:
-        metrics = json.loads(metrics_path.read_text())
-    except json.JSONDecodeError as err:
-        return Candidate(path, rel, None, f"unreadable metrics.json: {err}")
-    if metrics.get("status") != "complete":
-        return Candidate(path, rel, metrics, f"incomplete: status {metrics.get('status')!r}")
-    missing = [name for name in records.RECORD_FILES if not (path / name).is_file()]
-    if missing:
-        return Candidate(path, rel, metrics, f"incomplete: missing {', '.join(missing)}")
-    problems = records.record_problems(metrics)
-    if problems:  # marked complete by an older runner: still not a result
-        return Candidate(path, rel, metrics, f"not a result: {'; '.join(problems)}")
+    """Whether the record folder ``path`` (at ``rel`` under its root) may be frozen: complete by the one
+    definition (``records.record_problem``) and under the folder its metrics.json names."""
+    metrics, problem = records.record_problem(path)
+    if problem is not None:
+        return Candidate(path, rel, metrics, problem)
     rest = f"{metrics.get('task')}/{metrics.get('profile')}/seed{metrics.get('seed')}"
     said = sorted(f"{name}/{rest}" for name in records.record_arm_names(metrics))
     if rel not in said:
         return Candidate(path, rel, metrics, f"inconsistent: metrics.json says {' or '.join(said)}")
-    try:
-        disagreements = records.config_disagreements(records.read_config(path / "config.yaml"), metrics)
-    except records.DamagedRecord as err:
-        return Candidate(path, rel, metrics, f"unreadable config.yaml: {err}")
-    if disagreements:
-        return Candidate(path, rel, metrics, f"inconsistent: {'; '.join(disagreements)} (a config.yaml not this run's)")
-    if contradiction := records.predictions_disagreement(path, metrics):
-        return Candidate(path, rel, metrics, f"inconsistent: {contradiction}")
     return Candidate(path, rel, metrics, None)
+
+
+def test_set_disagreements(chosen: list[Candidate]) -> list[str]:
+    """One line per task (and runs root label and profile) whose records saw different test sets: the
+    sha256 of the test inputs and labels in their metrics.json (``data_digests``) differ. Records written
+    before the digests were kept are not compared."""
+    seen: dict[tuple, dict[str, list[str]]] = {}
+    for cand in chosen:
+        test = (cand.metrics.get("data_digests") or {}).get("test")
+        if test is None:
+            continue
+        key = (cand.label, cand.metrics.get("task"), cand.metrics.get("profile"))
+        seen.setdefault(key, {}).setdefault(records.digest_json(test)[:16], []).append(cand.dest)
+    lines = []
+    for (label, task, profile), groups in sorted(seen.items(), key=lambda item: str(item[0])):
+        if len(groups) > 1:
+            sides = "; ".join(f"{digest}: {', '.join(sorted(paths))}" for digest, paths in sorted(groups.items()))
+            where = f"{label}/" if label else ""
+            lines.append(f"{where}{task} ({profile}) records saw {len(groups)} different test sets ({sides})")
+    return lines
 
 
 def _matches(value: str, patterns: list[str] | None) -> bool:
@@ -379,7 +388,7 @@ def _from_bundles(
             )
         found = find_records(folder / "runs", arms, tasks, profiles, seeds) if manifest["runs"] else []
         marked = [unmatched.pop(Path(c.path).resolve(), None) is not None and c.problem is None for c in found]
-        found = [replace(c, problem="left out by --leave-out") if m else c for c, m in zip(found, marked, strict=True)]
+        found = [replace(c, problem=LEFT_OUT_BY_REQUEST) if m else c for c, m in zip(found, marked, strict=True)]
         for cand in (c for c in found if c.problem):
             left_out.append({"path": f"{version}/{cand.rel}", "reason": cand.problem})
             log(f"left out {version}/{cand.rel}: {cand.problem}", file=sys.stderr)
@@ -461,6 +470,7 @@ def freeze(
     log=print,
     from_bundles: list[Path] | None = None,
     leave_out: list[Path] | None = None,
+    strict: bool = False,
 ) -> Path:
     """Freeze the chosen complete records into ``results_root/version``; returns the bundle folder.
 
@@ -469,6 +479,8 @@ def freeze(
     ``runs_root``: a folder of records, or a list of ``--runs`` values (:func:`parse_runs_roots`), or None
     with ``from_bundles`` (earlier bundles whose records, notes and files the new one takes over, but
     the records in ``leave_out``, which the manifest's ``left_out`` names).
+    ``strict``: refuse to freeze when any matching record is not complete (instead of leaving it out).
+    Records of one task that saw different test sets are always refused (``test_set_disagreements``).
     ``notes``: a Markdown file (how the grid was run, its budget, what is missing), copied as NOTES.md."""
     if not VERSION_PATTERN.match(version):
         raise BundleError(f"version {version!r}: use letters, digits, '.', '_' or '-' (e.g. v1 or 2026-11-26.1)")
@@ -480,6 +492,18 @@ def freeze(
     chosen, left_out = _choose(roots, arms, tasks, profiles, seeds, log)
     earlier = _from_bundles(list(from_bundles or []), arms, tasks, profiles, seeds, log, leave_out)
     chosen, left_out, sources = _no_collision(chosen + earlier[0]), left_out + earlier[1], earlier[2]
+    refused = [item for item in left_out if item["reason"] != LEFT_OUT_BY_REQUEST]
+    if strict and refused:
+        raise BundleError(
+            f"--strict: {_counted(len(refused), 'record')} not complete: "
+            + "; ".join(f"{item['path']}: {item['reason']}" for item in refused)
+            + " (rerun or remove them, or freeze without --strict to leave them out)"
+        )
+    if disagreements := test_set_disagreements(chosen):
+        raise BundleError(
+            "; ".join(disagreements) + ": an arm compared on a task must see its test set; freeze the records "
+            "of each test set apart, or rerun the odd ones on the others' data"
+        )
     if notes is not None and not Path(notes).is_file():
         raise BundleError(f"--notes {notes}: no such file; give a Markdown file to copy into the bundle as {NOTES}")
     searched = [*roots.values(), *(from_bundles or [])]
@@ -489,38 +513,60 @@ def freeze(
             "matches the filters" + (f" ({len(left_out)} incomplete left out)" if left_out else "")
         )
     results_root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{version}.partial-", dir=results_root))
-    try:
-        runs = _stage_runs(chosen, staging)
-        bench_files = _copy_files(list(bench or []), staging, "bench")
-        extra_files = _copy_files(list(extra or []), staging, "extra")
-        merged_parts = _copy_sources(sources, staging, analysis)
-        analysed, analysis_missing = [], []
-        if analysis:
-            analysed, analysis_missing = listops_roots.analyse_records(
-                chosen, staging, data_dir, cache_dir, workers, log
-            )
-        created = datetime.now(timezone.utc).replace(microsecond=0)
-        commit = records.git_commit()
-        title = title or f"LRA-repro results, bundle {version}"
-        authors = authors or ["LRA-repro contributors"]
-        records.write_atomic(staging / CITATION, _citation(version, created, commit, authors, title, len(runs)))
-        if notes is not None:
-            shutil.copyfile(notes, staging / NOTES)
-        manifest = _manifest(version, title, authors, created, commit, runs, staging, bench=bench_files,
-                             extra=extra_files, analysis=analysed, analysis_missing=analysis_missing,
-                             left_out=left_out, **merged_parts)  # fmt: skip
-        records.write_json(staging / MANIFEST, manifest)
-        records.write_atomic(staging / MANIFEST_HASH, f"{sha256_file(staging / MANIFEST)}  {MANIFEST}\n")
-        _publish(staging, final)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    log(
-        f"froze {len(runs)} record(s), {len(bench_files)} benchmark file(s) into {final} "
-        f"({len(left_out)} left out); manifest sha256 {manifest_hash(final)}"
-    )
-    return final
+    with _one_freeze_at_a_time(results_root):  # a freeze killed before this one left its staging folder
+        staging = Path(tempfile.mkdtemp(prefix=f".{version}.partial-", dir=results_root))
+        try:
+            runs = _stage_runs(chosen, staging)
+            bench_files = _copy_files(list(bench or []), staging, "bench")
+            extra_files = _copy_files(list(extra or []), staging, "extra")
+            merged_parts = _copy_sources(sources, staging, analysis)
+            analysed, analysis_missing = [], []
+            if analysis:
+                analysed, analysis_missing = listops_roots.analyse_records(
+                    chosen, staging, data_dir, cache_dir, workers, log
+                )
+            created = datetime.now(timezone.utc).replace(microsecond=0)
+            commit = records.git_commit()
+            title = title or f"LRA-repro results, bundle {version}"
+            authors = authors or ["LRA-repro contributors"]
+            records.write_atomic(staging / CITATION, _citation(version, created, commit, authors, title, len(runs)))
+            if notes is not None:
+                shutil.copyfile(notes, staging / NOTES)
+            manifest = _manifest(version, title, authors, created, commit, runs, staging, bench=bench_files,
+                                 extra=extra_files, analysis=analysed, analysis_missing=analysis_missing,
+                                 left_out=left_out, **merged_parts)  # fmt: skip
+            records.write_json(staging / MANIFEST, manifest)
+            records.write_atomic(staging / MANIFEST_HASH, f"{sha256_file(staging / MANIFEST)}  {MANIFEST}\n")
+            _publish(staging, final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        log(
+            f"froze {len(runs)} record(s), {len(bench_files)} benchmark file(s) into {final} "
+            f"({len(left_out)} left out); manifest sha256 {manifest_hash(final)}"
+        )
+        return final
+
+
+def _one_freeze_at_a_time(results_root: Path):
+    """Hold ``results_root`` (an flock on the folder itself, so nothing is written there) while freezing, and
+    remove the hidden ``.<version>.partial-*`` folders a killed freeze left: no other freeze is running."""
+    if fcntl is None:  # no lock, and no other freeze's staging folder can be told from a stale one
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def held():
+        fd = os.open(results_root, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            for stale in results_root.glob(".*.partial-*"):
+                if stale.is_dir():
+                    shutil.rmtree(stale, ignore_errors=True)
+            yield
+        finally:
+            os.close(fd)
+
+    return held()
 
 
 def _umask() -> int:
@@ -562,17 +608,46 @@ def verify(bundle: Path) -> list[str]:
         manifest = load_manifest(bundle)
     except BundleError as err:
         return problems + [str(err)]
-    listed = {entry["path"]: entry for entry in manifest["files"]}
+    entries = manifest.get("files") if isinstance(manifest.get("files"), list) else None
+    if entries is None:
+        return problems + [f"{MANIFEST}: no list of files (key 'files'); freeze the bundle again"]
+    listed = {}
+    for i, entry in enumerate(entries):
+        lacking = [k for k in ("path", "sha256", "size") if not isinstance(entry, dict) or k not in entry]
+        if lacking:
+            problems.append(f"{MANIFEST}: files[{i}] lacks {', '.join(lacking)}; freeze the bundle again")
+        else:
+            listed[str(entry["path"])] = entry
     for rel, entry in sorted(listed.items()):
         path = bundle / rel
-        if not path.is_file():
+        if outside := _outside(bundle, rel):
+            problems.append(f"{outside}: {rel}")
+        elif not path.is_file():
             problems.append(f"missing: {rel}")
         elif path.stat().st_size != entry["size"] or sha256_file(path) != entry["sha256"]:
             problems.append(f"changed: {rel}")
     for rel in bundle_files(bundle):
         if rel not in listed:
             problems.append(f"extra: {rel}")
+    for run in [] if problems else manifest.get("runs", []):  # intact files: each record complete, as the runner says
+        rel = str(run.get("path"))
+        if _outside(bundle, rel) is None and (bundle / rel).is_dir():
+            _, problem = records.record_problem(bundle / rel)
+            if problem is not None:
+                problems.append(f"record {rel}: {problem}")
     return problems
+
+
+def _outside(bundle: Path, rel: str) -> str | None:
+    """Why the manifest path ``rel`` does not name a plain file of the bundle's own (None: it does): a
+    symlink (on the way or at the end), or a path that leaves the bundle."""
+    parts = Path(rel).parts
+    if Path(rel).is_absolute() or ".." in parts or not parts:
+        return "outside the bundle"
+    for depth in range(1, len(parts) + 1):
+        if (Path(bundle).joinpath(*parts[:depth])).is_symlink():
+            return "a symlink"
+    return None
 
 
 def require_intact(bundle: Path) -> dict:
@@ -684,6 +759,7 @@ def _parser() -> argparse.ArgumentParser:
         help="a grid file whose 'superseded' records are not taken either, each a record of the --from-bundle "
         "bundles, its path relative to the working directory (run from the repository root; repeatable)",
     )
+    fr.add_argument("--strict", action="store_true", help="refuse to freeze when a matching record is not complete")
     for name, text in (("verify", "recompute every checksum"), ("cite", "print BibTeX and a one-line citation")):
         p = sub.add_parser(name, help=text)
         p.add_argument("bundle", type=Path)
@@ -720,6 +796,7 @@ def main(argv: list[str] | None = None) -> int:
                 log=log,
                 from_bundles=args.from_bundle,
                 leave_out=[*(args.leave_out or []), *superseded_records(args.leave_out_from, args.from_bundle or [])],
+                strict=args.strict,
             )
         elif args.command == "verify":
             problems = verify(args.bundle)

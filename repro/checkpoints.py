@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from .distributed import DistContext, broadcast_object
-from .records import write_atomic
+from .records import describe_fingerprint, write_atomic
 
 # The layout of ``last.pt`` (repro/training/loop.py: model, optimizer, controller, state, rng, rng_ranks).
 CHECKPOINT_FORMAT = 1
@@ -75,15 +75,30 @@ def load_checkpoint(path: Path, device: torch.device) -> dict:
 
 
 def load_resume_checkpoint(last_path: Path, device: torch.device) -> tuple[dict | None, Path | None]:
-    """The newest readable of ``last.pt`` and ``last.prev.pt``, warning (on stderr) about each unreadable one."""
+    """The newest readable of ``last.pt`` and ``last.prev.pt`` in this version's layout (``CHECKPOINT_FORMAT``),
+    warning (on stderr) about each unreadable one. When every one reads but none is in this layout (written
+    by another version of repro), CorruptCheckpoint says so in one line: starting over would discard them."""
     candidates = [p for p in (last_path, previous_path(last_path)) if p.exists()]
+    other_format = []
     for i, path in enumerate(candidates):
         try:
-            return load_checkpoint(path, device), path
+            ckpt = load_checkpoint(path, device)
         except CorruptCheckpoint as err:
-            later = i + 1 < len(candidates)
-            then = f"falling back to {candidates[i + 1]}" if later else "no earlier checkpoint is readable"
-            print(f"warning: checkpoint {err}; {then}", file=sys.stderr, flush=True)
+            problem = str(err)
+        else:
+            if isinstance(ckpt, dict) and ckpt.get("format") == CHECKPOINT_FORMAT:
+                return ckpt, path
+            found = ckpt.get("format") if isinstance(ckpt, dict) else type(ckpt).__name__
+            other_format.append(f"{path.name} has format {found}")
+            problem = f"{path}: checkpoint format {found} is not {CHECKPOINT_FORMAT}"
+        later = i + 1 < len(candidates)
+        then = f"falling back to {candidates[i + 1]}" if later else "no earlier checkpoint is readable"
+        print(f"warning: checkpoint {problem}; {then}", file=sys.stderr, flush=True)
+    if other_format:
+        raise CorruptCheckpoint(
+            f"{last_path.parent}: no checkpoint in format {CHECKPOINT_FORMAT} ({', '.join(other_format)}: written "
+            "by another version of repro); delete the folder's checkpoints or pass force=true to start this run over"
+        )
     if candidates:
         print(
             f"warning: no readable checkpoint among {', '.join(p.name for p in candidates)} in {last_path.parent}; "
@@ -115,9 +130,10 @@ def save_best_checkpoint(path: Path, state: dict) -> None:
     save_checkpoint(copy_path(path), state)
 
 
-def load_best_checkpoint(path: Path, device: torch.device, step: int) -> dict:
-    """The first readable of ``best.pt`` and ``best.copy.pt`` that holds the run's best step ``step``,
-    warning (on stderr) about each damaged one and rewriting it from the good one."""
+def load_best_checkpoint(path: Path, device: torch.device, step: int, fingerprint: dict | None = None) -> dict:
+    """The first readable of ``best.pt`` and ``best.copy.pt`` that holds the run's best step ``step`` (and,
+    given the run's ``fingerprint``, is this run's), warning (on stderr) about each damaged one and rewriting
+    it from the good one."""
     problems = []
     for candidate in (path, copy_path(path)):
         try:
@@ -127,6 +143,9 @@ def load_best_checkpoint(path: Path, device: torch.device, step: int) -> dict:
             continue
         if best is None or best.get("step") != step:
             problems.append(f"{candidate}: " + ("missing" if best is None else f"holds step {best.get('step')}"))
+            continue
+        if fingerprint is not None and best.get("fingerprint") != fingerprint:
+            problems.append(f"{candidate}: another run's weights ({describe_fingerprint(best.get('fingerprint'))})")
             continue
         for damaged in problems:
             print(

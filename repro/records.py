@@ -2,18 +2,22 @@
 
 A run folder holds ``config.yaml`` (the resolved config), ``history.csv`` (one
 row per logged step or evaluation), ``predictions.csv`` (per test example: index,
-predicted and true label, for paired tests) and, written last, ``metrics.json``.
-A record is complete exactly when ``metrics.json`` exists with status
-``complete``, and a run that trained no step or whose metrics hold NaN or infinity is never
-written as complete (``record_problems``). ``progress.json`` holds the step and elapsed seconds of
-the run's last validation (what a grid projects a running cell from); it is no part of the record,
-and no bundle takes it. Every file goes to a temporary name first and is
+predicted and true label, for paired tests) and, written last, ``metrics.json``, which lists the
+sha256 of the other three and carries the run's fingerprint (``run_fingerprint``: whose run it is)
+and the digests of the data it saw (``split_digests``). Whether a folder holds a complete record
+has one definition, ``record_problem``, which the runner, ``bundle freeze``, ``bundle verify`` and
+the tables share; a run that trained no step or whose metrics hold NaN or infinity is never
+written as complete (``record_problems``). ``run.lock`` is held by the process writing the folder
+(``RunFolderLock``) and removed when it is done; ``progress.json`` holds the step and elapsed seconds
+of the run's last validation (what a grid projects a running cell from). Neither is part of the
+record, and no bundle takes them. Every file goes to a temporary name first and is
 renamed into place, with the permissions the umask gives (as ``open`` would).
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import math
@@ -21,11 +25,16 @@ import os
 import platform
 import re
 import secrets
+import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: run folders are not locked (hold_run_folder)
+    fcntl = None
 
 RECORD_FILES = ("config.yaml", "history.csv", "predictions.csv", "metrics.json")
 PROGRESS_FILE = "progress.json"  # {"step", "elapsed_s"} at the last validation of a run in progress
@@ -53,6 +62,139 @@ METRIC_FIELDS = (
 
 class DamagedRecord(Exception):
     """A record file cannot be read; the message names it and the command that recovers the run."""
+
+
+class RunFolderConflict(DamagedRecord):
+    """A run folder is not this run's to write: another process holds it, or it holds another run's files."""
+
+
+# ---------------------------------------------------------------- one owner per run folder
+
+LOCK_FILE = "run.lock"  # held (flock) by the process writing the folder, names its PID and host; removed after
+
+
+class RunFolderLock:
+    """The exclusive lock of one run folder, held by the live process that trains in it.
+
+    ``flock`` on ``<run_dir>/run.lock``: the kernel drops it when its holder exits, however it
+    exits, so a killed run never leaves the folder locked. A second process asking for a held
+    folder is refused at once (RunFolderConflict, naming the holder's PID and host); it never
+    waits, so two runs can never take turns on one folder's checkpoints. Where ``fcntl`` is
+    missing (not POSIX) nothing is locked.
+    """
+
+    def __init__(self, run_dir: Path):
+        self.run_dir, self.path, self.handle = Path(run_dir), Path(run_dir) / LOCK_FILE, None
+        self.made = [f for f in (self.run_dir, *self.run_dir.parents) if not f.exists()]  # what acquire creates
+
+    def acquire(self) -> RunFolderLock:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if fcntl is None:
+            return self
+        while True:
+            handle = open(self.path, "a+")  # noqa: SIM115 -- held open while the run lasts
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                handle.close()
+                raise RunFolderConflict(
+                    f"{self.run_dir} is in use by {holder}: a run folder is written by one run at a time; wait "
+                    "for that run to end (or stop it), or pass output_dir=<another folder>"
+                ) from None
+            try:  # the holder before may have removed the file after this process opened it: lock the new one
+                same = os.fstat(handle.fileno()).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            handle.close()
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on host {socket.gethostname()}\n")
+        handle.flush()
+        self.handle = handle
+        return self
+
+    def release(self) -> None:
+        """Drop the lock and its file, and the folders this lock created if nothing else was written in them
+        (a refused run leaves nothing behind). The file goes while still held: a process that opened it
+        before is refused or, locking it after, finds it unlinked and takes a new one (``acquire``)."""
+        if self.handle is None:
+            return
+        self.path.unlink(missing_ok=True)
+        for folder in self.made:  # the run folder first, then each parent it made, while they are empty
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        self.handle.close()
+        self.handle = None
+
+    def __enter__(self) -> RunFolderLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+# ---------------------------------------------------------------- whose run a file belongs to
+
+FINGERPRINT_KEYS = ("arm", "task", "profile", "seed", "settings", "data")
+
+
+def digest_json(obj) -> str:
+    """sha256 of ``obj`` as canonical JSON (sorted keys)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def array_sha256(array) -> str:
+    """sha256 of an array's dtype, shape and bytes (C order)."""
+    array = np.ascontiguousarray(array)
+    digest = hashlib.sha256(f"{array.dtype.str} {list(array.shape)}\n".encode())
+    digest.update(array.reshape(-1).view(np.uint8))
+    return digest.hexdigest()
+
+
+def split_digests(splits: dict) -> dict:
+    """``{split: {"inputs": sha256, "labels": sha256}}`` of ``{split: (inputs, labels)}``: the data a run saw."""
+    return {name: {"inputs": array_sha256(x), "labels": array_sha256(y)} for name, (x, y) in splits.items()}
+
+
+def run_fingerprint(run: dict, data_digests: dict, free_train_keys=frozenset()) -> dict:
+    """Which run a folder, checkpoint or record belongs to: arm, task, profile, seed, the digest of the
+    resolved settings that shape training (``free_train_keys``, which a resumed run may change, left out) and
+    the digest of the data (``split_digests``). config.yaml, every checkpoint and metrics.json carry it."""
+    settings = {block: run.get(block) for block in ("model", "task", "techniques", "subset")}
+    settings["train"] = {k: v for k, v in (run.get("train") or {}).items() if k not in free_train_keys}
+    return {
+        "arm": run["arm"],
+        "task": run["task"]["name"],
+        "profile": run["profile"],
+        "seed": run["seed"],
+        "settings": digest_json(settings)[:16],
+        "data": digest_json(data_digests)[:16],
+    }
+
+
+def describe_fingerprint(fingerprint: dict | None) -> str:
+    """``arm/task/profile/seedK, settings <digest>, data <digest>`` (or that there is none)."""
+    if not isinstance(fingerprint, dict):
+        return "no run fingerprint (written by an older version)"
+    f = {key: fingerprint.get(key) for key in FINGERPRINT_KEYS}
+    return f"{f['arm']}/{f['task']}/{f['profile']}/seed{f['seed']}, settings {f['settings']}, data {f['data']}"
+
+
+def foreign_checkpoint(path: Path, theirs, ours: dict) -> str | None:
+    """Why checkpoint ``path`` (fingerprint ``theirs``) is not the run ``ours``'s (None: it is), one line."""
+    if theirs == ours:
+        return None
+    return (
+        f"{path} is another run's checkpoint ({describe_fingerprint(theirs)}), not this run's "
+        f"({describe_fingerprint(ours)}): delete the folder's checkpoints/ or pass force=true to train this run "
+        "from step 0, or output_dir=<another folder>"
+    )
 
 
 def record_arm(arm: str, techniques: dict | None) -> str:
@@ -159,6 +301,110 @@ def predictions_disagreement(run_dir: Path, metrics: dict) -> str | None:
     return None
 
 
+# The record files metrics.json lists with their sha256 (``files``), so that a file changed after the run
+# wrote it is caught; records written before the list existed are checked without it (``record_problem``).
+HASHED_FILES = ("config.yaml", "history.csv", "predictions.csv")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _read_metrics_file(path: Path) -> dict:
+    """metrics.json as a dict; ValueError saying why it is not one (not UTF-8, not JSON, not an object)."""
+    try:
+        metrics = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"not UTF-8 ({err.reason} at byte {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"not JSON ({err})") from None
+    if not isinstance(metrics, dict):
+        raise ValueError(f"a JSON {type(metrics).__name__}, not an object")
+    return metrics
+
+
+def record_problem(run_dir: Path) -> tuple[dict | None, str | None]:
+    """The one definition of a complete record, shared by the runner, ``bundle freeze``, ``bundle verify``
+    and the tables (through verify): ``(metrics, None)`` when the folder holds one, else
+    ``(metrics or None, why not)``.
+
+    Complete: every file of ``RECORD_FILES`` present as a plain file (no symlink); ``metrics.json`` a JSON
+    object with status ``complete``, at least one training step and no NaN or infinity; a ``config.yaml``
+    that reads and whose training settings are those the run trained with; a ``history.csv`` of at least
+    one row; a ``predictions.csv`` that scores ``test_acc``. A record that lists its files' sha256
+    (``files``) must match each, and its config.yaml's fingerprint must be its metrics.json's. Never
+    raises for a bad file: the reason names it.
+    """
+    run_dir = Path(run_dir)
+    links = [name for name in RECORD_FILES if (run_dir / name).is_symlink()]
+    if links:
+        return None, f"not a record: {', '.join(links)} is a symlink (a record holds its own files)"
+    metrics_path = run_dir / "metrics.json"
+    if not metrics_path.exists():
+        return None, "incomplete: no metrics.json (run in progress or interrupted)"
+    try:
+        metrics = _read_metrics_file(metrics_path)
+    except (OSError, ValueError) as err:
+        return None, f"unreadable metrics.json: {err}"
+    if metrics.get("status") != "complete":
+        return metrics, f"incomplete: status {metrics.get('status')!r}"
+    missing = [name for name in RECORD_FILES if not (run_dir / name).is_file()]
+    if missing:
+        return metrics, f"incomplete: missing {', '.join(missing)}"
+    problems = record_problems(metrics)
+    if problems:  # marked complete by an older runner: still not a result
+        return metrics, f"not a result: {'; '.join(problems)}"
+    try:
+        config = read_config(run_dir / "config.yaml")
+    except DamagedRecord as err:
+        return metrics, f"unreadable config.yaml: {err}"
+    disagreements = config_disagreements(config, metrics)
+    if disagreements:
+        return metrics, f"inconsistent: {'; '.join(disagreements)} (a config.yaml not this run's)"
+    for name in ("history.csv", "predictions.csv"):
+        try:
+            (run_dir / name).read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            return metrics, f"unreadable {name}: {err}"
+    with open(run_dir / "history.csv", newline="") as handle:
+        rows = csv.reader(handle)
+        if next(rows, None) is None or next(rows, None) is None:  # the header, then a first row
+            return metrics, "incomplete: history.csv holds no row"
+    try:
+        contradiction = predictions_disagreement(run_dir, metrics)
+    except csv.Error as err:
+        return metrics, f"unreadable predictions.csv: {err}"
+    if contradiction:
+        return metrics, f"inconsistent: {contradiction}"
+    listed = metrics.get("files")
+    if listed is None:  # written before records listed their files
+        return metrics, None
+    if not isinstance(listed, dict) or set(listed) != set(HASHED_FILES):
+        return metrics, f"inconsistent: metrics.json's files lists {listed!r}, not {', '.join(HASHED_FILES)}"
+    changed = [name for name in HASHED_FILES if file_sha256(run_dir / name) != listed[name]]
+    if changed:
+        return metrics, (
+            f"inconsistent: {', '.join(changed)} changed after the run wrote it (sha256 differs from "
+            "metrics.json's files)"
+        )
+    if config.get("fingerprint") != metrics.get("fingerprint"):
+        return metrics, (
+            f"inconsistent: config.yaml is run {describe_fingerprint(config.get('fingerprint'))}, metrics.json "
+            f"run {describe_fingerprint(metrics.get('fingerprint'))}"
+        )
+    return metrics, None
+
+
+def complete_metrics(run_dir: Path) -> dict | None:
+    """The metrics of a complete record (``record_problem``), or None."""
+    metrics, problem = record_problem(run_dir)
+    return metrics if problem is None else None
+
+
 def _jsonable(value):
     if isinstance(value, (np.integer,)):
         return int(value)
@@ -176,26 +422,6 @@ def write_csv(path: Path, rows: list[dict], columns: list[str]) -> None:
     for row in rows:
         writer.writerow({c: row.get(c, "") for c in columns})
     write_atomic(path, buffer.getvalue())
-
-
-def read_metrics(run_dir: Path) -> dict | None:
-    """The metrics of a complete record, or None.
-
-    An unreadable ``metrics.json`` (truncated, edited) counts as incomplete, with a warning
-    on stderr: rerunning the same command writes it again from the checkpoints."""
-    path = Path(run_dir) / "metrics.json"
-    if not path.exists():
-        return None
-    try:
-        metrics = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        print(
-            f"warning: {path} is damaged ({err}); the record counts as incomplete and this run writes it again",
-            file=sys.stderr,
-            flush=True,
-        )
-        return None
-    return metrics if isinstance(metrics, dict) and metrics.get("status") == "complete" else None
 
 
 def read_config(path: Path) -> dict:

@@ -15,6 +15,7 @@ line in its defaults list); otherwise ``none`` (config.yaml).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import sys
 from collections.abc import Sequence
@@ -182,7 +183,26 @@ def pick_device(name: str) -> torch.device:
             f"device={name}: CUDA is not available on this machine; use device=cpu, or device=auto (a GPU when "
             "there is one)"
         )
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device={name}: not a device the runner trains on; use device=cpu, cuda, cuda:<k> or auto")
+    return device
+
+
+# Errors of the machine rather than of the code: the run cannot write (a read-only folder, a full disk, a
+# file-size or disk quota limit). One line naming the file, exit status 2, like refused input.
+ENVIRONMENT_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
+
+
+def folder_problem(key: str, folder: Path) -> str | None:
+    """Why ``folder`` (the setting ``key``) cannot hold folders: it, or a folder above it, is a file."""
+    for path in (folder, *folder.parents):
+        if path.exists() and not path.is_dir():
+            return f"{key}={folder}: {path} is a file, not a folder; point {key} at a folder"
+    return None
 
 
 def run_dir_for(cfg: DictConfig, run: dict) -> Path:
@@ -279,8 +299,17 @@ def _record_decision(cfg: DictConfig, run: dict, run_dir: Path) -> tuple[int | N
     """
     task_name = run["task"]["name"]
     resume = bool(cfg.resume)
+    if _has_progress(run_dir) and not (run_dir / "config.yaml").exists():
+        if not cfg.force:
+            raise records.RunFolderConflict(
+                f"{run_dir} holds checkpoints or a record but no config.yaml: whose run they are is unknown, "
+                "so they are not continued; pass force=true to start this run over in its place, or "
+                "output_dir=<another folder>"
+            )
+        print(f"[{run['arm']}/{task_name}] force=true: starting over in {run_dir} (it holds no config.yaml)")
+        return None, False
     # A run that died before its first checkpoint left nothing to protect.
-    guarded = _has_progress(run_dir) and (run_dir / "config.yaml").exists()
+    guarded = _has_progress(run_dir)
     try:
         previous = records.read_config(run_dir / "config.yaml") if guarded else None
     except records.DamagedRecord:
@@ -288,7 +317,16 @@ def _record_decision(cfg: DictConfig, run: dict, run_dir: Path) -> tuple[int | N
             raise  # one line naming the file and force=true (validate.refusing_bad_input)
         print(f"[{run['arm']}/{task_name}] force=true: starting over in {run_dir} (its config.yaml is unreadable)")
         return None, False
-    complete = records.read_metrics(run_dir) is not None
+    metrics, problem = records.record_problem(run_dir)
+    complete = problem is None
+    if problem is not None and (run_dir / "metrics.json").exists():  # one definition of a complete record
+        damaged = problem.removeprefix("unreadable metrics.json: ")
+        warning = (
+            f"{run_dir / 'metrics.json'} is damaged ({damaged}); the record counts as incomplete"
+            if damaged != problem
+            else f"{run_dir} holds no complete record ({problem})"
+        )
+        print(f"warning: {warning} and this run writes it again", file=sys.stderr, flush=True)
     differences = settings_differences(previous, run, complete) if previous is not None else []
     if differences:
         if not cfg.force:
@@ -325,7 +363,9 @@ def _refuse_batch_norm(run: dict, world: int) -> int:
     return 2
 
 
-def _start_record(run: dict, run_dir: Path, task: TaskData, n_params: int, dist, resume: bool) -> None:
+def _start_record(
+    run: dict, run_dir: Path, task: TaskData, n_params: int, dist, resume: bool, fingerprint: dict
+) -> None:
     """Announce the run, clear what an earlier run left that this one does not continue, write config.yaml."""
     where = f"{dist.device} x{dist.world} processes" if dist.active else f"{dist.device}"
     print(
@@ -336,7 +376,8 @@ def _start_record(run: dict, run_dir: Path, task: TaskData, n_params: int, dist,
     stale = ["metrics.json", records.PROGRESS_FILE] + ([] if resume else ["history.csv", "predictions.csv"])
     for name in stale:
         (run_dir / name).unlink(missing_ok=True)
-    records.write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(run)))
+    config = {**run, "fingerprint": fingerprint}
+    records.write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
 
 
 def cpu_budget_warning(run: dict) -> str:
@@ -362,6 +403,9 @@ def execute(cfg: DictConfig) -> int:
         print(f"[{run['arm']}/{task_name}] refused: {problem}", file=sys.stderr)
         return 2
     run_dir = run_dir_for(cfg, run)
+    for key in ("output_dir", "cache_dir"):
+        if problem := folder_problem(key, Path(cfg[key])):
+            raise ValueError(problem)
     workers = cfg.workers or min(16, os.cpu_count() or 1)
     world = distributed.world_from_env()
     if world > 1 and run["model"].get("norm") == "batch":
@@ -370,6 +414,29 @@ def execute(cfg: DictConfig) -> int:
     # rank (the others may run on machines that do not share its disk), and rank 0 builds (and
     # caches) the data first.
     dist = distributed.setup(pick_device(run["device"]))
+    lock = records.RunFolderLock(run_dir)  # one owner per run folder: rank 0, while it lives
+    try:
+        if dist.is_main:
+            lock.acquire()
+        return _execute_in_folder(cfg, run, run_dir, dist, workers)
+    except OSError as err:
+        if err.errno not in ENVIRONMENT_ERRNOS or cfg.debug.get("traceback"):
+            raise
+        if dist.is_main:
+            where = err.filename or run_dir
+            print(
+                f"error: cannot write {where}: {err.strerror}; free space, lift the limit or give write "
+                "permission there, or pass output_dir=<another folder> (cache_dir=<another folder> for the data cache)",
+                file=sys.stderr,
+            )
+        return validate.EXIT_STATUS
+    finally:
+        lock.release()
+
+
+def _execute_in_folder(cfg: DictConfig, run: dict, run_dir: Path, dist, workers: int) -> int:
+    """``execute``, once rank 0 holds the run folder's lock."""
+    task_name = run["task"]["name"]
     stop, resume = distributed.broadcast_object(dist, _record_decision(cfg, run, run_dir) if dist.is_main else None)
     if stop is not None:
         return stop
@@ -390,6 +457,8 @@ def execute(cfg: DictConfig) -> int:
             distributed.barrier(dist)
     if run["subset"]:
         task = take_subset(task, run["subset"], run["task"].get("data_seed", 0))
+    data_digests = records.split_digests({name: (s.inputs, s.labels) for name, s in task.splits().items()})
+    fingerprint = records.run_fingerprint(run, data_digests, FREE_TRAIN_KEYS)
     device = dist.device
     settings = TrainSettings.from_dict(apply_example_budget(run, task))  # config.yaml keeps the budget as typed
     augment = build_train_augment(run["techniques"], task)
@@ -398,15 +467,16 @@ def execute(cfg: DictConfig) -> int:
     if augment is not None:
         augment.attach(model)
     n_params = sum(p.numel() for p in model.parameters())
+    first_start = not (run_dir / "config.yaml").exists()
     # What the run prints from here on also goes to its log.txt (training/console.py; appended on resume).
     with run_console(run_dir / LOG_FILE if dist.is_main else None, fresh=not resume):
         if dist.is_main:
-            _start_record(run, run_dir, task, n_params, dist, resume)
+            _start_record(run, run_dir, task, n_params, dist, resume, fingerprint)
         try:
             result = train(model, task, settings, run["seed"], run_dir, device, resume=resume,
                            sigterm_at_step=cfg.debug.sigterm_at_step, progress=cfg.progress, augment=augment,
                            pause_at_step=cfg.debug.get("pause_at_step"), dist=dist,
-                           logger=cfg.get("logger", "none"))  # fmt: skip
+                           logger=cfg.get("logger", "none"), fingerprint=fingerprint)  # fmt: skip
         except RunInterrupted as err:
             if dist.is_main:
                 print(f"[{run['arm']}/{task_name}] {err}", file=sys.stderr)
@@ -416,16 +486,27 @@ def execute(cfg: DictConfig) -> int:
             if dist.is_main:
                 print(f"[{run['arm']}/{task_name}] stopped: {err}", file=sys.stderr)
             return 1
-        status = _write_run_record(run, run_dir, result, model, task, augment, n_params) if dist.is_main else 0
+        except validate.USER_ERRORS:  # refused before a step was trained: a refused run leaves nothing behind
+            if dist.is_main and first_start and not _has_progress(run_dir):
+                for name in ("config.yaml", records.PROGRESS_FILE, LOG_FILE):
+                    (run_dir / name).unlink(missing_ok=True)
+            raise
+        identity = {"fingerprint": fingerprint, "data_digests": data_digests}
+        status = 0
+        if dist.is_main:
+            status = _write_run_record(run, run_dir, result, model, task, augment, n_params, identity)
     # The ranks leave together, once rank 0 has written the record: a rank that exited while the other
     # still ran sometimes aborted in gloo's teardown ("terminate called without an active exception").
     distributed.barrier(dist)
     return status
 
 
-def _write_run_record(run: dict, run_dir: Path, result: dict, model, task: TaskData, augment, n_params: int) -> int:
-    """The record of a finished run: what :func:`repro.training.train` returned, with what was run and where.
-    Returns the exit status: 1, with no record, when the run is not a result (``records.record_problems``)."""
+def _write_run_record(
+    run: dict, run_dir: Path, result: dict, model, task: TaskData, augment, n_params: int, identity: dict
+) -> int:
+    """The record of a finished run: what :func:`repro.training.train` returned, with what was run and where,
+    and whose run it is (``identity``: the run's fingerprint and its splits' digests). Returns the exit
+    status: 1, with no record, when the run is not a result (``records.record_problems``)."""
     metrics = {
         "status": "complete",
         "arm": run["arm"],
@@ -440,6 +521,7 @@ def _write_run_record(run: dict, run_dir: Path, result: dict, model, task: TaskD
         "versions": records.versions(),
         "git_commit": records.git_commit(),
         "data": task.info,
+        **identity,
     }
     problems = records.record_problems(metrics)
     if problems:  # not a result: the history stays for a look, nothing is marked complete
@@ -463,7 +545,9 @@ HISTORY_COLUMNS = ["step", "epoch", "lr", "train_loss", "val_loss", "val_acc", "
 
 
 def write_record(run_dir: Path, history: list[dict], predictions: list[dict], metrics: dict) -> None:
-    """History and predictions first, metrics last: metrics.json marks the record complete."""
+    """History and predictions first, metrics last: metrics.json marks the record complete and lists the
+    sha256 of the other files (``records.HASHED_FILES``)."""
     records.write_csv(run_dir / "history.csv", history, HISTORY_COLUMNS)
     records.write_csv(run_dir / "predictions.csv", predictions, ["index", "prediction", "label"])
-    records.write_json(run_dir / "metrics.json", metrics)
+    files = {name: records.file_sha256(run_dir / name) for name in records.HASHED_FILES}
+    records.write_json(run_dir / "metrics.json", {**metrics, "files": files})

@@ -299,11 +299,12 @@ def test_a_record_whose_config_is_not_its_own_is_left_out(tmp_path):
         (other, "budget_minutes: 3", {"lr": 0.001, "budget_minutes": 10}),
         (share, "budget_fraction: 0.1\n  max_steps: null", {"lr": 0.001, "budget_fraction": 0.1, "max_steps": 70}),
     ):
-        metrics = json.loads((folder / "metrics.json").read_text())
-        metrics["train_settings"] = ran
-        (folder / "metrics.json").write_text(json.dumps(metrics))
         config = (folder / "config.yaml").read_text()
         (folder / "config.yaml").write_text(config.replace("lr: 0.001", f"lr: 0.001\n  {typed}") if typed else config)
+        metrics = json.loads((folder / "metrics.json").read_text())
+        metrics["train_settings"] = ran
+        metrics["files"]["config.yaml"] = bundle.sha256_file(folder / "config.yaml")  # as the runner lists it
+        (folder / "metrics.json").write_text(json.dumps(metrics))
     kept_paths, left_out = kept_and_left_out(runs_root)
     assert kept_paths == [
         "runs/lra_transformer/text/budget/seed0",

@@ -44,7 +44,9 @@ def _record(folder, cell_run, **metrics):
     )
     records.write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(cell_run.run)))
     path = run_dir / "metrics.json"
-    path.write_text(json.dumps({**json.loads(path.read_text()), **metrics}))
+    written = json.loads(path.read_text())
+    files = {**written["files"], "config.yaml": records.file_sha256(run_dir / "config.yaml")}  # as the runner lists it
+    path.write_text(json.dumps({**written, "files": files, **metrics}))
     return run_dir
 
 

@@ -83,10 +83,14 @@ def test_crlf_blank_lines_and_ff_byte(tmp_path):
     assert task.test.inputs[0, 0, :3].tolist() == [256, 255, 0]
 
 
-def test_cache_is_reused(tmp_path):
+def test_cache_is_reused(tmp_path, monkeypatch):
     write_release(tmp_path)
     first = retrieval.build(cfg(), tmp_path, tmp_path / "cache")
-    (tmp_path / "tsv_data" / "new_aan_pairs.train.tsv").write_text("garbage\n")
+
+    def no_reading(*args):
+        raise AssertionError("the release files were read")
+
+    monkeypatch.setattr(retrieval, "load_official", no_reading)
     again = retrieval.build(cfg(), tmp_path, tmp_path / "cache")
     assert (first.info["cache_hit"], again.info["cache_hit"]) == (False, True)
     np.testing.assert_array_equal(again.train.inputs, first.train.inputs)

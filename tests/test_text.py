@@ -150,12 +150,15 @@ def test_train_holdout_is_seeded_and_stratified(tmp_path):
     assert len(digests) > 1
 
 
-def test_cache_means_no_text_is_read(tmp_path):
+def test_cache_means_no_text_is_read(tmp_path, monkeypatch):
     data = make_acl(tmp_path / "data")
     first = text.build(cfg(), data, tmp_path / "cache")
     assert first.info["cache_hit"] is False
-    for path in (data / "aclImdb").rglob("*.txt"):
-        path.write_bytes(b"changed")
+
+    def no_reading(*args):
+        raise AssertionError("a review was read")
+
+    monkeypatch.setattr(text, "read_official_split", no_reading)
     again = text.build(cfg(), data, tmp_path / "cache")
     assert again.info["cache_hit"] is True
     np.testing.assert_array_equal(again.train.inputs, first.train.inputs)

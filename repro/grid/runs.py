@@ -72,10 +72,11 @@ def locate(cells: list[Cell], common: list[str], extra: list[str], folders: list
 
 
 def complete_metrics(run_dir: Path) -> dict | None:
-    """The metrics of the complete record in ``run_dir``, or None."""
+    """The metrics of the complete record in ``run_dir`` (the runner's definition, ``records.record_problem``),
+    or None."""
     try:
-        return records.read_metrics(run_dir)
-    except (OSError, ValueError):
+        return records.complete_metrics(run_dir)
+    except OSError:
         return None
 
 

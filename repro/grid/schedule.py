@@ -26,6 +26,7 @@ import math
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -108,6 +109,21 @@ def named_gpus(gpus: list) -> int:
 def gpu_label(placement: tuple) -> str | None:
     """How logs name a placement: None (this process's device), ``"2"``, or ``"0+1"`` for a data-parallel job."""
     return None if placement == (None,) else "+".join(str(gpu) for gpu in placement)
+
+
+def own_group_dying_with_driver() -> None:
+    """In a job's process before it starts: lead a process group of its own (so a stop reaches its ranks too)
+    and, on Linux, get SIGTERM when the driver dies, however it dies (``prctl(PR_SET_PDEATHSIG)``), so a
+    killed driver leaves no cell training on: the next driver would start that cell again on the same folder.
+    The job checkpoints on SIGTERM, as on any stop."""
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        parent = os.getppid()
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+        if os.getppid() != parent:  # the driver died before the call took effect
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def utc_now() -> str:
@@ -307,7 +323,7 @@ class Scheduler:
                 job.command,
                 env=env,
                 stdout=handle,
-                preexec_fn=os.setsid,  # noqa: PLW1509
+                preexec_fn=own_group_dying_with_driver,  # noqa: PLW1509
                 stderr=subprocess.STDOUT if handle else None,
             )
         except BaseException:

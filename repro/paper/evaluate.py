@@ -128,7 +128,9 @@ def compare(view: BundleView, comparison: Comparison, alpha: float, margin: floa
     equivalence = stats.tost_ind(a.values, b.values, margin=margin, alpha=alpha).ci
     permutation = stats.permutation(a.values, b.values, alpha=alpha)
     cmh = None
-    if a.correct is not None and b.correct is not None and np.array_equal(a.labels, b.labels):
+    both = pd.concat([view.seeds(comparison.a.arm, comparison.task), view.seeds(comparison.b.arm, comparison.task)])
+    same_test_set = comparison.task is not None and len(view.test_sets(both)) <= 1  # the digests, where recorded
+    if a.correct is not None and b.correct is not None and same_test_set and np.array_equal(a.labels, b.labels):
         cmh = stats.cmh_seed_pairs(a.correct, b.correct)
     return Result(comparison, comparison.claimed_effect(), a, b, None, primary, equivalence, permutation, cmh)
 

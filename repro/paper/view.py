@@ -179,8 +179,17 @@ class BundleView:
             self._metrics[run_path] = json.loads((Path(run_path) / "metrics.json").read_text())
         return self._metrics[run_path]
 
+    def test_sets(self, seeds: pd.DataFrame) -> set[str]:
+        """The digests of the test sets the records ``seeds`` saw (their metrics.json's ``data_digests``;
+        records written before the digests were kept add none): more than one, and they saw different ones."""
+        found = (self.metrics(path).get("data_digests") or {} for path in seeds["path"])
+        return {json.dumps(digests["test"], sort_keys=True) for digests in found if "test" in digests}
+
     def correctness(self, seeds: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
-        """[seeds, examples] 0/1 matrix and the labels, or None when the seeds saw different test sets."""
+        """[seeds, examples] 0/1 matrix and the labels, or None when the seeds saw different test sets (their
+        test-set digests or their labels differ)."""
+        if len(self.test_sets(seeds)) > 1:
+            return None
         labels, rows = None, []
         for path in seeds["path"]:
             frame = self.predictions(path)

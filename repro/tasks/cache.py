@@ -1,4 +1,9 @@
-"""On-disk cache of tokenised arrays, keyed by the parameters that made them.
+"""On-disk cache of tokenised arrays, keyed by the parameters that made them and the bytes they were read from.
+
+An entry built from files (the official data) is keyed by the sha256 of their contents too
+(``source_sha256``), so a changed file is a new entry, never the old arrays under its name. The
+digest of each file is remembered with its size and modification time
+(``<cache_dir>/<task>/.sources/``) and computed again only when they change.
 
 An entry is a folder ``<cache_dir>/<task>/<key>/`` of ``.npy`` files plus
 ``meta.json`` (which holds each file's sha256); it is written under a temporary name and
@@ -52,17 +57,69 @@ def parts_path(cache_dir: str | os.PathLike, task: str, params: dict) -> Path:
     return Path(cache_dir) / task / f".{cache_key(params)}.parts"
 
 
+def source_files(sources: list[Path]) -> list[tuple[str, Path]]:
+    """``(name, path)`` of every file the ``sources`` (files or folders) hold, in a fixed order; a name is
+    the source's index and the path below it, so that the digest does not depend on where the data lies."""
+    found = []
+    for i, source in enumerate(map(Path, sources)):
+        if source.is_dir():
+            files = sorted(p for p in source.rglob("*") if p.is_file())
+            found += [(f"{i}/{p.relative_to(source).as_posix()}", p) for p in files]
+        elif source.exists():
+            found.append((f"{i}", source))
+        else:
+            found.append((f"{i} (missing)", source))
+    return found
+
+
+def source_digest(sources: list[Path], memo_dir: Path) -> str:
+    """sha256 of the contents of ``sources`` (each file's name and sha256). A file's digest is taken from
+    the memo under ``memo_dir`` when its size and modification time are those it had when it was hashed."""
+    files = source_files(sources)
+    where = hashlib.sha256(json.dumps([str(Path(s).resolve()) for s in sources]).encode()).hexdigest()[:16]
+    memo_path = memo_dir / f"{where}.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    fresh, listing = {}, []
+    for name, path in files:
+        if not path.exists():
+            listing.append([name, None])
+            continue
+        stat = path.stat()
+        key = str(path.resolve())
+        seen = memo.get(key) if isinstance(memo, dict) else None
+        stamp = [stat.st_size, stat.st_mtime_ns]
+        digest = seen[2] if isinstance(seen, list) and len(seen) == 3 and seen[:2] == stamp else file_sha256(path)
+        fresh[key] = [*stamp, digest]
+        listing.append([name, digest])
+    if fresh != memo:
+        memo_dir.mkdir(parents=True, exist_ok=True)
+        tmp = memo_dir / f".{memo_path.name}.{secrets.token_hex(6)}"
+        try:
+            tmp.write_text(json.dumps(fresh, sort_keys=True))
+            os.replace(tmp, memo_path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return hashlib.sha256(json.dumps(listing).encode()).hexdigest()
+
+
 def cached_arrays(
     cache_dir: str | os.PathLike,
     task: str,
     params: dict,
     build: Callable[[], tuple[dict[str, np.ndarray], dict]],
+    sources: list[Path] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict]:
     """Load the arrays for ``params`` from the cache, building and storing them on a miss.
 
-    ``build`` returns ``(arrays, meta)``; ``meta`` must be JSON-serialisable.
+    ``build`` returns ``(arrays, meta)``; ``meta`` must be JSON-serialisable. ``sources``: the files or
+    folders ``build`` reads; their contents' digest joins the key (``source_digest``).
     Returns ``(arrays, meta)`` with ``meta["cache_hit"]`` telling which happened.
     """
+    if sources:
+        params = {**params, "source_sha256": source_digest(sources, Path(cache_dir) / task / ".sources")}
     entry = Path(cache_dir) / task / cache_key(params)
     found = load_whole(entry)
     if found is not None:
@@ -71,6 +128,9 @@ def cached_arrays(
         found = load_whole(entry)  # another process may have built it while this one waited
         if found is not None:
             return found
+        for stale in entry.parent.glob(f".{entry.name}.*"):  # a killed build's temporary folder (the lock is ours)
+            if stale.is_dir() and stale.suffix != ".parts":  # a build's kept pieces stay (parts_path)
+                shutil.rmtree(stale, ignore_errors=True)
         stored = store(entry, params, *build())
         shutil.rmtree(parts_path(cache_dir, task, params), ignore_errors=True)  # the entry holds them now
         return stored

@@ -256,7 +256,7 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
         make = lambda: load_bundle(path, channels)  # noqa: E731
     else:
         make = lambda: load_official(path)  # noqa: E731
-    arrays, meta = cached_arrays(cache_dir, "image", params, make)
+    arrays, meta = cached_arrays(cache_dir, "image", params, make, sources=[path])
 
     seed = int(cfg["data_seed"])
     fraction = float(config_value(cfg, "val_fraction", 0.1))

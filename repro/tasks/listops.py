@@ -102,7 +102,54 @@ def _official_row(path: Path, line_no: int, fields: list[str]) -> tuple[np.ndarr
         raise DataError(f"{path}:{line_no}: unknown token(s) {unknown} in Source")
     if not toks:
         raise DataError(f"{path}:{line_no}: empty Source")
+    try:
+        value = expression_value(source)
+    except ValueError as err:
+        raise DataError(
+            f"{path}:{line_no}: {err} in Source; the release's rows are well formed: fix or remove the row"
+        ) from None
+    if value != label:
+        raise DataError(
+            f"{path}:{line_no}: Target {label} is not the value of its Source ({value}); in the release's files "
+            "every Target is: fix or remove the row"
+        )
     return encode(toks), label
+
+
+def expression_value(source: str) -> int:
+    """The value of a release ``Source`` text, read token by token; ValueError says where it is malformed
+    (a parenthesis or a bracket that does not close or closes nothing, an operator without an argument,
+    a value outside every operator)."""
+    depth, stack, value = 0, [], None
+    for position, token in enumerate(source.split(), start=1):
+        if token in ("(", ")"):
+            depth += 1 if token == "(" else -1
+            if depth < 0:
+                raise ValueError(f"')' at token {position} closes no '('")
+            continue
+        if token in trees.OPERATORS:
+            stack.append((token, []))
+            continue
+        if token == trees.CLOSE:
+            if not stack:
+                raise ValueError(f"']' at token {position} closes no operator")
+            operator, args = stack.pop()
+            if not args:
+                raise ValueError(f"{operator} closed at token {position} has no argument")
+            number = trees.evaluate((operator, args))
+        else:
+            number = int(token)
+        if stack:
+            stack[-1][1].append(number)
+        elif value is None:
+            value = number
+        else:
+            raise ValueError(f"token {position} ({token!r}) lies outside the expression")
+    if stack:
+        raise ValueError(f"{len(stack)} operator(s) not closed by ']'")
+    if depth:
+        raise ValueError(f"{depth} '(' not closed")
+    return value
 
 
 def official_dir(data_dir: Path, subdir: str) -> Path:
@@ -288,8 +335,13 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
             "folder": str(official_dir(data_dir, cfg["official_subdir"]).resolve()),
             "max_len": max_len,
         }
+        folder = official_dir(data_dir, cfg["official_subdir"])
         arrays, meta = cached_arrays(
-            cache_dir, "listops", params, lambda: load_official(data_dir, cfg["official_subdir"], max_len)
+            cache_dir,
+            "listops",
+            params,
+            lambda: load_official(data_dir, cfg["official_subdir"], max_len),
+            sources=[folder / name for name in OFFICIAL_FILES.values()],
         )
     else:
         gen = cfg["generate"]

@@ -178,7 +178,19 @@ def read_official_difficulty(
     x = np.concatenate([p[0] for p in parts])
     y = np.concatenate([p[1] for p in parts])
     ids = [i for p in parts for i in p[2]]
+    refuse_conflicting_labels(folder, ids, y)
     return x, y, ids, sum(p[3] for p in parts)
+
+
+def refuse_conflicting_labels(folder: Path, ids: list[str], labels: np.ndarray) -> None:
+    """DataError naming the first image the metadata lists with two labels (it cannot be both)."""
+    seen: dict[str, int] = {}
+    for image_id, label in zip(ids, labels.tolist(), strict=True):
+        if seen.setdefault(image_id, label) != label:
+            raise DataError(
+                f"{folder / image_id} is listed in {folder / 'metadata'} with label {seen[image_id]} and with "
+                f"label {label}: an image has one label; remove the wrong line"
+            )
 
 
 def official_folder(data_dir: Path, subdir: str, difficulty: str) -> Path:
@@ -371,7 +383,8 @@ def load_difficulty(
             **asdict(spec),
         }
         make = lambda: load_generated(n, seed, difficulty, spec, workers)  # noqa: E731
-    return cached_arrays(cache_dir, f"pathfinder{resolution}", params, make)
+    sources = [official_folder(data_dir, cfg["official_subdir"], difficulty)] if source == "official" else None
+    return cached_arrays(cache_dir, f"pathfinder{resolution}", params, make, sources=sources)
 
 
 def compose_all(pools: dict[str, dict]) -> tuple[dict[str, Split], dict]:

@@ -134,7 +134,13 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
             f"lra_release/tsv_data/): point data_dir at the folder holding '{subdir}/'."
         )
     params = {"source": "official", "folder": str(folder.resolve()), "max_len": max_len, "reader": READER_VERSION}
-    arrays, meta = cached_arrays(cache_dir, "retrieval", params, lambda: load_official(folder, max_len))
+    arrays, meta = cached_arrays(
+        cache_dir,
+        "retrieval",
+        params,
+        lambda: load_official(folder, max_len),
+        sources=[folder / name for name in OFFICIAL_FILES.values()],
+    )
 
     splits = {s: Split(arrays[f"{s}_x"], arrays[f"{s}_y"]) for s in SPLITS}
     info = {

@@ -76,8 +76,25 @@ def read_official_split(folder: Path, split: str) -> list[tuple[int, int, bytes]
         if not seen:
             raise DataError(f"{class_dir}: no <id>_<rating>.txt reviews in this folder")
         for doc_id in sorted(seen):
-            docs.append((label, doc_id, seen[doc_id].read_bytes()))
+            docs.append((label, doc_id, read_review(seen[doc_id])))
     return docs
+
+
+def read_review(path: Path) -> bytes:
+    """One review file's bytes; DataError naming it when it is no review text (a folder, empty, binary, not
+    UTF-8): the official reviews are all non-empty UTF-8 text."""
+    if not path.is_file():
+        raise DataError(f"{path}: not a file; a review is a text file <id>_<rating>.txt")
+    data = path.read_bytes()
+    if not data.strip():
+        raise DataError(f"{path}: empty review; restore its text or remove the file")
+    if b"\x00" in data:
+        raise DataError(f"{path}: binary data (a NUL byte at byte {data.index(0)}), not a review; restore the file")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); restore the file") from None
+    return data
 
 
 def read_bundle_split(path: Path) -> list[tuple[int, int, bytes]]:
@@ -119,6 +136,8 @@ def _read_bundle_line(path: Path, line_no: int, line: str, seen: set, docs: list
         raise DataError(f"{path}:{line_no}: id {doc_id!r} is not an integer")
     if not isinstance(text, str):
         raise DataError(f"{path}:{line_no}: text is not a string")
+    if not text.strip():
+        raise DataError(f"{path}:{line_no}: empty review text")
     if (label, doc_id) in seen:
         raise DataError(f"{path}:{line_no}: duplicate review (label {label}, id {doc_id})")
     seen.add((label, doc_id))
@@ -219,7 +238,9 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
         "strip": strip,
         "reader": READER_VERSION,
     }
-    arrays, meta = cached_arrays(cache_dir, "text", params, lambda: load(source, folder, max_len, strip))
+    arrays, meta = cached_arrays(
+        cache_dir, "text", params, lambda: load(source, folder, max_len, strip), sources=[folder]
+    )
 
     train_x, train_y, train_len = arrays["train_x"], arrays["train_y"], arrays["train_len"]
     test = Split(arrays["test_x"], arrays["test_y"])

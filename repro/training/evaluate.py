@@ -133,10 +133,12 @@ def validate(
     best_path: Path,
     print_line: bool,
     progress_path: Path | None = None,
+    fingerprint: dict | None = None,
 ) -> dict:
     """Score the validation split, log it in the history, keep the weights in ``best_path`` when they are
-    the best so far (rank 0 writes), with ``print_line`` print :func:`eval_line`, and (rank 0) write the
-    step and elapsed seconds to ``progress_path`` (``records.PROGRESS_FILE``: a grid's view of the run)."""
+    the best so far (rank 0 writes, with the run's ``fingerprint``: ``records.run_fingerprint``), with
+    ``print_line`` print :func:`eval_line`, and (rank 0) write the step and elapsed seconds to
+    ``progress_path`` (``records.PROGRESS_FILE``: a grid's view of the run)."""
     result = score("val")
     state.log(steps_per_epoch, val_loss=result["loss"], val_acc=result["acc"])
     state.last_eval_step = state.step
@@ -144,6 +146,8 @@ def validate(
         state.best_val_acc, state.best_val_step = result["acc"], state.step
         if score.ctx.is_main:
             best = {"format": CHECKPOINT_FORMAT, "model": score.model.state_dict(), "step": state.step}
+            if fingerprint is not None:
+                best["fingerprint"] = fingerprint
             save_best_checkpoint(best_path, best)
     if print_line:
         print(eval_line(state), flush=True)

@@ -71,6 +71,7 @@ def train(
     pause_at_step: int | None = None,
     dist: DistContext | None = None,
     logger: str = "none",
+    fingerprint: dict | None = None,
 ) -> dict:
     """Train, keep the best-validation weights, score the test set with them.
 
@@ -79,7 +80,9 @@ def train(
     (step.py); evaluation never sees them. ``dist`` (repro.distributed.setup): this process's
     rank in a data-parallel run; None or world 1 trains in this process alone. ``logger``: ``none`` or
     ``tensorboard`` (scalars.py). ``progress``: bars for training, validation and test.
-    ``sigterm_at_step``, ``pause_at_step``: test hooks (signals.py).
+    ``sigterm_at_step``, ``pause_at_step``: test hooks (signals.py). ``fingerprint``
+    (``records.run_fingerprint``): whose run this is; every checkpoint carries it, and a ``last.pt`` or
+    ``best.pt`` of another run is refused (RunFolderConflict).
 
     Returns a dict of metrics, the history rows and the test predictions (on every rank;
     only rank 0 should write them); the caller writes the record. Raises NonFiniteLoss or
@@ -101,7 +104,7 @@ def train(
                               s.plateau_threshold, s.plateau_min_lr, s.final_phase, s.final_factor, swa_start,
                               s.swa_lr, s.swa_anneal_epochs)  # fmt: skip
     average = WeightAverage(model, swa_start) if swa_start is not None else None
-    last = LastCheckpoint(run_dir, ctx, model, optimizer, controller, average)
+    last = LastCheckpoint(run_dir, ctx, model, optimizer, controller, average, fingerprint)
     state = last.start(resume, seed, s, data.batching, device)
     score = Scorer(model, data.splits, s.eval_batch_size or s.batch_size, autocast_dtype, task.prepare, ctx,
                    data.lengths, s.trim_multiple, progress=progress and ctx.is_main)  # fmt: skip
@@ -112,10 +115,11 @@ def train(
     # progress.json the step a grid reads: history.csv is written with the record, at the end.
     on_validate = partial(validate, score, steps_per_epoch=data.steps_per_epoch, best_path=best_path,
                           print_line=ctx.is_main and not progress,
-                          progress_path=run_dir / records.PROGRESS_FILE)  # fmt: skip
+                          progress_path=run_dir / records.PROGRESS_FILE, fingerprint=fingerprint)  # fmt: skip
     loop = StepLoop(settings=s, ctx=ctx, data=data, controller=controller, last=last, batches=batches, average=average,
                     step=TrainStep(model, optimizer, controller, s, device, ctx, augment, autocast_dtype),
-                    losses=LossLog(ctx, optimizer, data.steps_per_epoch, last.path, first_step=state.step),
+                    losses=LossLog(ctx, optimizer, data.steps_per_epoch, last.path, first_step=state.step,
+                                   pending=state.pending_losses),
                     validate=on_validate, data_wait=DataWaitProbe(device),
                     scalars=open_scalar_log(logger, run_dir, state, ctx.is_main))  # fmt: skip
     model.train()
@@ -130,7 +134,7 @@ def train(
         loop.finish(state)
         averaged = average.apply(model) if average is not None else False  # the last weights are the average
         last_test = score("test")  # the final weights, as the LRA release tests: reported, never selected on
-        test = score_test_with_best(score, best_path, state, device)
+        test = score_test_with_best(score, best_path, state, device, fingerprint)
         metrics = run_metrics(state, data, s, ctx, device, autocast_dtype, test, clock.wall_time())
         metrics.update(test_acc_last=last_test["acc"], test_loss_last=last_test["loss"])
         if metrics["stopped_by"] == "budget" and loop.early_stopped(state):
@@ -259,16 +263,19 @@ class StepLoop:
             clock.evaluated()
         time_checkpoint, signum = agreement.checkpoint_or_stop(state)
         if signum is not None or time_checkpoint or (s.checkpoint_every_steps and step % s.checkpoint_every_steps == 0):
-            self.losses.flush(state)
+            self.losses.keep(state)  # a checkpoint logs no row: the history is the uninterrupted run's
             self.last.save(state)
             clock.checkpointed()
         return signum
 
 
-def score_test_with_best(score: Scorer, best_path: Path, state: RunState, device: torch.device) -> dict:
+def score_test_with_best(
+    score: Scorer, best_path: Path, state: RunState, device: torch.device, fingerprint: dict | None = None
+) -> dict:
     """The test split scored with the best-validation weights (``best.pt``, or its copy when damaged; read by
-    rank 0 and sent to every rank)."""
-    best = load_on_rank_0(score.ctx, partial(load_best_checkpoint, step=state.best_val_step), best_path, device)
+    rank 0 and sent to every rank), which must be this run's (``fingerprint``) when it has one."""
+    load = partial(load_best_checkpoint, step=state.best_val_step, fingerprint=fingerprint)
+    best = load_on_rank_0(score.ctx, load, best_path, device)
     score.model.load_state_dict(best["model"])
     return score("test")
 

@@ -22,6 +22,7 @@ from ..checkpoints import (
     save_checkpoint,
 )
 from ..distributed import DistContext, gather_objects
+from ..records import RunFolderConflict, foreign_checkpoint
 from ..schedule import LRController
 from .settings import TrainSettings
 from .state import RunState, rng_state, seed_everything, set_rng_state
@@ -38,10 +39,12 @@ class LastCheckpoint:
         optimizer: torch.optim.Optimizer,
         controller: LRController,
         average=None,
+        fingerprint: dict | None = None,
     ):
         self.run_dir, self.path = run_dir, run_dir / "checkpoints" / "last.pt"
         self.ctx, self.model, self.optimizer, self.controller = ctx, model, optimizer, controller
         self.average = average  # a swa.WeightAverage, or None
+        self.fingerprint = fingerprint  # records.run_fingerprint: whose run the checkpoint is
 
     def save(self, state: RunState) -> None:
         """All ranks call it (their RNG states are gathered); rank 0 writes ``last.pt``, keeping the one before."""
@@ -60,6 +63,8 @@ class LastCheckpoint:
             payload["rng_ranks"] = rngs
         if self.average is not None:
             payload["average"] = self.average.state_dict()
+        if self.fingerprint is not None:
+            payload["fingerprint"] = self.fingerprint
         save_checkpoint(self.path, payload, keep_previous=True)
 
     def start(self, resume: bool, seed: int, settings: TrainSettings, batching: dict, device: torch.device) -> RunState:
@@ -77,10 +82,10 @@ class LastCheckpoint:
             if self.ctx.rank > 0:
                 seed_everything(seed + 1_000_003 * self.ctx.rank)
             return RunState(batching=batching)
-        if ckpt.get("format") != CHECKPOINT_FORMAT:
-            raise RuntimeError(
-                f"{source}: checkpoint format {ckpt.get('format')} is not {CHECKPOINT_FORMAT}; delete it to start over"
-            )
+        if self.fingerprint is not None and (
+            foreign := foreign_checkpoint(source, ckpt.get("fingerprint"), self.fingerprint)
+        ):
+            raise RunFolderConflict(foreign)  # before any of its weights or state is taken
         check_resume_batching(
             checkpoint_batching(ckpt["state"], settings.bucket_pool_batches),
             batching,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+PRECISIONS = ("bf16", "fp32")  # train.precision: bf16 autocast on CUDA, or none (float32)
+
 
 @dataclass
 class TrainSettings:
@@ -44,7 +46,7 @@ class TrainSettings:
     checkpoint_every_steps: int | None = None
     checkpoint_every_seconds: float | None = 300.0
     log_every: int = 50
-    precision: str = "bf16"  # autocast dtype on CUDA: bf16 | fp32
+    precision: str = "bf16"  # autocast dtype on CUDA: one of PRECISIONS
     data_on_device: bool = True
     compile: bool = False  # the model's forward (and so its backward) through torch.compile as a whole
     deterministic: bool = False  # torch.use_deterministic_algorithms on CUDA (CPU runs are deterministic)
@@ -59,6 +61,20 @@ class TrainSettings:
         if unknown:
             raise ValueError(f"unknown key(s) under train: {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         cfg = dict(cfg)
+        if cfg.get("precision", "bf16") not in PRECISIONS:
+            raise ValueError(
+                f"train.precision={cfg['precision']!r}: use {' or '.join(PRECISIONS)} (the autocast dtype on CUDA; "
+                "CPU runs are float32)"
+            )
         if "betas" in cfg:
-            cfg["betas"] = tuple(cfg["betas"])
+            betas = cfg["betas"]
+            numbers = isinstance(betas, (list, tuple)) and all(
+                isinstance(b, (int, float)) and not isinstance(b, bool) for b in betas
+            )
+            if not numbers or len(betas) != 2 or not all(0 <= b < 1 for b in betas):
+                raise ValueError(
+                    f"train.betas={betas!r}: Adam's betas are two numbers in [0, 1) (beta1, beta2), "
+                    "e.g. +train.betas=[0.9,0.999]"
+                )
+            cfg["betas"] = tuple(betas)
         return cls(**cfg)

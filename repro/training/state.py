@@ -2,8 +2,8 @@
 
 A resumed run must continue exactly as an uninterrupted one, so everything the next step
 depends on is here or in the RNG states: the step (the epoch and batch follow from it),
-the clocks, the running epoch loss the plateau schedule reads, the best validation so far
-and the history rows.
+the clocks, the running epoch loss the plateau schedule reads, the best validation so far,
+the history rows and the training losses not yet in a row.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class RunState:
     data_wait_s: float = 0.0  # seconds fetching batches, on the steps clock.py's DataWaitProbe samples
     data_wait_step_s: float = 0.0  # seconds of those whole steps
     data_wait_steps: int = 0  # how many steps were sampled
+    pending_losses: list = field(default_factory=list)  # the losses since the last history row (step.LossLog)
 
     def as_checkpoint(self) -> dict:
         """The fields as the dict ``last.pt`` holds under ``state`` (the history list itself, not a copy)."""

@@ -149,26 +149,48 @@ class LossLog:
 
     Each flush appends a history row (the mean over the steps since the last), adds the
     losses to the epoch's running sum the plateau schedule reads, and stops the run on the
-    first non-finite loss, naming its step.
+    first non-finite loss, naming its step. A checkpoint between two rows logs nothing: ``keep``
+    moves the losses so far into the run's state (``RunState.pending_losses``, which ``last.pt``
+    holds), so a resumed run writes the rows an uninterrupted one writes.
     """
 
     def __init__(
-        self, ctx: DistContext, optimizer: torch.optim.Optimizer, steps_per_epoch: int, last_path: Path, first_step: int
+        self,
+        ctx: DistContext,
+        optimizer: torch.optim.Optimizer,
+        steps_per_epoch: int,
+        last_path: Path,
+        first_step: int,
+        pending: list[float] | None = None,
     ):
         self.ctx, self.optimizer, self.steps_per_epoch, self.last_path = ctx, optimizer, steps_per_epoch, last_path
         self.losses: list[torch.Tensor] = []
-        self.first_step = first_step  # the step before the first buffered loss
+        self.kept = [float(v) for v in pending or []]  # global-batch means of the first steps, on the host
+        self.first_step = first_step - len(self.kept)  # the step before the first buffered loss
 
     def __len__(self) -> int:
-        return len(self.losses)
+        return len(self.kept) + len(self.losses)
+
+    def _host_values(self) -> torch.Tensor:
+        parts = [torch.tensor(self.kept, dtype=torch.float32)] if self.kept else []
+        if self.losses:  # per-rank means -> global-batch means
+            parts.append(mean_(self.ctx, torch.stack(self.losses).float()).cpu())
+        return torch.cat(parts)
+
+    def keep(self, state: RunState) -> None:
+        """The losses since the last row into ``state.pending_losses``, unlogged (before a checkpoint)."""
+        if self.losses:
+            self.kept = self._host_values().tolist()
+            self.losses.clear()
+        state.pending_losses = list(self.kept)
 
     def add(self, loss: torch.Tensor) -> None:
         self.losses.append(loss)
 
     def flush(self, state: RunState) -> None:
-        if not self.losses:
+        if not self.losses and not self.kept:
             return
-        values = mean_(self.ctx, torch.stack(self.losses).float()).cpu()  # per-rank means -> global-batch means
+        values = self._host_values()
         bad = (~torch.isfinite(values)).nonzero()
         if len(bad):
             step = self.first_step + int(bad[0]) + 1
@@ -179,4 +201,5 @@ class LossLog:
         state.epoch_loss_count += len(values)
         state.log(self.steps_per_epoch, lr=self.optimizer.param_groups[0]["lr"], train_loss=float(values.mean()))
         self.losses.clear()
+        self.kept, state.pending_losses = [], []
         self.first_step = state.step
