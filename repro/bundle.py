@@ -58,7 +58,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fnmatch
-import hashlib
 import json
 import os
 import re
@@ -98,12 +97,7 @@ class BundleError(Exception):
 # ---------------------------------------------------------------- hashing
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+sha256_file = records.file_sha256  # one definition (repro/records.py)
 
 
 def bundle_files(root: Path) -> list[str]:

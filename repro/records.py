@@ -307,6 +307,7 @@ HASHED_FILES = ("config.yaml", "history.csv", "predictions.csv")
 
 
 def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes, read 1 MiB at a time (records, bundles and the data cache use it)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

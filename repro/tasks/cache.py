@@ -38,6 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..records import file_sha256
+
 try:
     import fcntl
 except ImportError:  # not POSIX: no build lock (module docstring)
@@ -192,14 +194,6 @@ def store(entry: Path, params: dict, arrays: dict[str, np.ndarray], meta: dict) 
 
 class DamagedEntry(Exception):
     """A cache entry's files do not match its ``meta.json`` or cannot be read."""
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 24), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def load_entry(entry: Path) -> tuple[dict[str, np.ndarray], dict]:
