@@ -47,7 +47,9 @@ def test_cfg_run_prints_the_saved_config_and_the_trained_models_parameter_count(
     assert status == 0, err[-3000:]
     folder = tmp_path / "out" / "runs" / record
     parameters = read_json(folder / "metrics.json")["parameters"]  # sum(p.numel()) of the model the run trained
-    assert shown == (folder / "config.yaml").read_text() + f"parameters: {parameters}\n"
+    saved = (folder / "config.yaml").read_text()
+    settings_part, fingerprint, _ = saved.partition("\nfingerprint:\n")  # the identity, last: it needs the data
+    assert fingerprint and shown == settings_part + f"\nparameters: {parameters}\n"
 
 
 def test_cfg_run_of_an_arm_shows_each_of_its_tasks_and_refuses_bad_input_as_a_run_does(tmp_path, monkeypatch, capsys):

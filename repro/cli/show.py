@@ -1,5 +1,5 @@
-"""``lra-run ... --cfg run``: a run's resolved settings, as its config.yaml will hold them, and its parameter
-count, without data, training or writing anything.
+"""``lra-run ... --cfg run``: a run's resolved settings, as its config.yaml will hold them (less the run's
+fingerprint, which needs the data), and its parameter count, without data, training or writing anything.
 
 The model is built on the CPU as the runner builds it (``repro.runner.execute``: the arm's model sized for the
 task, the techniques' extra tokens and modules attached), for a task described by its shape alone
