@@ -75,8 +75,10 @@ if os.environ.get("RANK", "0") != "0":  # under torchrun rank 0 alone writes the
     event("end")
     sys.exit(0)
 run_dir.mkdir(parents=True, exist_ok=True)
-for file in ("config.yaml", "history.csv", "predictions.csv"):
-    (run_dir / file).write_text("fake\n")
+# the smallest record the runner's definition of complete accepts (repro/records.py, record_problem)
+(run_dir / "config.yaml").write_text(f"arm: {args['arm']}\ntrain: {{}}\n")
+(run_dir / "history.csv").write_text(f"step,elapsed_s,train_loss,val_acc\n10,{seconds},1.0,\n")
+(run_dir / "predictions.csv").write_text("index,prediction,label\n0,1,1\n")
 metrics = {
     "status": "complete",
     "arm": args["arm"],
@@ -84,6 +86,7 @@ metrics = {
     "seed": int(args["seed"]),
     "steps": 10,
     "epochs": 1,
+    "test_acc": 1.0,
     "train_time_s": seconds,
     "train_examples_per_s": 100.0,
     "elapsed_s": seconds,
