@@ -13,8 +13,8 @@ from repro.cli import command_line_problem
 
 PLUS = "(settings under train and model are added to the arm's with a leading +)"
 SETTINGS = (
-    "arm, budget, cache_dir, data_dir, debug, device, force, hydra, logger, model, output_dir, profile, progress, resume, "
-    "seed, task, techniques, train, workers"
+    "arm, budget, cache_dir, data_dir, debug, device, force, hydra, logger, model, output_dir, profile, progress, "
+    "resume, seed, task, techniques, train, workers"
 )
 
 
