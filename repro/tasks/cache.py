@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..records import file_sha256
+from ..records import digest_json, file_sha256
 
 try:
     import fcntl
@@ -50,8 +50,7 @@ CACHE_FORMAT = 1
 
 def cache_key(params: dict) -> str:
     """A short stable hash of JSON-serialisable parameters."""
-    text = json.dumps({"format": CACHE_FORMAT, **params}, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return digest_json({"format": CACHE_FORMAT, **params})[:16]
 
 
 def parts_path(cache_dir: str | os.PathLike, task: str, params: dict) -> Path:
