@@ -74,8 +74,9 @@ class OneTowerHead(nn.Module):
         if pooling not in POOLINGS:
             raise ValueError(f"pooling {pooling!r}: choose one of {', '.join(POOLINGS)}")
         self.pooling = pooling
-        self.single_logit = n_outputs(num_classes, single_logit) == 1
-        self.classify = classifier(d_model, n_outputs(num_classes, single_logit), hidden)
+        outputs = n_outputs(num_classes, single_logit)
+        self.single_logit = outputs == 1
+        self.classify = classifier(d_model, outputs, hidden)
 
     def forward(self, states: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         return as_two_classes(self.classify(pool(states, mask, self.pooling)), self.single_logit)
@@ -102,9 +103,10 @@ class TwoTowerHead(nn.Module):
             raise ValueError(f"combine {combine!r}: choose one of {', '.join(COMBINES)}")
         self.pooling = pooling
         self.combine = combine
-        self.single_logit = n_outputs(num_classes, single_logit) == 1
+        outputs = n_outputs(num_classes, single_logit)
+        self.single_logit = outputs == 1
         width = 2 * d_model if combine == "concat" else 4 * d_model
-        self.classify = classifier(width, n_outputs(num_classes, single_logit), hidden)
+        self.classify = classifier(width, outputs, hidden)
 
     def embed(self, states: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         return pool(states, mask, self.pooling)
