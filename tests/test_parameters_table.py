@@ -17,7 +17,8 @@ def view(rows: list[tuple]) -> SimpleNamespace:
 def test_the_release_rule_allows_at_most_ten_percent_more_than_the_base_transformer():
     assert size_flag(110, 100) == "within 10%" and size_flag(50, 100) == "within 10%"
     assert size_flag(111, 100) == "+11%"
-    assert size_flag(248458, 52266) == "+375%"  # the release's issue 2: Performer against the image Transformer
+    # the counts a release user reported (long-range-arena/issues/2): Performer against the image Transformer
+    assert size_flag(248458, 52266) == "+375%"
 
 
 def test_cells_hold_each_arm_s_count_per_task_and_the_rule_for_lra_arms_only():
