@@ -1,5 +1,5 @@
 """A slot's results into numbered ``tar.gz`` parts of at most M MiB each plus a manifest, grouped into
-transfers of at most K files; and back (``--resume-from``).
+transfers; and back (``--resume-from``, through ``parts``).
 
 What is carried, in this order of priority (an item that fits nowhere is left out whole, named
 on stderr and in the manifest's ``left_out``, and the grid command exits 1):
@@ -11,11 +11,12 @@ on stderr and in the manifest's ``left_out``, and the grid command exits 1):
    too: the resumed run scores the test set with it at the end;
 3. the cells' logs (``grid_logs/*.log``).
 
-Each file is cut into pieces of at most 4 MiB (``<path>.partNNN`` when cut), and each piece is
-a tar member compressed as its own gzip member: a ``.tar.gz`` of concatenated gzip members is
-read by ``tar xzf`` and Python's ``tarfile`` alike, and its size is known exactly before it is
-written, so the limits hold to the byte. ``grid-manifest.json`` lists every archive (a *part*)
-with its size, sha256 and transfer, and every file's size, sha256 and pieces.
+Each file is cut into pieces of at most 4 MiB, less when a part is smaller (``<path>.partNNN``
+when cut), and each piece is a tar member compressed as its own gzip member: a ``.tar.gz`` of
+concatenated gzip members is read by ``tar xzf`` and Python's ``tarfile`` alike, and its size
+is known exactly before it is written, so the limits hold to the byte. ``grid-manifest.json``
+lists every archive (a *part*) with its size, sha256 and transfer, and every file's size,
+sha256 and pieces.
 
 A *transfer* is what one call to a lent machine brings back: at most K files (the manifest
 counted) of at most T MiB together. With one transfer (the default) the parts and the manifest
@@ -199,6 +200,8 @@ def pack(
         raise GridError(f"--archive-transfer-mib {transfer_mib:g}: give more than {MANIFEST_RESERVE // 1024} KiB")
     root, out, limit = Path(root), Path(out), int(max_mib * 2**20)
     transfer_limit = int(transfer_mib * 2**20) - MANIFEST_RESERVE
+    # a piece fits an empty part: room for its tar header and gzip's framing (incompressible data grows 0.03%)
+    piece_bytes = max(512, min(piece_bytes, (min(limit, transfer_limit) - 8192) * 9 // 10))
     packer = _Packer(max_files - 1, transfers, limit, transfer_limit, piece_bytes)
     units, left_out = [], []
     for unit in collect_units(root):

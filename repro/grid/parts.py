@@ -63,18 +63,21 @@ def read_manifest(folders: list[Path]) -> tuple[dict, list[Path]]:
 
 def _label(manifest: dict, index: int) -> str:
     archive = manifest["archives"][index]
-    return f"part {archive['name']} ({index + 1} of {len(manifest['archives'])}, transfer {archive.get('transfer', 1)})"
+    return f"part {index + 1} of {len(manifest['archives'])}, in transfer {archive.get('transfer', 1)}"
 
 
 def verified_parts(folders: list[Path]) -> tuple[dict, dict[str, bytes]]:
-    """The manifest and every part's bytes, each part's sha256 checked; a missing or damaged part refused by name."""
-    manifest, where = read_manifest(folders)
+    """The manifest and every part's bytes, each part's sha256 checked; a missing or damaged part refused by name.
+    Parts are looked for in the folders and their subfolders (a transfer's folder that lost its manifest too)."""
+    manifest, _ = read_manifest(folders)
+    search = [p for f in map(Path, folders) for p in [f, *sorted(s for s in f.iterdir() if s.is_dir())]]
     parts = {}
     for index, archive in enumerate(manifest["archives"]):
-        copies = [folder / archive["name"] for folder in where if (folder / archive["name"]).is_file()]
+        copies = [folder / archive["name"] for folder in search if (folder / archive["name"]).is_file()]
         if not copies:
             raise GridError(
-                f"{', '.join(map(str, folders))}: {_label(manifest, index)} is missing; copy that transfer again"
+                f"{', '.join(map(str, folders))}: {archive['name']} ({_label(manifest, index)}) is missing; "
+                "copy that transfer again"
             )
         for path in copies:
             data = path.read_bytes()
@@ -169,11 +172,11 @@ def stage(
     sizes = {a["name"]: a["bytes"] for a in manifest["archives"]}
     lines = []
     for number, names in enumerate(groups, 1):
-        carried = sum(sizes[n] for n in names) / 2**20
+        carried = (sum(sizes[n] for n in names) + len(text)) / 2**20
         beside = checkout_mib + (data_mib if number == 1 else 0)
         target = f" into {Path(to) / INBOUND.format(number)}" if to is not None else ""
         lines.append(
-            f"inbound {number} of {len(groups)}{target}: {' '.join(names)} ({carried:.2f} MiB of parts, "
+            f"inbound {number} of {len(groups)}{target}: {' '.join(names)} ({carried:.2f} MiB with the manifest, "
             f"{carried + beside:.2f} MiB with the checkout{' and data' if number == 1 and data_mib else ''})"
         )
     return lines
