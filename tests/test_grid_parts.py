@@ -94,8 +94,21 @@ def test_a_part_larger_than_an_inbound_call_leaves_is_refused_by_name():
         stage_plan(manifest, 1000, budget_mib=4, checkout_mib=1.5)
     assert str(err.value) == (
         "grid-01.tar.gz: 3.00 MiB does not fit an inbound transfer of --budget-mib 4 beside 1.50 MiB "
-        "(checkout, data, manifest); pack with a smaller --archive-mib"
+        "(the checkout and the manifest); pack with a smaller --archive-mib"
     )
+
+
+def test_data_that_leaves_the_first_call_no_room_for_a_part_travels_alone():
+    manifest = {"archives": [{"name": f"grid-{n:02d}.tar.gz", "bytes": 13 * 2**20} for n in (1, 2, 3, 4, 5)]}
+    # 64 MiB a call: the checkout (9) and the data (43) leave 12 MiB, later calls 55 (four parts of 13)
+    assert stage_plan(manifest, 10_000, budget_mib=64, checkout_mib=9, data_mib=43) == [
+        [],
+        ["grid-01.tar.gz", "grid-02.tar.gz", "grid-03.tar.gz", "grid-04.tar.gz"],
+        ["grid-05.tar.gz"],
+    ]
+    assert stage_plan(manifest, 10_000, budget_mib=64, checkout_mib=9)[0] == [f"grid-0{n}.tar.gz" for n in (1, 2, 3, 4)]
+    with pytest.raises(GridError, match=r"^--budget-mib 50: less than the first call's checkout, data and manifest"):
+        stage_plan(manifest, 10_000, budget_mib=50, checkout_mib=9, data_mib=43)
 
 
 def _assemble_cli(tmp_path, capsys, *folders):

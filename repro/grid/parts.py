@@ -132,22 +132,30 @@ def stage_plan(
     manifest: dict, manifest_bytes: int, budget_mib: float, checkout_mib: float, data_mib: float = 0.0
 ) -> list[list[str]]:
     """The parts of each inbound transfer, in order, within ``budget_mib`` beside what every call carries too: the
-    checkout, a copy of the manifest and, in the first call only, the data."""
-    groups: list[list[str]] = []
-    room = 0
+    checkout, a copy of the manifest and, in the first call only, the data (which may leave that call no part)."""
+
+    def room(first: bool) -> int:
+        return int((budget_mib - checkout_mib - (data_mib if first else 0.0)) * 2**20) - manifest_bytes
+
+    if room(True) < 0:
+        raise GridError(
+            f"--budget-mib {budget_mib:g}: less than the first call's checkout, data and manifest "
+            f"({checkout_mib + data_mib + manifest_bytes / 2**20:.2f} MiB); give the budget a call has"
+        )
+    groups: list[list[str]] = [[]]
+    left = room(True)
     for archive in manifest["archives"]:
-        if not groups or archive["bytes"] > room:
-            beside = (checkout_mib + (0.0 if groups else data_mib)) * 2**20 + manifest_bytes
-            room = int(budget_mib * 2**20 - beside)
-            if archive["bytes"] > room:
+        if archive["bytes"] > left:
+            if archive["bytes"] > room(False):
                 raise GridError(
                     f"{archive['name']}: {archive['bytes'] / 2**20:.2f} MiB does not fit an inbound transfer of "
-                    f"--budget-mib {budget_mib:g} beside {beside / 2**20:.2f} MiB (checkout, data, manifest); "
-                    "pack with a smaller --archive-mib"
+                    f"--budget-mib {budget_mib:g} beside {budget_mib - room(False) / 2**20:.2f} MiB (the checkout "
+                    "and the manifest); pack with a smaller --archive-mib"
                 )
             groups.append([])
+            left = room(False)
         groups[-1].append(archive["name"])
-        room -= archive["bytes"]
+        left -= archive["bytes"]
     return groups
 
 
@@ -176,7 +184,8 @@ def stage(
         beside = checkout_mib + (data_mib if number == 1 else 0)
         target = f" into {Path(to) / INBOUND.format(number)}" if to is not None else ""
         lines.append(
-            f"inbound {number} of {len(groups)}{target}: {' '.join(names)} ({carried:.2f} MiB with the manifest, "
+            f"inbound {number} of {len(groups)}{target}: {' '.join(names) or 'no part'} ({carried:.2f} MiB with "
+            f"the manifest, "
             f"{carried + beside:.2f} MiB with the checkout{' and data' if number == 1 and data_mib else ''})"
         )
     return lines
