@@ -129,7 +129,7 @@ def test_a_changed_archive_is_refused(tmp_path):
     pack(_output(tmp_path / "out"), tmp_path / "slot")
     path = tmp_path / "slot" / "grid-01.tar.gz"
     path.write_bytes(path.read_bytes()[:-10] + b"0" * 10)
-    with pytest.raises(GridError, match="grid-01.tar.gz: missing or its sha256 differs"):
+    with pytest.raises(GridError, match="grid-01.tar.gz: damaged, its sha256 differs"):
         unpack(tmp_path / "slot", tmp_path / "next")
     assert not (tmp_path / "next").exists()
 

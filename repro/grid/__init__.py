@@ -8,7 +8,8 @@ Modules, one job each:
   packing limits and GPU-time accounting (``GpuSlots``);
 - ``gridlog``: ``grid_log.csv``, one row per finished cell and one per GPU;
 - ``plan``: GPU-minutes per cell from a timed probe or from records;
-- ``archive``: records and checkpoints into a few size-capped ``tar.gz`` files, and back;
+- ``archive``: records and checkpoints into size-capped ``tar.gz`` parts grouped into transfers;
+- ``parts`` and ``unpack``: the parts checked, staged for the next machine, assembled there, and unpacked;
 - ``ledger``: ``LEDGER.md``, cells done and left with their GPU-minutes;
 - ``driver`` and ``cli``: the command line that ties them together.
 """

@@ -1,4 +1,5 @@
-"""A slot's results into at most K ``tar.gz`` files of at most M MiB each plus a manifest; and back (``--resume-from``).
+"""A slot's results into numbered ``tar.gz`` parts of at most M MiB each plus a manifest, grouped into
+transfers; and back (``--resume-from``, through ``parts``).
 
 What is carried, in this order of priority (an item that fits nowhere is left out whole, named
 on stderr and in the manifest's ``left_out``, and the grid command exits 1):
@@ -10,11 +11,20 @@ on stderr and in the manifest's ``left_out``, and the grid command exits 1):
    too: the resumed run scores the test set with it at the end;
 3. the cells' logs (``grid_logs/*.log``).
 
-Each file is cut into pieces of at most 4 MiB (``<path>.partNNN`` when cut), and each piece is
-a tar member compressed as its own gzip member: a ``.tar.gz`` of concatenated gzip members is
-read by ``tar xzf`` and Python's ``tarfile`` alike, and its size is known exactly before it is
-written, so the limits hold to the byte. ``grid-manifest.json`` lists every archive's size and
-sha256 and every file's size, sha256 and pieces.
+Each file is cut into pieces of at most 4 MiB, less when a part is smaller (``<path>.partNNN``
+when cut), and each piece is a tar member compressed as its own gzip member: a ``.tar.gz`` of
+concatenated gzip members is read by ``tar xzf`` and Python's ``tarfile`` alike, and its size
+is known exactly before it is written, so the limits hold to the byte. ``grid-manifest.json``
+lists every archive (a *part*) with its size, sha256 and transfer, and every file's size,
+sha256 and pieces.
+
+A *transfer* is what one call to a lent machine brings back: at most K files (the manifest
+counted) of at most T MiB together. With one transfer (the default) the parts and the manifest
+lie in the output folder itself; with several, each transfer is a folder ``transfer-NN/``
+holding its parts and a copy of the manifest, so that a checkpoint larger than one transfer
+comes back over several calls. ``parts`` reads them back from a folder holding the manifest
+or from folders of such folders (the transfers, or the inbound copies ``stage`` writes), and
+refuses, in one line naming it, a part that is missing or damaged.
 
 Unpacking checks every sha256 first, then writes each record with ``metrics.json`` last, never
 over a different complete record (an error names it); a checkpoint replaces a local one only
@@ -26,7 +36,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import json
 import tarfile
 from dataclasses import dataclass, field
@@ -39,6 +48,7 @@ from .schedule import utc_now
 
 MANIFEST = "grid-manifest.json"
 PIECE_BYTES = 4 * 2**20
+MANIFEST_RESERVE = 256 * 1024  # bytes each transfer keeps for its copy of the manifest
 CHECKPOINT_FILES = (
     "checkpoints/best.pt",
     "checkpoints/best.pt.sha256",
@@ -92,23 +102,44 @@ def _member(name: str, data: bytes) -> bytes:
     return gzip.compress(block, compresslevel=6, mtime=0)
 
 
+def transfer_name(number: int) -> str:
+    """The folder of transfer ``number`` (1, 2, ...) when a slot's parts span several."""
+    return f"transfer-{number:02d}"
+
+
 @dataclass
 class _Packer:
-    max_archives: int
-    limit: int
+    """First fit of compressed members into parts; a part belongs to one transfer, opened in turn."""
+
+    per_transfer: int  # parts in a transfer (its files less the manifest)
+    max_transfers: int
+    limit: int  # bytes of a part
+    transfer_limit: int  # bytes of a transfer's parts
     piece_bytes: int = PIECE_BYTES
-    archives: list = field(default_factory=list)  # per archive: list of compressed members
+    archives: list = field(default_factory=list)  # per part: list of compressed members
     sizes: list = field(default_factory=list)
+    transfer_of: list = field(default_factory=list)  # per part: its transfer, from 0
+
+    def _transfer_bytes(self, transfer: int) -> int:
+        return sum(size + len(_END) for size, t in zip(self.sizes, self.transfer_of, strict=True) if t == transfer)
 
     def _place(self, size: int) -> int | None:
         for i, used in enumerate(self.sizes):
-            if used + size + len(_END) <= self.limit:
+            fits_part = used + size + len(_END) <= self.limit
+            if fits_part and self._transfer_bytes(self.transfer_of[i]) + size <= self.transfer_limit:
                 return i
-        if len(self.sizes) < self.max_archives and size + len(_END) <= self.limit:
-            self.archives.append([])
-            self.sizes.append(0)
-            return len(self.sizes) - 1
-        return None
+        if size + len(_END) > min(self.limit, self.transfer_limit):
+            return None
+        transfer = self.transfer_of[-1] if self.transfer_of else 0
+        full = self.transfer_of.count(transfer) >= self.per_transfer
+        if self.transfer_of and (full or self._transfer_bytes(transfer) + size + len(_END) > self.transfer_limit):
+            transfer += 1
+        if transfer >= self.max_transfers:
+            return None
+        self.archives.append([])
+        self.sizes.append(0)
+        self.transfer_of.append(transfer)
+        return len(self.sizes) - 1
 
     def add(self, root: Path, unit: Unit) -> list[dict] | None:
         """Place every piece of ``unit``; None (and nothing placed) when one does not fit."""
@@ -123,10 +154,10 @@ class _Packer:
                 blob = _member(member, chunk)
                 index = self._place(len(blob))
                 if index is None:
-                    # back to the mark: drop the archives this unit opened, trim the others
+                    # back to the mark: drop the parts this unit opened, trim the others
                     opened = len(mark[0])
                     self.archives = [a[:n] for a, n in zip(self.archives[:opened], mark[0], strict=True)]
-                    self.sizes = mark[1]
+                    self.sizes, self.transfer_of = mark[1], self.transfer_of[:opened]
                     return None
                 self.archives[index].append(blob)
                 self.sizes[index] += len(blob)
@@ -136,15 +167,43 @@ class _Packer:
         return entries
 
 
-def pack(root: Path, out: Path, max_files: int = 8, max_mib: float = 16.0, piece_bytes: int = PIECE_BYTES) -> dict:
-    """Write ``root``'s results into ``out`` (archives and ``grid-manifest.json``); returns the manifest.
+def _clear(out: Path, keep: set[Path]) -> None:
+    """Remove the parts, manifests and transfer folders of an earlier pack into ``out`` that ``keep`` lacks."""
+    for folder in [out, *sorted(out.glob("transfer-[0-9][0-9]"))]:
+        for stale in [*folder.glob("grid-[0-9][0-9]*.tar.gz"), folder / MANIFEST]:
+            if stale.is_file() and stale not in keep:
+                stale.unlink()
+        if folder != out and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
 
-    ``max_files`` counts the manifest. What did not fit is named on stderr and in ``left_out``.
+
+def pack(
+    root: Path,
+    out: Path,
+    max_files: int = 8,
+    max_mib: float = 16.0,
+    piece_bytes: int = PIECE_BYTES,
+    transfers: int = 1,
+    transfer_mib: float = 64.0,
+) -> dict:
+    """Write ``root``'s results into ``out`` (parts and ``grid-manifest.json``); returns the manifest.
+
+    Each of at most ``transfers`` transfers holds at most ``max_files`` files, its copy of the
+    manifest counted, of at most ``transfer_mib`` MiB together. What did not fit is named in
+    ``left_out``.
     """
     if max_files < 2:
         raise GridError(f"--archive-files {max_files}: needs at least 2 (one archive and the manifest)")
+    if transfers < 1:
+        raise GridError(f"--archive-transfers {transfers}: give 1 or more")
+    if transfer_mib * 2**20 <= MANIFEST_RESERVE:
+        raise GridError(f"--archive-transfer-mib {transfer_mib:g}: give more than {MANIFEST_RESERVE // 1024} KiB")
     root, out, limit = Path(root), Path(out), int(max_mib * 2**20)
-    packer, units, left_out = _Packer(max_files - 1, limit, piece_bytes), [], []
+    transfer_limit = int(transfer_mib * 2**20) - MANIFEST_RESERVE
+    # a piece fits an empty part: room for its tar header and gzip's framing (incompressible data grows 0.03%)
+    piece_bytes = max(512, min(piece_bytes, (min(limit, transfer_limit) - 8192) * 9 // 10))
+    packer = _Packer(max_files - 1, transfers, limit, transfer_limit, piece_bytes)
+    units, left_out = [], []
     for unit in collect_units(root):
         entries = packer.add(root, unit)
         size = sum((root / p).stat().st_size for p in unit.files)
@@ -152,26 +211,46 @@ def pack(root: Path, out: Path, max_files: int = 8, max_mib: float = 16.0, piece
             left_out.append({"unit": unit.label, "kind": unit.kind, "bytes": size})
             continue
         units.append({"kind": unit.kind, "label": unit.label, "folder": unit.folder, "files": entries})
-    out.mkdir(parents=True, exist_ok=True)
-    archives = []
+    used = sorted(set(packer.transfer_of)) or [0]
+    folder_of = {t: out if transfers == 1 else out / transfer_name(t + 1) for t in used}
+    archives, written = [], set()
     for index, blobs in enumerate(packer.archives):
         data = b"".join(blobs) + _END
-        records.write_atomic(out / archive_name(index), data)
-        archives.append({"name": archive_name(index), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
-    for stale in out.glob("grid-[0-9][0-9].tar.gz"):
-        if stale.name not in {a["name"] for a in archives}:
-            stale.unlink()
-    limits = {"files": max_files, "mib": max_mib}
+        transfer = packer.transfer_of[index]
+        path = folder_of[transfer] / archive_name(index)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        records.write_atomic(path, data)
+        written.add(path)
+        archives.append(
+            {
+                "name": archive_name(index),
+                "bytes": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "transfer": transfer + 1,
+            }
+        )
+    limits = {"files": max_files, "mib": max_mib, "transfers": transfers, "transfer_mib": transfer_mib}
     manifest = {
-        "format": 1,
+        "format": 2,
         "written_utc": utc_now(),
         "source": str(root),
         "limits": limits,
+        "transfers": len(used),
         "archives": archives,
         "units": units,
         "left_out": left_out,
     }
-    records.write_atomic(out / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+    text = json.dumps(manifest, indent=1) + "\n"
+    if len(text.encode()) > MANIFEST_RESERVE:
+        raise GridError(
+            f"{out / MANIFEST}: {len(text.encode())} bytes, more than the {MANIFEST_RESERVE} each transfer keeps for "
+            "it; pack with a larger --archive-mib"
+        )
+    for folder in folder_of.values():
+        folder.mkdir(parents=True, exist_ok=True)
+        records.write_atomic(folder / MANIFEST, text)
+        written.add(folder / MANIFEST)
+    _clear(out, written)
     return manifest
 
 
@@ -180,41 +259,3 @@ def _safe(path: str, where: Path) -> str:
     if not path or Path(path).is_absolute() or ".." in parts:
         raise GridError(f"{where}: unsafe path {path!r} in the archive; it must stay inside the output folder")
     return path
-
-
-def read_archives(folder: Path) -> tuple[dict, dict[str, bytes]]:
-    """The manifest of ``folder`` and every file's bytes, each sha256 checked."""
-    folder = Path(folder)
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-    except (OSError, ValueError) as err:
-        raise GridError(f"{folder / MANIFEST}: cannot read it ({err}); pass a folder --archive-to wrote") from err
-    for unit in manifest["units"]:
-        for entry in unit["files"]:
-            _safe(entry["path"], folder / MANIFEST)
-        if unit["folder"]:
-            _safe(unit["folder"], folder / MANIFEST)
-    wanted = {
-        (piece["archive"], piece["member"]): (entry, piece)
-        for unit in manifest["units"]
-        for entry in unit["files"]
-        for piece in entry["pieces"]
-    }
-    contents = {entry["path"]: bytearray(entry["bytes"]) for unit in manifest["units"] for entry in unit["files"]}
-    for archive in manifest["archives"]:
-        path = folder / archive["name"]
-        data = path.read_bytes() if path.exists() else b""
-        if hashlib.sha256(data).hexdigest() != archive["sha256"]:
-            raise GridError(f"{path}: missing or its sha256 differs from {MANIFEST}; copy the slot's files again")
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            for member in tar:
-                entry, piece = wanted.get((archive["name"], member.name), (None, None))
-                if entry is None or not member.isfile() or member.size != piece["bytes"]:
-                    raise GridError(f"{path}: member {member.name!r} is not in {MANIFEST} as a file of that size")
-                start = piece["offset"]
-                contents[entry["path"]][start : start + piece["bytes"]] = tar.extractfile(member).read()
-    for unit in manifest["units"]:
-        for entry in unit["files"]:
-            if hashlib.sha256(contents[entry["path"]]).hexdigest() != entry["sha256"]:
-                raise GridError(f"{folder}: {entry['path']} reassembled differs from its sha256 in {MANIFEST}")
-    return manifest, {path: bytes(data) for path, data in contents.items()}

@@ -7,6 +7,8 @@ Usage (``python -m repro.grid`` takes the same arguments)::
     lra-grid GRID.yaml --dry-run [-- overrides]                    # print the commands
     lra-grid ledger GRID.yaml --records DIR [--records DIR2 ...] [--plan-file F]  # write the grid's LEDGER.md
     lra-grid unpack FOLDER --into DIR                              # a slot's archives into an output folder
+    lra-grid stage FOLDER --budget-mib M --checkout-mib C [--data-mib D] [--to DIR]  # parts over inbound calls
+    lra-grid assemble FOLDER [FOLDER ...] --into DIR               # check the parts, write the set (on the machine)
 
 Each cell is ``python experiments/run.py arm=A task=T seed=S progress=false <common> <overrides>``
 (``--runner`` names another script); a cell of a block with ``gpus: N`` runs it under ``torchrun`` on N
@@ -33,17 +35,19 @@ the running cells that signal (SIGTERM at the deadline: each checkpoints and exi
 ``--stop-grace-seconds`` (120) and kills what is left; appends a row per cell and per GPU to
 ``<output_dir>/grid_log.csv`` (``gridlog``: GPU seconds, examples, aggregate examples/s) and
 prints the throughput; then writes ``--archive-to``: the complete records, the unfinished runs'
-checkpoints and the logs in at most ``--archive-files`` (8, the manifest counted) files of at
-most ``--archive-mib`` (16) MiB (``archive``). It returns 0 when no cell failed and everything
-fitted (cells left for the next slot are listed, not failures), 1 when a cell failed or
-something did not fit the archives (named on stderr), 128 + signum when stopped by a signal
+checkpoints and the logs in parts of at most ``--archive-mib`` (16) MiB, grouped into at most
+``--archive-transfers`` (1) transfers of at most ``--archive-files`` (8, the manifest counted)
+files and ``--archive-transfer-mib`` (64) MiB (``archive``; with several, one ``transfer-NN/``
+folder each, brought back by one call each: ``parts``). It returns 0 when no cell failed and
+everything fitted (cells left for the next slot are listed, not failures), 1 when a cell failed
+or something did not fit the archives (named on stderr), 128 + signum when stopped by a signal
 (after archiving), 2 on bad input. ``--carry-over`` also starts cells that cannot end before
-the deadline while 5 minutes are left (they continue from their checkpoint in the next slot;
-a checkpoint too big for the archives is lost: ListOps at ``profile=paper`` is about 230 MB); a
-block's ``carry_over: false`` or ``true`` wins over it for the block's cells. A running cell that
-cannot carry over is stopped as soon as its pace (its ``progress.json`` at each validation: the
-last two minutes of its own clock, once five have been seen) says it will end after the deadline,
-and its GPU takes the next cell that fits.
+the deadline while 5 minutes are left (they continue from their checkpoint in the next slot; a
+checkpoint too big for the transfers allowed is lost: ListOps at ``profile=paper`` is about 230
+MB, four transfers of 64 MiB); a block's ``carry_over: false`` or ``true`` wins over it for the
+block's cells. A running cell that cannot carry over is stopped as soon as its pace (its
+``progress.json`` at each validation: the last two minutes of its own clock, once five have
+been seen) says it will end after the deadline, and its GPU takes the next cell that fits.
 Cell output goes to ``<output_dir>/grid_logs/ARM__TASK__seedS.log``, except when the cells run
 one at a time on this process's device (no ``--gpus``), where it is this process's output.
 ``--claim-dir D`` shares the queue with other grid processes on a shared file system.
@@ -64,7 +68,9 @@ from .cells import DEFAULT_RUNNER, GridError, comma_list, command, load_grid, ou
 USAGE = """\
 {prog} GRID.yaml [options] [-- overrides for every cell]
        {prog} ledger GRID.yaml [--records DIR ...] [--plan-file F] [--out F]
-       {prog} unpack FOLDER --into DIR"""
+       {prog} unpack FOLDER --into DIR
+       {prog} stage FOLDER --budget-mib M --checkout-mib C [--data-mib D] [--to DIR]
+       {prog} assemble FOLDER [FOLDER ...] --into DIR"""
 
 COMMANDS = """\
 Run, plan and account a grid of (arm, task, seed) cells on GPU machines lent in short slots: each
@@ -77,7 +83,11 @@ commands:
   ledger GRID.yaml      write the grid's LEDGER.md: cells done, GPU-minutes spent and left
                         ({prog} ledger --help)
   unpack FOLDER         unpack a slot's archives (--archive-to) into an output folder
-                        ({prog} unpack --help)"""
+                        ({prog} unpack --help)
+  stage FOLDER          which of a slot's parts go in which call to the next machine
+                        ({prog} stage --help)
+  assemble FOLDER       on that machine: check every part, write the set --resume-from takes
+                        ({prog} assemble --help)"""
 
 EXAMPLES = """\
 Examples:
@@ -126,6 +136,15 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     run.add_argument("--archive-to", type=Path, default=None, help="write the archives and manifest here at the end")
     run.add_argument("--archive-files", type=int, default=8, help="at most this many files, the manifest counted")
     run.add_argument("--archive-mib", type=float, default=16.0, help="at most this many MiB per file")
+    run.add_argument(
+        "--archive-transfers",
+        type=int,
+        default=1,
+        help="spread the parts over at most this many transfers (folders transfer-NN/, one call each to bring back)",
+    )
+    run.add_argument(
+        "--archive-transfer-mib", type=float, default=64.0, help="at most this many MiB per transfer, all files"
+    )
     run.add_argument("--resume-from", type=Path, default=None, help="unpack a slot's archives into output_dir first")
     run.add_argument("--claim-dir", type=Path, default=None, help="share the queue with other grid processes")
     run.add_argument("--runner", type=Path, default=DEFAULT_RUNNER, help="the script each cell runs")
@@ -211,6 +230,50 @@ def _unpack_parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
+def _stage_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=f"{prog} stage",
+        description="Say which of a slot's parts go in which call to the next machine: each call carries the "
+        "checkout and a copy of the manifest beside its parts, the first also the data, within --budget-mib.",
+    )
+    parser.add_argument("folder", type=Path, nargs="+", help="the slot's parts (a folder or its transfer-NN/ folders)")
+    parser.add_argument("--budget-mib", type=float, required=True, help="what one call carries in, all told")
+    parser.add_argument("--checkout-mib", type=float, required=True, help="what every call carries beside the parts")
+    parser.add_argument("--data-mib", type=float, default=0.0, help="what the first call carries too (the data)")
+    parser.add_argument("--to", type=Path, default=None, help="copy each call's parts into DIR/inbound-NN/")
+    return parser
+
+
+def _assemble_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=f"{prog} assemble",
+        description="Check every part of a slot's archives against its manifest and write the complete set into a "
+        "new folder, for --resume-from; a part missing or damaged is refused by name and nothing is written.",
+    )
+    parser.add_argument("folder", type=Path, nargs="+", help="folders holding the parts (or their inbound-NN/)")
+    parser.add_argument("--into", type=Path, required=True, help="a new folder for the complete set")
+    return parser
+
+
+def _parts_command(command: str, args) -> int:
+    from .parts import assemble, stage
+
+    for folder in args.folder:
+        if not folder.is_dir():
+            raise GridError(f"{folder}: no such folder")
+    if command == "assemble":
+        print(f"[grid] {assemble(args.folder, args.into)}")
+        return 0
+    for value, name in ((args.budget_mib, "--budget-mib"), (args.checkout_mib, "--checkout-mib")):
+        if value < 0 or (name == "--budget-mib" and value == 0):
+            raise GridError(f"{name} {value:g}: give a positive number of MiB")
+    if args.data_mib < 0:
+        raise GridError(f"--data-mib {args.data_mib:g}: give 0 or more MiB")
+    for line in stage(args.folder, args.budget_mib, args.checkout_mib, args.data_mib, args.to):
+        print(f"[grid] {line}")
+    return 0
+
+
 def _unpack_command(args) -> int:
     from .unpack import unpack
 
@@ -228,6 +291,8 @@ def _check(args) -> None:
         raise GridError(f"--pack-slowdown {args.pack_slowdown}: give a positive factor")
     if args.archive_mib <= 0 or args.archive_files < 2:
         raise GridError("--archive-mib must be positive and --archive-files at least 2 (an archive and the manifest)")
+    if args.archive_transfers < 1 or args.archive_transfer_mib <= 0.25:
+        raise GridError("--archive-transfers must be 1 or more and --archive-transfer-mib more than 0.25")
     if args.probe_steps < 1:
         raise GridError(f"--probe-steps {args.probe_steps}: give 1 or more")
     if not args.dry_run and not args.runner.exists():
@@ -269,6 +334,9 @@ def _main(argv: list[str], started: float) -> int:
         return ledger_command(args, extra)
     if argv[:1] == ["unpack"]:
         return _unpack_command(_unpack_parser(prog).parse_args(argv[1:]))
+    if argv[:1] in (["stage"], ["assemble"]):
+        parser = _stage_parser if argv[0] == "stage" else _assemble_parser
+        return _parts_command(argv[0], parser(prog).parse_args(argv[1:]))
     args = _parser(prog).parse_args(argv)
     args.records = records_folders(args.records)
     _check(args)

@@ -289,20 +289,23 @@ def report(campaign: Campaign, outcome, skipped: int, total: int, too_wide: int 
     )
 
 
-def archive(out: Path, folder: Path, files: int, mib: float) -> bool:
+def archive(out: Path, folder: Path, files: int, mib: float, transfers: int = 1, transfer_mib: float = 64.0) -> bool:
     """Pack the output folder into ``folder``; False (and each item named on stderr) when something did not fit."""
-    manifest = pack(out, folder, files, mib)
+    manifest = pack(out, folder, files, mib, transfers=transfers, transfer_mib=transfer_mib)
     kinds = [unit["kind"] for unit in manifest["units"]]
     sizes = ", ".join(f"{a['name']} {a['bytes'] / 2**20:.1f} MiB" for a in manifest["archives"])
+    spread = f" in {manifest['transfers']} transfers" if manifest["transfers"] > 1 else ""
     print(
         f"[grid] archived {kinds.count('record')} record(s), {kinds.count('checkpoint')} checkpoint(s), "
-        f"{kinds.count('log')} log(s) into {folder}: {sizes or 'no archive'}",
+        f"{kinds.count('log')} log(s) into {folder}{spread}: {sizes or 'no archive'}",
         flush=True,
     )
+    room = f"{files - 1} archives of {mib:g} MiB"
+    if transfers > 1 or transfer_mib < (files - 1) * mib:
+        room = f"{transfers} transfer(s) of {room}, {transfer_mib:g} MiB a transfer"
     for item in manifest["left_out"]:
         print(
-            f"[grid] archive: left out (no room in {files - 1} archives of {mib:g} MiB): {item['unit']} "
-            f"({item['bytes'] / 2**20:.1f} MiB)",
+            f"[grid] archive: left out (no room in {room}): {item['unit']} ({item['bytes'] / 2**20:.1f} MiB)",
             file=sys.stderr,
             flush=True,
         )
@@ -342,7 +345,8 @@ def run_grid(args, grid: Grid, extra: list[str], runner: Path, started: float) -
     append_rows(campaign.log_path, totals)
     print(summary_line(totals, len(campaign.rows)))
     report(campaign, outcome, skipped, len(grid.cells), len(too_wide))
-    packed = archive(out, args.archive_to, args.archive_files, args.archive_mib) if args.archive_to else True
+    limits = (args.archive_files, args.archive_mib, args.archive_transfers, args.archive_transfer_mib)
+    packed = archive(out, args.archive_to, *limits) if args.archive_to else True
     if outcome.signum is not None:
         return 128 + outcome.signum
     return 1 if campaign.failed or not packed else 0

@@ -1,6 +1,8 @@
 """``--resume-from FOLDER``: put a slot's archives (``archive.pack``) back into an output folder.
 
-Every file's sha256 is checked and every conflict found before anything is written: a complete
+FOLDER holds the manifest and every part, or subfolders that do (a slot's ``transfer-NN/``, the
+``inbound-NN/`` copies of ``parts.stage``); a part missing or damaged stops it before anything is
+written. Every file's sha256 is checked and every conflict found before anything is written: a complete
 record here that differs from the archive's stops the unpacking (an error names it); the same
 record is skipped. A checkpoint is skipped when the run's record is complete here, or when the
 local ``last.pt`` has trained as many steps or more; otherwise it replaces the local one (and
@@ -14,8 +16,8 @@ import io
 from pathlib import Path
 
 from .. import records
-from .archive import read_archives
 from .cells import GridError
+from .parts import read_archives
 from .runs import checkpoint_state, complete_metrics
 
 
@@ -81,8 +83,9 @@ def _write_unit(unit: dict, contents: dict[str, bytes], root: Path) -> None:
             (root / unit["folder"] / "checkpoints" / stale).unlink(missing_ok=True)
 
 
-def unpack(folder: Path, root: Path) -> list[str]:
-    """Unpack the archives in ``folder`` into the output folder ``root``; returns one line per unit."""
+def unpack(folder: Path | list[Path], root: Path) -> list[str]:
+    """Unpack the parts in ``folder`` (or folders: ``parts.read_archives``) into the output folder ``root``;
+    returns one line per unit."""
     manifest, contents = read_archives(folder)
     root = Path(root)
     decisions = [(unit, _decide(unit, contents, root)) for unit in manifest["units"]]
