@@ -43,6 +43,7 @@ import math
 import os
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -558,6 +559,7 @@ def run_followup(
     folder.mkdir(parents=True, exist_ok=True)
     meta = {**meta, "device": name, "peak_tflops": peak, "rows_planned": len(specs), "complete": False}
     done = {r["row"] for r in rows}
+    order = {spec.name: i for i, spec in enumerate(specs)}
     transformer = {spec.arm: is_transformer_arm(spec.arm) for spec in specs}
     started = clock()
     write_record(folder, meta, rows)
@@ -572,12 +574,14 @@ def run_followup(
                 row = measure(spec, options, device, peak, clock)
             except Exception as err:  # noqa: BLE001 - one row's failure is its row, the others still run
                 kind = "OOM" if is_out_of_memory(err) else "error"
-                row = {**base, "status": f"{kind}: {type(err).__name__}: {str(err).splitlines()[0][:300]}"}
-                if kind == "error" and os.environ.get("LRA_BENCH_TRACEBACK"):
-                    raise
+                first_line = (str(err).splitlines() or [""])[0][:300]
+                row = {**base, "status": f"{kind}: {type(err).__name__}: {first_line}"}
+                if kind == "error":
+                    traceback.print_exc(file=sys.stderr)
             free_memory(device)
         row["transformer"] = transformer[spec.arm] and spec.kind == "arm"
         rows.append(row)
+        rows.sort(key=lambda r: order.get(r["row"], len(order)))  # a resumed record keeps the planned order
         write_record(folder, meta, rows)
         print(summary_line(row), flush=True)
     meta["complete"] = all(r["status"] == "ok" for r in rows) and len(rows) == len(specs)
