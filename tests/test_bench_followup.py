@@ -185,3 +185,26 @@ def test_the_record_names_its_environment_and_command(record):
     assert "mode=followup" in meta["command"]
     table = (record / "table.md").read_text()
     assert all(f"| {name} |" in table for name in ["reference@listops", *ROWS])
+
+
+@pytest.mark.parametrize(
+    "block, message",
+    [
+        ({"steps": 0}, "followup.steps=0 (experiments/conf/bench.yaml): give a whole number >= 1"),
+        ({"step": 2}, "followup.step: no such key (experiments/conf/bench.yaml); known: "),
+        ({"generated_cap": 0}, "followup.generated_cap=0: give a whole number of examples >= 1, or null (no cap)"),
+        ({"time_budget_s": -1}, "followup.time_budget_s=-1: give seconds > 0, or null (no limit)"),
+        ({"overrides": {"text": "task.max_len=256"}}, "followup.overrides={'text': 'task.max_len=256'}: give a block"),
+    ],
+)
+def test_a_bad_setting_is_refused_naming_its_key(block, message):
+    with pytest.raises(ValueError) as caught:
+        followup.options_from(block)
+    assert caught.value.args[0].startswith(message)
+
+
+def test_the_command_line_refuses_an_unknown_arm_with_exit_status_2(tmp_path):
+    done = run_bench("device=cpu", "followup.rows=[s9@listops]", f"out_dir={tmp_path}")
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith("bench: followup.rows: no arm 's9' in s9@listops; arms: ")
+    assert len(done.stderr.strip().splitlines()) == 1 and not any(tmp_path.iterdir())
