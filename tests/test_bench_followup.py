@@ -208,3 +208,20 @@ def test_the_command_line_refuses_an_unknown_arm_with_exit_status_2(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().startswith("bench: followup.rows: no arm 's9' in s9@listops; arms: ")
     assert len(done.stderr.strip().splitlines()) == 1 and not any(tmp_path.iterdir())
+
+
+def test_techniques_the_data_cannot_feed_leave_the_real_timing_out_and_say_why(tmp_path):
+    """The CIFAR augmentation needs RGB images: on the grey bundle the row is timed on staged batches only."""
+    from test_image import make_bundle
+
+    make_bundle(tmp_path / "data", variants=("gray",))
+    options = followup.Options(
+        profile="smoke", warmup=1, steps=1, staged_batches=1, data_dir=tmp_path / "data", cache_dir=tmp_path / "cache"
+    )
+    with hydra_context():
+        row = followup.measure(followup.RowSpec("locality_k5", "image"), options, followup.torch.device("cpu"), None)
+    assert row["status"] == "ok" and row["techniques"] == "followup_data" and row["data"] == "bundle"
+    assert "real_examples_per_s" not in row and row["staged_examples_per_s"] > 0
+    assert row["data_note"].startswith("techniques not applied (") and row["data_note"].endswith(
+        "real batches not timed"
+    )
