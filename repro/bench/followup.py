@@ -217,15 +217,14 @@ def resolve_row(spec: RowSpec, profile: str, extra: list[str] | None = None) -> 
     """The runner's resolved settings of the row's (arm, techniques, task) at ``profile``, with ``extra``
     overrides as a run's command line takes them (``task.max_len=300``, ``++train.compile=true``)."""
     overrides = [f"arm={spec.arm}", f"task={spec.task}", f"profile={profile}"]
-    if spec.techniques and spec.kind == "arm":
+    if spec.kind == "reference":  # a plain training: no techniques
+        overrides.append("techniques=none")
+    elif spec.techniques:
         overrides.append(f"techniques={spec.techniques}")
     overrides += list(extra or [])
     with hydra_context():
         cfg = compose(config_name="config", overrides=overrides)
-    run = resolve(cfg, typed_task_paths(overrides))
-    if spec.kind == "reference":
-        run["techniques"] = {"name": "none", "augment": {}, "arm_default": run["techniques"]["arm_default"]}
-    return run
+    return resolve(cfg, typed_task_paths(overrides))
 
 
 def cap_generated(task_cfg: dict, cap: int | None) -> tuple[dict, str]:
