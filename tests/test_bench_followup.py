@@ -225,3 +225,17 @@ def test_techniques_the_data_cannot_feed_leave_the_real_timing_out_and_say_why(t
     assert row["data_note"].startswith("techniques not applied (") and row["data_note"].endswith(
         "real batches not timed"
     )
+
+
+def test_a_flop_count_that_fails_keeps_the_row_s_timing_and_says_so(tmp_path, monkeypatch):
+    def no_count(step, batch):
+        raise RuntimeError("no formula for this kernel")
+
+    monkeypatch.setattr(followup, "step_flops", no_count)
+    options = followup.Options(
+        profile="smoke", warmup=0, steps=1, staged_batches=1, cache_dir=tmp_path, overrides={"listops": SHORT_LISTOPS}
+    )
+    with hydra_context():
+        row = followup.measure(followup.RowSpec("locality_k5", "listops"), options, followup.torch.device("cpu"), 989.0)
+    assert row["status"] == "ok" and row["real_examples_per_s"] > 0 and "tflops" not in row
+    assert row["data_note"] == "FLOPs not counted (RuntimeError: no formula for this kernel)"

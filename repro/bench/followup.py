@@ -434,11 +434,15 @@ def measure(spec: RowSpec, options: Options, device: torch.device, peak: float |
         row["data_wait_share"] = 1.0 - staged_s / real_s
     peak_bytes, _ = read_peak(device)
     row["peak_mem_gb"] = peak_bytes / 1e9 if peak_bytes is not None else None
-    flops = step_flops(step, staged[0])
-    row["flops_per_step"] = flops
-    row["tflops"] = flops / staged_s / 1e12
     row["peak_tflops"] = peak
-    row["peak_fraction"] = row["tflops"] / peak if peak else None
+    try:  # after the timing, so a count that fails costs the row its FLOPs only
+        flops = step_flops(step, staged[0])
+    except Exception as err:  # noqa: BLE001 - named in the row
+        notes.append(f"FLOPs not counted ({type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]})")
+    else:
+        row["flops_per_step"] = flops
+        row["tflops"] = flops / staged_s / 1e12
+        row["peak_fraction"] = row["tflops"] / peak if peak else None
     row["data_note"] = "; ".join(notes)
     row["status"] = "ok"
     return row
@@ -594,8 +598,9 @@ def summary_line(row: dict) -> str:
     parts = [f"{row['row']}: staged {row['staged_examples_per_s']:.1f} ex/s"]
     if row.get("real_examples_per_s"):
         parts.append(f"real {row['real_examples_per_s']:.1f} ex/s (data wait {100 * row['data_wait_share']:.1f}%)")
-    parts.append(f"{row['tflops']:.3g} TFLOP/s" + (f" ({100 * row['peak_fraction']:.1f}% of peak)" if row.get(
-        "peak_fraction") else ""))  # fmt: skip
+    if row.get("tflops") is not None:
+        peak = f" ({100 * row['peak_fraction']:.1f}% of peak)" if row.get("peak_fraction") else ""
+        parts.append(f"{row['tflops']:.3g} TFLOP/s{peak}")
     if row.get("ratio_to_reference"):
         parts.append(f"{row['ratio_to_reference']:.2f}x reference")
     return ", ".join(parts)
