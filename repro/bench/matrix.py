@@ -67,7 +67,7 @@ def modes_for(mode: str) -> list[str]:
     if mode == "both":
         return list(MODES)
     if mode not in MODES:
-        raise ValueError(f"mode={mode!r} (experiments/conf/bench.yaml): choose train, infer or both")
+        raise ValueError(f"mode={mode!r} (experiments/conf/bench.yaml): choose train, infer, both or followup")
     return [mode]
 
 

@@ -10,6 +10,10 @@ row marked OOM, never a crash. Settings: experiments/conf/bench.yaml, e.g.
     lra-bench depth=1 batch=8 mode=train lengths=[1024,2048,4096]
     lra-bench attention_dropout=0 mode=train lengths=[4096]   # every arm without attention dropout
 
+``mode=followup`` times the follow-up arms' training steps at their protocols' settings instead, beside a
+plain reference of each Transformer shape (``repro/bench/followup.py``; the ``followup`` block of
+bench.yaml).
+
 Writes ``<out_dir>/<date>_<device>_<mode>/`` (``..._attention-dropout-0`` with attention_dropout=0)
 with bench.json, bench.csv, table.md and figure.png. Exits 1 (after writing) when a row failed with an
 error other than OOM.
@@ -120,6 +124,11 @@ def bench_app(cfg: DictConfig) -> None:
     from ..bench.timing import matmul_peak_tflops
     from ..records import commit_variable_problem, git_commit
 
+    if str(cfg.mode) == "followup":  # the follow-up arms at their protocols' settings (repro/bench/followup.py)
+        from ..bench import followup
+
+        followup.main(cfg)
+        return
     if problem := commit_variable_problem():  # the record names its commit: refuse a bad one before measuring
         sys.exit(f"bench: {problem}")
     try:

@@ -77,7 +77,8 @@ bench.csv, table.md and figure.png; exits 1 (after writing) when a row failed ot
 Common settings (experiments/conf/bench.yaml holds them all, each with its source):
   models=[A,B]         arms or variants to measure (default: every arm with a text block, and the variants)
   lengths=[1024,4096]  bytes per text (default 1K-4K, as LRA Table 2)
-  mode=MODE            train, infer or both: what to time (default both)
+  mode=MODE            train, infer or both: what to time (default both); followup: the follow-up
+                       arms' training steps at their protocols, with reference rows (docs/benchmark.md)
   batch=N depth=N      batch size (default 32, LRA Table 2); every model's number of layers (default: its own)
   attention_dropout=P  every arm's attention dropout set to P (default lra: each arm's own)
   device=NAME          auto, cuda, cuda:N or cpu: where to measure (default auto)

@@ -1,0 +1,241 @@
+"""The follow-up protocol benchmark (``lra-bench mode=followup``): its rows, its record, end to end on CPU."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_tasks_smoke import make_acl_imdb
+
+from repro.bench import followup
+from repro.bench.models import hydra_context
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "experiments" / "bench.py"
+SHORT_LISTOPS = [
+    "task.max_len=300",
+    "task.generate.min_len=50",
+    "task.generate.max_len=300",
+    "profile.tasks.listops.generate.n_train=32",
+    "profile.tasks.listops.generate.n_val=16",
+    "profile.tasks.listops.generate.n_test=16",
+]
+ROWS = ["rotary_transformer@listops", "s4+followup@text", "locality_k5@image"]
+
+
+def run_bench(*overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(BENCH), "mode=followup", *overrides], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_protocol_rows_are_every_arm_on_every_task_with_a_reference_per_transformer_shape():
+    arm_rows = followup.protocol_rows()
+    assert len(arm_rows) == 25
+    expected = {(arm, task) for arm, _ in followup.PROTOCOL_ARMS for task in ("listops", "text", "image")}
+    assert {(r.arm, r.task) for r in arm_rows} == expected | {("rotary_transformer", "pathfinder")}
+    assert {r.name for r in arm_rows if r.arm in ("s4", "s5", "mega")} == {
+        f"{arm}+followup@{task}" for arm in ("s4", "s5", "mega") for task in ("listops", "text", "image")
+    }
+    with hydra_context():
+        planned = followup.plan_rows(arm_rows, followup.arm_names(), ["listops", "text", "image", "pathfinder"])
+    references = [i for i, r in enumerate(planned) if r.kind == "reference"]
+    assert [planned[i].name for i in references] == [
+        f"reference@{t}" for t in ("listops", "text", "image", "pathfinder")
+    ]
+    for i in references:  # each reference leads its task's rows
+        assert all(r.task == planned[i].task for r in planned[i : i + 2])
+    assert len(planned) == 29
+
+
+def test_a_row_that_is_not_arm_at_task_is_refused_naming_the_form():
+    with pytest.raises(ValueError, match=r"^followup.rows: 's4\+@text' is not ARM@TASK or ARM\+TECHNIQUES@TASK"):
+        followup.parse_row("s4+@text")
+    assert followup.parse_row("s4+followup@text") == followup.RowSpec("s4", "text", "followup")
+
+
+def test_generated_data_is_cut_to_the_cap_and_the_cut_is_named():
+    task = {"name": "listops", "generate": {"n_train": 96000, "n_val": 2000, "n_test": 2000, "max_len": 2000}}
+    capped, note = followup.cap_generated(task, 4096)
+    assert capped["generate"] == {"n_train": 4096, "n_val": 2000, "n_test": 2000, "max_len": 2000}
+    assert note == "generated data cut to n_train=4096 (protocol 96000)"
+    assert followup.cap_generated(task, None) == (task, "")
+
+
+@pytest.mark.parametrize(
+    "name, peak",
+    [("NVIDIA H200", 989.0), ("NVIDIA H200 NVL", 835.0), ("NVIDIA H100 80GB HBM3", 989.0),
+     ("NVIDIA H100 PCIe", 756.0), ("Tesla V100-SXM2-16GB", None)],
+)  # fmt: skip
+def test_dense_bf16_peak_by_device_name(name, peak):
+    assert followup.dense_bf16_peak(name) == peak
+
+
+def fake_row(spec, *_args, **_kwargs) -> dict:
+    return {"row": spec.name, "kind": spec.kind, "arm": spec.arm, "task": spec.task, "status": "ok",
+            "staged_examples_per_s": 100.0 if spec.kind == "reference" else 90.0, "tflops": 1.0}  # fmt: skip
+
+
+def test_rows_are_written_as_measured_and_a_resumed_run_measures_only_the_missing(tmp_path, monkeypatch):
+    specs = [
+        followup.RowSpec("rotary_transformer", "listops", kind="reference"),
+        followup.RowSpec("rotary_transformer", "listops"),
+        followup.RowSpec("s4", "listops", "followup"),
+    ]
+    measured = []
+
+    def cut_after_two(spec, *args, **kwargs):
+        if len(measured) == 2:
+            raise KeyboardInterrupt  # the slot ends
+        measured.append(spec.name)
+        return fake_row(spec)
+
+    monkeypatch.setattr(followup, "measure", cut_after_two)
+    meta = {"date": "2026-01-01", "profile": "smoke", "warmup": 1, "steps": 2, "torch": "x", "cuda": None}
+    options = followup.Options(profile="smoke")
+    with hydra_context(), pytest.raises(KeyboardInterrupt):
+        followup.run_followup(specs, options, followup.torch.device("cpu"), tmp_path, meta)
+    (folder,) = tmp_path.iterdir()
+    assert folder.name == "2026-01-01_cpu_followup-protocol"
+    kept = list(csv.DictReader(open(folder / "bench.csv")))
+    assert [r["row"] for r in kept] == ["reference@listops", "rotary_transformer@listops"]
+    assert float(kept[1]["ratio_to_reference"]) == pytest.approx(0.9)
+    assert json.loads((folder / "bench.json").read_text())["complete"] is False
+
+    again = []
+    monkeypatch.setattr(followup, "measure", lambda spec, *a, **k: again.append(spec.name) or fake_row(spec))
+    options = followup.Options(profile="smoke", resume=folder)
+    with hydra_context():
+        followup.run_followup(specs, options, followup.torch.device("cpu"), tmp_path, meta)
+    assert again == ["s4+followup@listops"]
+    rows = list(csv.DictReader(open(folder / "bench.csv")))
+    assert [r["row"] for r in rows] == [s.name for s in specs]
+    assert json.loads((folder / "bench.json").read_text())["complete"] is True
+
+
+def test_rows_not_started_within_the_time_budget_are_recorded_as_skipped(tmp_path, monkeypatch):
+    specs = [followup.RowSpec("rotary_transformer", "listops"), followup.RowSpec("s4", "listops", "followup")]
+    ticks = iter(range(0, 1000, 3))  # a fake clock: 3 s a reading
+    monkeypatch.setattr(followup, "measure", fake_row)
+    meta = {"date": "2026-01-01", "profile": "smoke", "warmup": 1, "steps": 2, "torch": "x", "cuda": None}
+    options = followup.Options(profile="smoke", time_budget_s=5)
+    with hydra_context():
+        _, rows = followup.run_followup(
+            specs, options, followup.torch.device("cpu"), tmp_path, meta, lambda: next(ticks)
+        )
+    assert [r["status"] for r in rows] == ["ok", "skipped: not started within time_budget_s=5"]
+
+
+@pytest.fixture(scope="module")
+def record(tmp_path_factory) -> Path:
+    """One CPU run of ``experiments/bench.py mode=followup`` at profile=smoke: ListOps generated, text from
+    an IMDb fixture in the official layout, image absent (a stand-in)."""
+    tmp = tmp_path_factory.mktemp("followup")
+    make_acl_imdb(tmp / "data", {"train": 12, "test": 6}, random.Random(0))
+    overrides = "{listops: [" + ",".join(f"'{o}'" for o in SHORT_LISTOPS) + "], text: ['task.max_len=256']}"
+    done = run_bench(
+        "device=cpu",
+        "followup.profile=smoke",
+        "followup.warmup=1",
+        "followup.steps=2",
+        "followup.staged_batches=2",
+        f"followup.rows=[{','.join(ROWS)}]",
+        f"followup.overrides={overrides}",
+        f"followup.data_dir={tmp / 'data'}",
+        f"followup.cache_dir={tmp / 'cache'}",
+        "followup.workers=1",
+        f"out_dir={tmp / 'out'}",
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (folder,) = (tmp / "out").iterdir()
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}_cpu_followup-protocol", folder.name)
+    return folder
+
+
+def test_the_record_has_every_requested_row_and_column(record):
+    rows = list(csv.DictReader(open(record / "bench.csv")))
+    assert list(rows[0]) == followup.COLUMNS
+    assert [r["row"] for r in rows] == ["reference@listops", *ROWS]
+    assert all(r["status"] == "ok" for r in rows), [r["status"] for r in rows]
+    by = {r["row"]: r for r in rows}
+    for name in ("rotary_transformer@listops", "s4+followup@text"):  # real data: both timings and the wait
+        assert float(by[name]["real_examples_per_s"]) > 0 and float(by[name]["staged_examples_per_s"]) > 0
+        assert by[name]["data_wait_share"] != ""
+    assert by["s4+followup@text"]["techniques"] == "followup" and by["s4+followup@text"]["seq_len"] == "256"
+    image = by["locality_k5@image"]  # no CIFAR-10 under data_dir: staged stand-in only, and the row says why
+    assert image["data"] == "stand-in" and image["real_examples_per_s"] == ""
+    assert image["data_note"].startswith("data missing (CIFAR-10 data not found.")
+    assert float(by["rotary_transformer@listops"]["ratio_to_reference"]) > 0  # a Transformer arm: set against it
+    assert by["s4+followup@text"]["ratio_to_reference"] == ""
+    assert by["reference@listops"]["data"] == "stand-in" and by["reference@listops"]["techniques"] == "none"
+    assert all(int(r["flops_per_step"]) > 0 for r in rows)
+    assert all(r["peak_tflops"] == "" and r["peak_fraction"] == "" for r in rows)  # the CPU has no table entry
+
+
+def test_the_record_names_its_environment_and_command(record):
+    meta = json.loads((record / "bench.json").read_text())
+    assert meta["complete"] is True and meta["rows_planned"] == 4 and meta["device"] == "cpu"
+    assert {"torch", "cuda", "git_commit", "command"} <= set(meta)
+    assert "mode=followup" in meta["command"]
+    table = (record / "table.md").read_text()
+    assert all(f"| {name} |" in table for name in ["reference@listops", *ROWS])
+
+
+@pytest.mark.parametrize(
+    "block, message",
+    [
+        ({"steps": 0}, "followup.steps=0 (experiments/conf/bench.yaml): give a whole number >= 1"),
+        ({"step": 2}, "followup.step: no such key (experiments/conf/bench.yaml); known: "),
+        ({"generated_cap": 0}, "followup.generated_cap=0: give a whole number of examples >= 1, or null (no cap)"),
+        ({"time_budget_s": -1}, "followup.time_budget_s=-1: give seconds > 0, or null (no limit)"),
+        ({"overrides": {"text": "task.max_len=256"}}, "followup.overrides={'text': 'task.max_len=256'}: give a block"),
+    ],
+)
+def test_a_bad_setting_is_refused_naming_its_key(block, message):
+    with pytest.raises(ValueError) as caught:
+        followup.options_from(block)
+    assert caught.value.args[0].startswith(message)
+
+
+def test_the_command_line_refuses_an_unknown_arm_with_exit_status_2(tmp_path):
+    done = run_bench("device=cpu", "followup.rows=[s9@listops]", f"out_dir={tmp_path}")
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith("bench: followup.rows: no arm 's9' in s9@listops; arms: ")
+    assert len(done.stderr.strip().splitlines()) == 1 and not any(tmp_path.iterdir())
+
+
+def test_techniques_the_data_cannot_feed_leave_the_real_timing_out_and_say_why(tmp_path):
+    """The CIFAR augmentation needs RGB images: on the grey bundle the row is timed on staged batches only."""
+    from test_image import make_bundle
+
+    make_bundle(tmp_path / "data", variants=("gray",))
+    options = followup.Options(
+        profile="smoke", warmup=1, steps=1, staged_batches=1, data_dir=tmp_path / "data", cache_dir=tmp_path / "cache"
+    )
+    with hydra_context():
+        row = followup.measure(followup.RowSpec("locality_k5", "image"), options, followup.torch.device("cpu"), None)
+    assert row["status"] == "ok" and row["techniques"] == "followup_data" and row["data"] == "bundle"
+    assert "real_examples_per_s" not in row and row["staged_examples_per_s"] > 0
+    assert row["data_note"].startswith("techniques not applied (") and row["data_note"].endswith(
+        "real batches not timed"
+    )
+
+
+def test_a_flop_count_that_fails_keeps_the_row_s_timing_and_says_so(tmp_path, monkeypatch):
+    def no_count(step, batch):
+        raise RuntimeError("no formula for this kernel")
+
+    monkeypatch.setattr(followup, "step_flops", no_count)
+    options = followup.Options(
+        profile="smoke", warmup=0, steps=1, staged_batches=1, cache_dir=tmp_path, overrides={"listops": SHORT_LISTOPS}
+    )
+    with hydra_context():
+        row = followup.measure(followup.RowSpec("locality_k5", "listops"), options, followup.torch.device("cpu"), 989.0)
+    assert row["status"] == "ok" and row["real_examples_per_s"] > 0 and "tflops" not in row
+    assert row["data_note"] == "FLOPs not counted (RuntimeError: no formula for this kernel)"
