@@ -272,6 +272,7 @@ def test_a_grid_s_superseded_records_are_what_leave_out_from_reads_and_a_bad_lis
         ("{arms: [a], tasks: [t], seeds: [zero]}", "cells[0].seeds must be whole numbers, not 'zero'"),
         ("{arms: [a], tasks: [t], seeds: [0], carry_over: 1}", "cells[0].carry_over must be true or false, not 1"),
         ("{arms: [a], tasks: [t], seeds: [0], gpus: 0}", "cells[0].gpus must be a whole number >= 1, not 0"),
+        ("{arms: [a], tasks: [t], seeds: [0], stage: 3}", "cells[0].stage must be a name, e.g. A, not 3"),
         (
             "{arms: [a], tasks: [t], seeds: [0], gpus: 2, per_gpu: 2}",
             "cells[0] trains each cell on 2 GPUs, which it holds alone; per_gpu must be 1 or left out, not 2",
