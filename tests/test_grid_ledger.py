@@ -368,7 +368,7 @@ def test_the_follow_up_grid_runs_its_stages_in_order_seed_0_of_every_arm_first()
     grid = load_grid(ROOT / "experiments" / "grids" / "v0.3-followup.yaml", include_optional=True)
     assert grid.common == ["profile=paper"] and len({c.key for c in grid.cells}) == len(grid.cells)
     stages = [c.stage for c in grid.cells]
-    assert stages == sorted(stages) and set(stages) == {"A", "B", "C"}
+    assert stages == sorted(stages) and set(stages) == {"A", "B", "C", "D"}
     a = [(c.arm, c.task, c.seed) for c in grid.cells if c.stage == "A"]
     assert a == [
         (arm, task, seed)
@@ -384,6 +384,12 @@ def test_the_follow_up_grid_runs_its_stages_in_order_seed_0_of_every_arm_first()
         for optional in (False, True):
             seeds = [c.seed for c in grid.cells if c.stage == stage and c.optional == optional]
             assert seeds == sorted(seeds)
+    assert [(c.arm, c.seed) for c in grid.cells if c.stage == "D"] == [  # the power table's third seeds
+        ("rotary_transformer", 2),
+        ("rotary_transformer_notech", 2),
+        ("locality_k61", 2),
+        ("locality_k5", 2),
+    ]
     assert all(c.carry_over is True and c.per_gpu == 1 and c.gpus == 1 for c in grid.cells)
     assert {c.arm for c in grid.cells if c.task == "pathfinder"} == {"rotary_transformer", *LRA_ARMS}
     assert all("task.source=generated" in c.overrides for c in grid.cells if c.task in ("listops", "pathfinder"))
