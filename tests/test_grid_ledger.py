@@ -322,6 +322,7 @@ def test_the_ledger_shows_a_cell_in_progress_as_progress_and_totals_each_stage(t
     ]
     state = {"step": 6500, "examples": 208000, "elapsed_s": 400.0, "best_val_acc": 0.4055, "best_val_step": 4000}
     torch.save({"state": {**state, "history": history}}, running / "checkpoints" / "last.pt")
+    (running / "progress.json").write_text(json.dumps({"step": 6000, "elapsed_s": 370.0}))  # older: last.pt counts
     # lra_transformer seed 1: only a progress.json (its checkpoint not yet written)
     other = slot / Path(*runs["lra_transformer", "listops", 1].run_dir.parts[-5:])
     other.mkdir(parents=True)
@@ -358,6 +359,14 @@ def test_the_ledger_shows_a_cell_in_progress_as_progress_and_totals_each_stage(t
         "progress, not a result",
     ]
     assert "| lra_local listops seed 1 |" not in ledger  # nothing in progress: no line
+    # a validation after the checkpoint (progress.json's step is later): its step, the epoch at it, last.pt's best
+    (running / "progress.json").write_text(json.dumps({"step": 7000, "elapsed_s": 430.0}))
+    later = subprocess.run([*command, "--progress", str(slot)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert later.returncode == 0, later.stderr[-2000:]
+    ledger = (tmp_path / "camp" / "LEDGER.md").read_text()
+    assert _table(ledger, "lra_local listops seed 0")[1:4] == ["3.50", "7,000 of 10,000", "40.55 at step 4,000"]
+    assert _table(ledger, "lra_local listops seed 0")[5] == f"{slot.as_posix()}, progress.json (last.pt at step 6500)"
+    assert _table(ledger, "A")[5] == f"{20.0 * (1 - 7000 / 10000):.1f}"
     missing = subprocess.run(
         [*command, "--progress", str(tmp_path / "nowhere")], capture_output=True, text=True, cwd=ROOT, timeout=300
     )

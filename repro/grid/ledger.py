@@ -69,6 +69,7 @@ def run_progress(run_dir: Path) -> dict | None:
             "best_val_step": int(state.get("best_val_step", -1)),
             "curve": curve,
             "source": "checkpoints/last.pt",
+            "epochs_per_step": per_step,
         }
     try:
         shown = json.loads((Path(run_dir) / records.PROGRESS_FILE).read_text())
@@ -80,7 +81,8 @@ def run_progress(run_dir: Path) -> dict | None:
                 "source": records.PROGRESS_FILE}  # fmt: skip
     if step > found["step"]:
         later = f"{records.PROGRESS_FILE} (last.pt at step {found['step']})"
-        return {**found, "step": step, "epoch": None, "source": later}
+        epoch = None if found["epochs_per_step"] is None else found["epochs_per_step"] * step
+        return {**found, "step": step, "epoch": epoch, "source": later}
     return found
 
 
