@@ -272,6 +272,7 @@ def test_a_grid_s_superseded_records_are_what_leave_out_from_reads_and_a_bad_lis
         ("{arms: [a], tasks: [t], seeds: [zero]}", "cells[0].seeds must be whole numbers, not 'zero'"),
         ("{arms: [a], tasks: [t], seeds: [0], carry_over: 1}", "cells[0].carry_over must be true or false, not 1"),
         ("{arms: [a], tasks: [t], seeds: [0], gpus: 0}", "cells[0].gpus must be a whole number >= 1, not 0"),
+        ("{arms: [a], tasks: [t], seeds: [0], stage: 3}", "cells[0].stage must be a name, e.g. A, not 3"),
         (
             "{arms: [a], tasks: [t], seeds: [0], gpus: 2, per_gpu: 2}",
             "cells[0] trains each cell on 2 GPUs, which it holds alone; per_gpu must be 1 or left out, not 2",
@@ -290,3 +291,136 @@ def test_a_bad_grid_block_names_its_key(tmp_path, block, message):
     with pytest.raises(GridError) as error:
         load_grid(path)
     assert str(error.value).startswith(f"{path}: {message}")
+
+
+def test_the_ledger_shows_a_cell_in_progress_as_progress_and_totals_each_stage(tmp_path):
+    """A cell whose checkpoint sits in a slot's output folder (--progress): one line with its epoch, steps done,
+    best validation so far and last validations, marked as progress; its minutes left are the plan's less the
+    steps done; the stages (a block's stage) are totalled apart."""
+    import torch
+
+    grid_path = tmp_path / "camp.yaml"
+    grid_path.write_text(
+        "common: [profile=paper]\ncells:\n"
+        "  - {stage: A, arms: [lra_transformer], tasks: [listops], seeds: [0]}\n"
+        "  - {stage: A, arms: [lra_local], tasks: [listops], seeds: [0]}\n"
+        "  - {stage: B, arms: [lra_transformer, lra_local], tasks: [listops], seeds: [1]}\n"
+    )
+    grid = load_grid(grid_path)
+    assert [c.stage for c in grid.cells] == ["A", "A", "B", "B"]
+    bundle, slot = tmp_path / "bundle", tmp_path / "slot01"
+    runs = {cr.cell.key: cr for cr in resolve_cells(grid.cells, grid.common, [f"output_dir={bundle}"], "test")}
+    _record(bundle, runs["lra_transformer", "listops", 0], elapsed_s=3.5, wall_time_s=600.0)
+    # lra_local seed 0: its checkpoint in the slot's output folder (as lra-grid unpack writes it)
+    running = slot / Path(*runs["lra_local", "listops", 0].run_dir.parts[-5:])
+    (running / "checkpoints").mkdir(parents=True)
+    history = [
+        {"step": 1000, "epoch": 0.5, "train_loss": 2.0, "elapsed_s": 60.0},
+        {"step": 2000, "epoch": 1.0, "val_loss": 1.9, "val_acc": 0.3745, "elapsed_s": 130.0},
+        {"step": 4000, "epoch": 2.0, "val_loss": 1.7, "val_acc": 0.4055, "elapsed_s": 250.0},
+        {"step": 6000, "epoch": 3.0, "val_loss": 1.8, "val_acc": 0.3990, "elapsed_s": 370.0},
+    ]
+    state = {"step": 6500, "examples": 208000, "elapsed_s": 400.0, "best_val_acc": 0.4055, "best_val_step": 4000}
+    torch.save({"state": {**state, "history": history}}, running / "checkpoints" / "last.pt")
+    (running / "progress.json").write_text(json.dumps({"step": 6000, "elapsed_s": 370.0}))  # older: last.pt counts
+    # lra_transformer seed 1: only a progress.json (its checkpoint not yet written)
+    other = slot / Path(*runs["lra_transformer", "listops", 1].run_dir.parts[-5:])
+    other.mkdir(parents=True)
+    (other / "progress.json").write_text(json.dumps({"step": 500, "elapsed_s": 40.0}))
+    plan = tmp_path / "plan.csv"
+    plan.write_text(
+        "arm,task,seed,minutes,planned_steps\nlra_local,listops,0,20.0,10000\nlra_transformer,listops,0,10.0,5000\n"
+    )
+    command = [*GRID, "ledger", str(grid_path), "--records", str(bundle), "--plan-file", str(plan)]
+    done = subprocess.run([*command, "--progress", str(slot)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "1 of 4 cells done, 2 in progress" in done.stdout
+    ledger = (tmp_path / "camp" / "LEDGER.md").read_text()
+    local_left, transformer_left = 20.0 * (1 - 6500 / 10000), 10.0 * (1 - 500 / 5000)
+    assert _table(ledger, "A") == ["A", "2", "1", "1", f"{600.0 / 60:.1f}", f"{local_left:.1f}"]
+    assert _table(ledger, "B") == ["B", "2", "0", "1", "0.0", f"{transformer_left + 20.0:.1f}"]
+    where = f"{slot.as_posix()}, checkpoints/last.pt"
+    assert _table(ledger, "lra_local listops seed 0") == [
+        "lra_local listops seed 0",
+        "3.25",
+        "6,500 of 10,000",
+        "40.55 at step 4,000",
+        "1.0: 37.45, 2.0: 40.55, 3.0: 39.90",
+        where,
+        "progress, not a result",
+    ]
+    assert _table(ledger, "lra_transformer listops seed 1") == [
+        "lra_transformer listops seed 1",
+        "?",
+        "500 of 5,000",
+        "?",
+        "-",
+        f"{slot.as_posix()}, progress.json",
+        "progress, not a result",
+    ]
+    assert "| lra_local listops seed 1 |" not in ledger  # nothing in progress: no line
+    # a validation after the checkpoint (progress.json's step is later): its step, the epoch at it, last.pt's best
+    (running / "progress.json").write_text(json.dumps({"step": 7000, "elapsed_s": 430.0}))
+    later = subprocess.run([*command, "--progress", str(slot)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert later.returncode == 0, later.stderr[-2000:]
+    ledger = (tmp_path / "camp" / "LEDGER.md").read_text()
+    assert _table(ledger, "lra_local listops seed 0")[1:4] == ["3.50", "7,000 of 10,000", "40.55 at step 4,000"]
+    assert _table(ledger, "lra_local listops seed 0")[5] == f"{slot.as_posix()}, progress.json (last.pt at step 6500)"
+    assert _table(ledger, "A")[5] == f"{20.0 * (1 - 7000 / 10000):.1f}"
+    missing = subprocess.run(
+        [*command, "--progress", str(tmp_path / "nowhere")], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert missing.returncode == 2 and f"--progress {tmp_path / 'nowhere'}: no such folder" in missing.stderr
+
+
+def test_the_follow_up_grid_runs_its_stages_in_order_seed_0_of_every_arm_first():
+    grid = load_grid(ROOT / "experiments" / "grids" / "v0.3-followup.yaml", include_optional=True)
+    assert grid.common == ["profile=paper"] and len({c.key for c in grid.cells}) == len(grid.cells)
+    stages = [c.stage for c in grid.cells]
+    assert stages == sorted(stages) and set(stages) == {"A", "B", "C", "D"}
+    a = [(c.arm, c.task, c.seed) for c in grid.cells if c.stage == "A"]
+    assert a == [
+        (arm, task, seed)
+        for seed in (0, 1)
+        for arm, task in [
+            ("rotary_transformer", "listops"),
+            ("rotary_transformer_notech", "listops"),
+            ("locality_k5", "text"),
+            ("locality_k61", "text"),
+        ]
+    ]
+    for stage in "ABC":  # within a stage (its required cells, its optional ones), seed 0 of every arm before seed 1
+        for optional in (False, True):
+            seeds = [c.seed for c in grid.cells if c.stage == stage and c.optional == optional]
+            assert seeds == sorted(seeds)
+    assert [(c.arm, c.seed) for c in grid.cells if c.stage == "D"] == [  # the power table's third seeds
+        ("rotary_transformer", 2),
+        ("rotary_transformer_notech", 2),
+        ("locality_k61", 2),
+        ("locality_k5", 2),
+    ]
+    assert all(c.carry_over is True and c.per_gpu == 1 and c.gpus == 1 for c in grid.cells)
+    assert {c.arm for c in grid.cells if c.task == "pathfinder"} == {"rotary_transformer", *LRA_ARMS}
+    assert all("task.source=generated" in c.overrides for c in grid.cells if c.task in ("listops", "pathfinder"))
+    assert all("techniques=followup" in c.overrides for c in grid.cells if c.arm in ("s4", "s5"))
+
+
+def test_a_grid_whose_records_patterns_match_nothing_yet_has_every_cell_left(tmp_path):
+    """Before a campaign's first bundle its grid file's records match no folder: the ledger counts every cell
+    as left (with the plan's minutes), instead of refusing; with no records patterns either it still refuses."""
+    grid_path = tmp_path / "camp.yaml"
+    grid_path.write_text(
+        f"common: [profile=paper]\nrecords: [{tmp_path}/none-yet*]\ncells:\n"
+        "  - {stage: A, arms: [lra_transformer, lra_local], tasks: [listops], seeds: [0]}\n"
+    )
+    plan = tmp_path / "plan.csv"
+    plan.write_text("arm,task,seed,minutes,planned_steps\nlra_local,listops,0,20.0,10000\n")
+    command = [*GRID, "ledger", str(grid_path), "--plan-file", str(plan)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0 and "0 of 2 cells done, 0 in progress" in done.stdout, done.stderr[-2000:]
+    ledger = (tmp_path / "camp" / "LEDGER.md").read_text()
+    assert f"no records yet (no folder matches the grid file's records: {tmp_path}/none-yet*)" in ledger
+    assert _table(ledger, "A") == ["A", "2", "0", "0", "0.0", "20.0 (+1 unknown)"]
+    grid_path.write_text(grid_path.read_text().replace(f"records: [{tmp_path}/none-yet*]\n", ""))
+    refused = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert refused.returncode == 2 and "no records folder: pass --records" in refused.stderr

@@ -47,6 +47,7 @@ TABLES = [
     "followup_table4_positional_ablation",
     "statistics_claims",
     "statistics_secondary",
+    "followup_power",
     "trivial_baselines",
     "protocol_share",
     "parameters",
@@ -288,7 +289,9 @@ def test_table_footer_counts_missing_cells_and_cells_with_fewer_seeds():
 def test_followup_tables_map_arms_to_rows(made, frozen):
     locality = (made[0] / "tables/followup_table1_locality.md").read_text()
     k61 = _row(locality, "61")
-    text = _seeds_cell(_test_accs(frozen, "locality_k61", "text"), frozen, "text")
+    accs = _test_accs(frozen, "locality_k61", "text")
+    low, high = sps.t.interval(0.95, accs.size - 1, loc=accs.mean(), scale=sps.sem(accs))
+    text = f"{_seeds_cell(accs, frozen, 'text')} [{low:.2f}, {high:.2f}]"  # the seeds' mean's 95% interval after
     assert k61[1] == "locality_k61" and k61[6:10] == [text, "85.41", "—", "89.04"]
     assert _row(locality, "11")[2:4] == ["60.00 (n=1)", "64.47"]
     ablation = (made[0] / "tables/followup_table4_positional_ablation.md").read_text()
@@ -299,7 +302,8 @@ def test_followup_tables_map_arms_to_rows(made, frozen):
     assert "Missing cells (not run, marked —): 27 of 30." in table3
     assert _row(table3, "s4")[1] == "s4+none" and _row(table3, "s4")[6].startswith("81.00 ± 1.41 (n=2)")
     assert _row(table3, "s4_techniques")[6].startswith("90.50 ± 0.71 (n=2)") and _row(table3, "s5_techniques")[6] == "—"
-    assert _row(table3, "gmlp_techniques")[6:8] == ["89.50 ± 0.71 (n=2)", "89.94"]
+    low, high = sps.t.interval(0.95, 1, loc=89.5, scale=0.5)
+    assert _row(table3, "gmlp_techniques")[6:8] == [f"89.50 ± 0.71 (n=2) [{low:.2f}, {high:.2f}]", "89.94"]
     root_accuracy = _baseline(frozen, "listops")[0]
     for name in (
         "followup_table1_locality",

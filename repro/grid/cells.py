@@ -13,6 +13,7 @@ A grid file (YAML)::
       - {arms: [a], tasks: [listops], seeds: [0], overrides: [task.source=generated]}
       - {arms: [big], tasks: [image], seeds: [0], carry_over: false}
       - {arms: [slow], tasks: [image], seeds: [0], gpus: 2}
+      - {arms: [a], tasks: [listops], seeds: [1], stage: B}
 
 A cell is an (arm, task, seed): a later block repeating one is run once, as the first block gives it.
 ``--plan`` rows and the slot driver's time estimates are per (arm, task, seed) too, so a block whose
@@ -28,6 +29,8 @@ when they cannot end before the deadline, to be checkpointed and continued in a 
 between slots. ``gpus`` (a block's, default 1): how many GPUs each of its cells trains on, one
 process a GPU, data-parallel under ``torchrun`` (repro/distributed.py: the same global batch, one
 record); such a cell holds its GPUs alone, for a run too long for one GPU within a slot.
+``stage`` (a block's, a name): the campaign stage its cells belong to, which the ledger totals apart
+(several blocks may share one; a block without one counts as its own ``cells[i]``).
 ``records``: the folders a campaign freezes its records into, as ``--records`` gives them (both
 count): a slot's command, its ``--dry-run`` and the ledger skip what they hold. ``superseded``: record
 folders of those bundles that ran before their cell's settings were corrected (the ledger already
@@ -45,7 +48,7 @@ from pathlib import Path
 import yaml
 
 GRID_KEYS = ("common", "minutes_per_run", "overhead_minutes", "records", "superseded", "cells")
-BLOCK_KEYS = ("arms", "tasks", "seeds", "optional", "per_gpu", "carry_over", "overrides", "gpus")
+BLOCK_KEYS = ("arms", "tasks", "seeds", "optional", "per_gpu", "carry_over", "overrides", "gpus", "stage")
 TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"  # forwarded to every rank, which checkpoints
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RUNNER = REPO_ROOT / "experiments" / "run.py"
@@ -71,6 +74,7 @@ class Cell:
     carry_over: bool | None = None
     block: int = 0  # the index of its block in the grid file (not part of its identity)
     gpus: int = 1
+    stage: str = ""  # the block's ``stage`` name (not part of its identity), or empty
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -152,9 +156,12 @@ def _block_cells(block, i: int, path: Path) -> list[Cell]:
             f"{path}: cells[{i}] trains each cell on {gpus} GPUs, which it holds alone; per_gpu must be 1 "
             f"or left out, not {per_gpu}"
         )
+    stage = block.get("stage", "")
+    if not isinstance(stage, str):
+        raise GridError(f"{path}: cells[{i}].stage must be a name, e.g. A, not {stage!r}")
     optional = bool(block.get("optional", False))
     return [
-        Cell(str(arm), str(task), int(seed), per_gpu, optional, tuple(overrides), carry_over, i, gpus)
+        Cell(str(arm), str(task), int(seed), per_gpu, optional, tuple(overrides), carry_over, i, gpus, stage)
         for arm, task, seed in itertools.product(block["arms"], block["tasks"], block["seeds"])
     ]
 

@@ -67,7 +67,7 @@ from .cells import DEFAULT_RUNNER, GridError, comma_list, command, load_grid, ou
 
 USAGE = """\
 {prog} GRID.yaml [options] [-- overrides for every cell]
-       {prog} ledger GRID.yaml [--records DIR ...] [--plan-file F] [--out F]
+       {prog} ledger GRID.yaml [--records DIR ...] [--plan-file F] [--progress DIR ...] [--out F]
        {prog} unpack FOLDER --into DIR
        {prog} stage FOLDER --budget-mib M --checkout-mib C [--data-mib D] [--to DIR]
        {prog} assemble FOLDER [FOLDER ...] --into DIR"""
@@ -214,6 +214,14 @@ def _ledger_parser(prog: str) -> argparse.ArgumentParser:
         action="append",
         default=None,
         help="grid_log.csv files (default: each records folder's grid_log.csv or extra/grid_log.csv when present)",
+    )
+    parser.add_argument(
+        "--progress",
+        type=Path,
+        action="append",
+        default=None,
+        help="a folder holding runs in progress (a slot's output folder, or where lra-grid unpack wrote its files); "
+        "repeatable: each cell not done shows its checkpoint's epoch and best validation accuracy, as progress",
     )
     parser.add_argument("--out", type=Path, default=None, help="default: <grid folder>/<grid name>/LEDGER.md")
     return parser

@@ -137,6 +137,14 @@ def lra_table1(view: BundleView) -> Table:
     )
 
 
+def _with_interval(view: BundleView, arm: str | None, task: str) -> str:
+    """``ours_cell`` followed by the 95% interval of the seeds' mean when two or more seeds ran."""
+    from .lra_campaign import seed_interval  # here: lra_campaign imports this module
+
+    values = view.accuracies(arm, task)
+    return ours_cell(view, arm, task) + (f" {seed_interval(values)}" if len(values) >= 2 else "")
+
+
 def followup_table(view: BundleView, name: str, title: str, source: str, arms: dict, key) -> Table:
     pub = published(source)
     columns, ours_cols = ["Row", "Arm"], []
@@ -154,11 +162,16 @@ def followup_table(view: BundleView, name: str, title: str, source: str, arms: d
         label = " / ".join(map(str, row_key)) if isinstance(row_key, tuple) else str(row_key)
         row = [str(label), arm or "(not reproduced)"]
         for task in FOLLOWUP_TASKS:
-            row += [ours_cell(view, arm, task), pub_cell(record[task])]
+            row += [_with_interval(view, arm, task), pub_cell(record[task])]
         if has_avg:
             row += [_average(view, arm, FOLLOWUP_TASKS), pub_cell(record["avg"])]
         rows.append(row)
-    notes = [view.profile_note(), f"Published: the follow-up study ({source}.csv in repro/reference).", MARKS_NOTE]
+    notes = [
+        view.profile_note(),
+        "[a, b]: the 95% Student-t interval of the seeds' mean (two seeds or more).",
+        f"Published: the follow-up study ({source}.csv in repro/reference).",
+        MARKS_NOTE,
+    ]
     if any(a is None for a in arms.values()):
         notes.append("(not reproduced): a row outside this reproduction's arms; its cells stay empty.")
     return Table(name, title, columns, rows, ours_cols, notes, [baseline_row(view, FOLLOWUP_TASKS, 2, has_avg)])

@@ -19,6 +19,8 @@ tables
                                verdict rule that applied, and the seeds it would need
   ``statistics_secondary``     secondary tests: exact permutation, per-example CMH over every seed pair, and
                                the claims' further comparisons
+  ``followup_power``           per follow-up claim: whether two seeds can decide it, from the seed sd of the
+                               nearest arm's three-seed records (``--study``, else the bundle's own)
   ``trivial_baselines``        majority class and (ListOps) root operator on each task's test set
   ``protocol_share``           per cell: data, budget, examples trained and their share of the protocol's
   ``parameters``               per arm and task: the parameter count, and the LRA release's 10% rule for lra_*
@@ -72,6 +74,7 @@ from ..tasks import pathfinder_render as render
 from . import claims as claims_file
 from . import plots
 from .accuracy import FOLLOWUP_TASKS, followup_tables, lra_table1, runs_table
+from .claims_power import power_table
 from .claims_tables import baselines_table, claims_table, secondary_table, shares_table
 from .commands import DEFAULT_CLAIMS, PAPER_DIR, parser, table1_parser
 from .efficiency import bench_frame, lra_table2
@@ -179,6 +182,9 @@ def _views(
 ) -> BundleView:
     """The view of one bundle folder or a list of them, each verified first (unless ``verify`` is off)."""
     bundles = [Path(b) for b in (bundles if isinstance(bundles, (list, tuple)) else [bundles])]
+    for bundle in bundles:
+        if not bundle.is_dir():
+            raise BundleError(f"--bundle {bundle}: no such folder (a bundle under results/, from lra-bundle freeze)")
     if verify:
         for bundle in bundles:
             require_intact(bundle)
@@ -270,6 +276,7 @@ def make(
         *followup_tables(view),
         claims_table(results, view, spec.alpha, spec.power),
         secondary_table(results, view, pooled_sds(view)),
+        power_table(spec, study_view or view),
         baselines_table(view),
         shares_table(view),
         parameters_table(view),

@@ -44,6 +44,14 @@ def _power(effect_size: float, n: int, alpha: float, two_arms: bool) -> float:
     return float(tool.power(effect_size=effect_size, alpha=alpha, alternative="larger", **{keyword: n}))
 
 
+def detect_power(effect: float, sd: float, n: int, *, alpha: float = 0.05, two_arms: bool = True) -> float:
+    """The power of ``n`` seeds per arm to detect ``effect`` at level ``alpha`` (two-sided, as ``seeds_needed``'s
+    ``detect`` reads it: the one-sided power at alpha / 2 in the effect's direction); NaN without a finite sd."""
+    if not (math.isfinite(sd) and sd > 0) or effect == 0:
+        return math.nan
+    return _power(abs(effect) / sd, n, alpha / 2, two_arms)
+
+
 def _smallest_n(reaches) -> int | None:
     """The least n in [2, MAX_SEEDS] with reaches(n), by an upward scan; None if none.
 
