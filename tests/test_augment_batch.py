@@ -401,3 +401,22 @@ def test_autoaugment_magnitudes_are_torchvisions_bins():
     translate = tables["op"] == B.OPS.index("TranslateX")
     assert set(tables["mag"][translate].tolist()) == {float(torch.linspace(0, 150 / 331 * 32, 10)[i]) for i in (8, 9)}
     assert math.isclose(float(tables["prob"][0, 0]), 0.1) and not bool(tables["signed"][0, 0])  # Invert, 0.1
+
+
+def test_a_smoke_run_trains_with_the_batched_chain(tmp_path, shared_cache):
+    """task.augment_on=gpu through the runner: the record says which path ran."""
+    from conftest import composed, read_json
+    from test_image import make_official
+
+    from repro.runner import execute
+
+    data = tmp_path / "data"
+    make_official(data)
+    overrides = ["arm=rotary_transformer", "task=image", "profile=smoke", "task.augment_on=gpu", "progress=false"]
+    paths = [f"output_dir={tmp_path / 'out'}", f"cache_dir={shared_cache}", f"data_dir={data}", "+train.max_steps=2"]
+    assert execute(composed(*overrides, *paths)) == 0
+    metrics = read_json(tmp_path / "out" / "runs" / "rotary_transformer" / "image" / "smoke" / "seed0" / "metrics.json")
+    assert metrics["status"] == "complete" and metrics["steps"] == 2
+    (built,) = metrics["techniques"]["built"]["transforms"]
+    assert "BatchedCifarAugment(flip, autoaugment, photometric, affine" in built and built.endswith("ran: gpu")
+    assert metrics["data"]["augment_on"] == "gpu"

@@ -41,9 +41,12 @@ OPS = ("Identity", *GEOMETRIC, *COLOUR)  # operation codes: OPS.index(name)
 GRAY_WEIGHTS = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale (used by contrast and saturation)
 
 
-def cifar10_policy() -> list:
+def cifar10_policy() -> tuple:
     """torchvision's AutoAugment CIFAR-10 policy: 25 sub-policies of two (operation, probability, bin)."""
-    return list(v2.AutoAugment(v2.AutoAugmentPolicy.CIFAR10)._policies)
+    return tuple(v2.AutoAugment(v2.AutoAugmentPolicy.CIFAR10)._policies)
+
+
+CIFAR10_POLICY = cifar10_policy()
 
 
 def policy_tables(policy: list, height: int, width: int) -> dict[str, Tensor]:
@@ -67,6 +70,24 @@ def policy_tables(policy: list, height: int, width: int) -> dict[str, Tensor]:
     }
 
 
+def _photometric_tables(photometric: tuple, ranges: list) -> dict[str, Tensor]:
+    return {
+        "prob": torch.tensor([p for _, p in photometric], dtype=torch.float64),
+        "low": torch.tensor([low for low, _ in ranges], dtype=torch.float64),
+        "high": torch.tensor([high for _, high in ranges], dtype=torch.float64),
+    }
+
+
+_TABLES: dict = {}  # (what, device) -> tables on that device: copied there once, not at every step
+
+
+def _on_device(key: tuple, device, make) -> dict[str, Tensor]:
+    key = (*key, str(torch.device(device) if device is not None else "cpu"))
+    if key not in _TABLES:
+        _TABLES[key] = {name: value.to(device) for name, value in make().items()}
+    return _TABLES[key]
+
+
 # ---------------------------------------------------------------- sampling
 
 
@@ -81,7 +102,7 @@ def sample_params(
     generator: torch.Generator,
     device=None,
     stages: tuple = FULL_CHAIN,
-    policy: list | None = None,
+    policy: list | tuple = CIFAR10_POLICY,
     photometric: tuple = PHOTOMETRIC,
     magnitudes: dict = MAGNITUDES,
     affine: dict = AFFINE,
@@ -98,7 +119,7 @@ def sample_params(
     if "flip" in stages:  # v2.RandomHorizontalFlip: flipped unless rand >= p
         out["flip"] = torch.rand(batch, generator=g, device=dev) < flip_p
     if "autoaugment" in stages:
-        tables = {k: v.to(dev) for k, v in policy_tables(policy or cifar10_policy(), height, width).items()}
+        tables = _on_device(("policy", repr(policy), height, width), dev, lambda: policy_tables(policy, height, width))
         chosen = torch.randint(len(tables["op"]), (batch,), generator=g, device=dev)
         applied = torch.rand(batch, 2, generator=g, device=dev, dtype=torch.float64) <= tables["prob"][chosen]
         negative = torch.rand(batch, 2, generator=g, device=dev) <= 0.5
@@ -107,12 +128,13 @@ def sample_params(
         out["aa_mag"] = tables["mag"][chosen] * sign
     if "photometric" in stages:
         n = len(photometric)
-        probs = torch.tensor([p for _, p in photometric], dtype=torch.float64, device=dev)
-        low = torch.tensor([magnitudes.get(name, (0.0, 0.0))[0] for name, _ in photometric], device=dev)
-        high = torch.tensor([magnitudes.get(name, (0.0, 0.0))[1] for name, _ in photometric], device=dev)
+        ranges = [magnitudes.get(name, (0.0, 0.0)) for name, _ in photometric]
+        key = ("photometric", photometric, tuple(ranges))
+        tables = _on_device(key, dev, lambda: _photometric_tables(photometric, ranges))
+        probs, low, high = tables["prob"], tables["low"], tables["high"]
         out["ph_apply"] = torch.rand(batch, n, generator=g, device=dev, dtype=torch.float64) < probs
         unit = torch.rand(batch, n, generator=g, device=dev, dtype=torch.float64)
-        out["ph_mag"] = low.to(torch.float64) + (high - low).to(torch.float64) * unit
+        out["ph_mag"] = low + (high - low) * unit
     if "affine" in stages:
         degrees, shear = float(affine["degrees"]), float(affine["shear"])
         max_dx, max_dy = float(affine["translate"] * width), float(affine["translate"] * height)
@@ -153,7 +175,9 @@ def warp(images: Tensor, matrix: Tensor, mode: str, fill: float | None) -> Tenso
     base[..., 0].copy_(torch.linspace((1.0 - width) * 0.5, (width - 1.0) * 0.5, steps=width, device=device))
     base[..., 1].copy_(torch.linspace((1.0 - height) * 0.5, (height - 1.0) * 0.5, steps=height, device=device)[:, None])
     base[..., 2].fill_(1)
-    rescaled = theta.transpose(1, 2) / torch.tensor([0.5 * width, 0.5 * height], device=device)
+    rescaled = theta.transpose(1, 2).clone()  # divided by the half sizes, as torchvision's _affine_grid
+    rescaled[..., 0] /= 0.5 * width
+    rescaled[..., 1] /= 0.5 * height
     grid = base.view(1, height * width, 3).expand(batch, -1, -1).bmm(rescaled).view(batch, height, width, 2)
     source = images.to(torch.float32)
     if fill is not None:
@@ -222,13 +246,25 @@ def sharpness(images: Tensor, factor: Tensor) -> Tensor:
     interior pixels, the border kept."""
     channels = images.shape[-3]
     a, b = 1.0 / 13.0, 5.0 / 13.0
-    kernel = torch.tensor([[a, a, a], [a, b, a], [a, a, a]], dtype=torch.float32, device=images.device)
+    kernel = torch.full((3, 3), a, dtype=torch.float32, device=images.device)  # built there: no copy from the host
+    kernel[1, 1] = b
     out = images.to(torch.float32)
     blurred = F.conv2d(out, kernel.expand(channels, 1, 3, 3), groups=channels).round_()
     view = out[..., 1:-1, 1:-1]
     alpha = _column(1.0 - factor.to(torch.float64)).double()  # add_(., alpha) as in blend: one rounding
     view.copy_((view.double() + blurred.sub_(view).double() * alpha).to(torch.float32))
     return out.clamp_(0, 255).to(images.dtype)
+
+
+def autocontrast(images: Tensor) -> Tensor:
+    """torchvision's ``autocontrast_image`` with ``torch.where`` for its masked assignments (no host sync)."""
+    image = images.to(torch.float32)
+    minimum = image.amin(dim=(-2, -1), keepdim=True)
+    maximum = image.amax(dim=(-2, -1), keepdim=True)
+    flat = maximum == minimum
+    inv_scale = torch.where(flat, 1.0, (maximum - minimum) * (1.0 / 255))
+    minimum = torch.where(flat, 0.0, minimum)
+    return (image - minimum).div_(inv_scale).clamp_(0, 255).to(images.dtype)
 
 
 def posterize(images: Tensor, bits: Tensor) -> Tensor:
@@ -258,7 +294,7 @@ def colour_op(images: Tensor, name: str, magnitude: Tensor) -> Tensor:
     if name == "Solarize":
         return solarize(images, 255.0 * magnitude)
     if name == "AutoContrast":
-        return TF.autocontrast(images)
+        return autocontrast(images)
     if name == "Equalize":
         return TF.equalize(images)
     if name == "Invert":
@@ -324,7 +360,7 @@ class BatchedCifarAugment:
         if unknown:
             raise ValueError(f"unknown augmentation stage(s) {sorted(unknown)}; known: {', '.join(FULL_CHAIN)}")
         self.stages = tuple(stages)
-        self.policy = cifar10_policy()
+        self.policy = CIFAR10_POLICY
 
     def __call__(self, inputs: Tensor, draws) -> Tensor:
         if inputs.dim() != 4 or inputs.shape[-1] != 3 or inputs.dtype != torch.uint8:
