@@ -231,6 +231,13 @@ def test_the_setting_picks_the_path_for_the_batch_device(value, per_image):
 def test_the_image_task_refuses_an_unknown_placement(tmp_path):
     with pytest.raises(ValueError, match=r"^task.augment_on='tpu': choose auto \(the batched chain when training"):
         image.build({"name": "image", "data_seed": 0, "augment_on": "tpu"}, tmp_path, tmp_path / "cache")
+    from conftest import run_cli
+
+    out = tmp_path / "out"
+    paths = [f"data_dir={tmp_path}", f"output_dir={out}", f"cache_dir={tmp_path / 'cache'}", "progress=false"]
+    done = run_cli("arm=rotary_transformer", "task=image", "profile=smoke", "task.augment_on=tpu", *paths)
+    assert done.returncode == 2 and not out.exists(), done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("error: task.augment_on='tpu': choose auto")
 
 
 # ---------------------------------------------------------------- distributions against the CPU chain
