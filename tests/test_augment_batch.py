@@ -4,9 +4,10 @@ Each operation with fixed per-image parameters equals torchvision's functional o
 (exactly: the batched kernels keep torchvision's float32 arithmetic, its fused multiply-adds and its
 sampling grid, nearest for AutoAugment and bilinear for RandomAffine as the CPU chain uses them).
 The whole chain with sampled parameters equals torchvision applied image by image with the same
-parameters. The sampled parameters follow the CPU chain's distribution: operation frequencies by
-chi-square, magnitudes by two-sample Kolmogorov-Smirnov, over a few thousand draws with fixed
-seeds; each test also shows that a deliberately wrong table is detected.
+parameters. These equivalences run on the CPU, and on CUDA too where there is a GPU. The sampled
+parameters follow the CPU chain's distribution: operation frequencies by chi-square, magnitudes by
+two-sample Kolmogorov-Smirnov, over a few thousand draws with fixed seeds; each test also shows that
+a deliberately wrong table is detected.
 """
 
 from __future__ import annotations
@@ -31,20 +32,23 @@ from repro.tasks.base import Split, TaskData
 N_DRAWS = 3000  # images whose parameters the distribution tests compare
 PASS_P = 1e-3  # a correct table: every p-value above this (fixed seeds, so the outcome is fixed)
 WRONG_P = 1e-6  # a wrong table: some p-value below this
+# The equivalences run on each device there is: torchvision's kernels there against the batched ones there.
+DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 
 
-def _images(n: int = 96, seed: int = 0) -> torch.Tensor:
+def _images(n: int = 96, seed: int = 0, device: str = "cpu") -> torch.Tensor:
     """Half noise, half smooth colour ramps (histograms and edges of both kinds), uint8 [n, 3, 32, 32]."""
     g = torch.Generator().manual_seed(seed)
     noise = torch.randint(0, 256, (n // 2, 3, 32, 32), dtype=torch.uint8, generator=g)
     yy, xx = torch.meshgrid(torch.arange(32.0), torch.arange(32.0), indexing="ij")
     slopes = torch.rand(n - n // 2, 3, 2, 1, 1, generator=g) * 8
     ramps = ((xx * slopes[:, :, 0] + yy * slopes[:, :, 1]) % 256).to(torch.uint8)
-    return torch.cat([noise, ramps])
+    return torch.cat([noise, ramps]).to(device)
 
 
-def _uniform(n: int, low: float, high: float, seed: int) -> torch.Tensor:
-    return low + (high - low) * torch.rand(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+def _uniform(n: int, low: float, high: float, seed: int, device: str = "cpu") -> torch.Tensor:
+    unit = torch.rand(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return (low + (high - low) * unit).to(device)
 
 
 def _per_image(fn, images, *params):
@@ -61,37 +65,40 @@ FACTOR_OPS = {
 }
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(FACTOR_OPS))
-def test_factor_operations_equal_torchvision_image_by_image(name):
-    images = _images()
-    factor = _uniform(len(images), 0.1, 1.9, seed=1)  # the factors AutoAugment and the augmenter reach
+def test_factor_operations_equal_torchvision_image_by_image(name, device):
+    images = _images(device=device)
+    factor = _uniform(len(images), 0.1, 1.9, seed=1, device=device)  # the factors AutoAugment and the augmenter reach
     batched, reference = FACTOR_OPS[name]
     assert torch.equal(batched(images, factor), _per_image(reference, images, factor))
 
 
-def test_integer_operations_equal_torchvision_image_by_image():
-    images = _images()
+@pytest.mark.parametrize("device", DEVICES)
+def test_integer_operations_equal_torchvision_image_by_image(device):
+    images = _images(device=device)
     n = len(images)
-    bits = torch.randint(0, 9, (n,), generator=torch.Generator().manual_seed(2))
+    bits = torch.randint(0, 9, (n,), generator=torch.Generator().manual_seed(2)).to(device)
     posterized = torch.stack([TF.posterize(im, int(b)) for im, b in zip(images, bits, strict=True)])
     assert torch.equal(B.posterize(images, bits), posterized)
-    threshold = _uniform(n, 0.0, 255.0, seed=3)
+    threshold = _uniform(n, 0.0, 255.0, seed=3, device=device)
     assert torch.equal(B.solarize(images, threshold), _per_image(TF.solarize, images, threshold))
     for name, reference in (("AutoContrast", TF.autocontrast), ("Equalize", TF.equalize), ("Invert", TF.invert)):
         assert torch.equal(B.colour_op(images, name, threshold), torch.stack([reference(im) for im in images]))
-    flip = torch.rand(n, generator=torch.Generator().manual_seed(4)) < 0.5
+    flip = (torch.rand(n, generator=torch.Generator().manual_seed(4)) < 0.5).to(device)
     flipped = B.apply_params(images, {"flip": flip})
     expected = [TF.horizontal_flip(im) if f else im for im, f in zip(images, flip, strict=True)]
     assert torch.equal(flipped, torch.stack(expected))
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", B.GEOMETRIC)
-def test_autoaugment_geometry_equals_torchvision_nearest(name):
+def test_autoaugment_geometry_equals_torchvision_nearest(name, device):
     """AutoAugment's shears (about pixel (0, 0)), translations (whole pixels) and rotation, as torchvision
     applies them for the policy: nearest, no fill."""
-    images = _images()
+    images = _images(device=device)
     largest = {"ShearX": 0.3, "ShearY": 0.3, "TranslateX": 150 / 331 * 32, "TranslateY": 150 / 331 * 32}
-    magnitude = _uniform(len(images), -1.0, 1.0, seed=5) * largest.get(name, 30.0)
+    magnitude = _uniform(len(images), -1.0, 1.0, seed=5, device=device) * largest.get(name, 30.0)
     policy = v2.AutoAugment(v2.AutoAugmentPolicy.CIFAR10)
     reference = torch.stack(
         [
@@ -99,15 +106,16 @@ def test_autoaugment_geometry_equals_torchvision_nearest(name):
             for im, m in zip(images, magnitude, strict=True)
         ]
     )
-    code = torch.full((len(images),), B.OPS.index(name))
+    code = torch.full((len(images),), B.OPS.index(name), device=device)
     assert torch.equal(B.warp(images, B.autoaugment_matrix(code, magnitude, 32, 32), "nearest", None), reference)
 
 
-def test_random_affine_equals_torchvision_bilinear_with_black_fill():
-    images = _images()
+@pytest.mark.parametrize("device", DEVICES)
+def test_random_affine_equals_torchvision_bilinear_with_black_fill(device):
+    images = _images(device=device)
     n = len(images)
-    angle, scale, shear = _uniform(n, -10, 10, 6), _uniform(n, 0.9, 1.1, 7), _uniform(n, -10, 10, 8)
-    tx, ty = torch.round(_uniform(n, -3.2, 3.2, 9)), torch.round(_uniform(n, -3.2, 3.2, 10))
+    angle, scale, shear = (_uniform(n, *args, device=device) for args in ((-10, 10, 6), (0.9, 1.1, 7), (-10, 10, 8)))
+    tx, ty = (torch.round(_uniform(n, -3.2, 3.2, seed, device=device)) for seed in (9, 10))
     reference = torch.stack(
         [
             TF.affine(
@@ -122,15 +130,16 @@ def test_random_affine_equals_torchvision_bilinear_with_black_fill():
             for i, im in enumerate(images)
         ]
     )
-    matrix = B.inverse_affine_matrix(angle, tx, ty, scale, shear, torch.zeros(n, dtype=torch.float64))
+    matrix = B.inverse_affine_matrix(angle, tx, ty, scale, shear, torch.zeros_like(angle))
     assert torch.equal(B.warp(images, matrix, "bilinear", 0.0), reference)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", [name for name, _ in PHOTOMETRIC])
-def test_photometric_operations_equal_the_cpu_chain(name):
-    images = _images()
+def test_photometric_operations_equal_the_cpu_chain(name, device):
+    images = _images(device=device)
     low, high = {"Posterize": (0.0, 7.0), "Solarize": (200.0, 256.0)}.get(name, (1.0, 1.9))
-    magnitude = _uniform(len(images), low, high, seed=11)  # Solarize: thresholds above 255 among them
+    magnitude = _uniform(len(images), low, high, seed=11, device=device)  # Solarize: thresholds above 255 among them
     expected = _per_image(lambda im, m: photometric_op(im, name, m), images, magnitude)
     assert torch.equal(B.photometric_batch(images, name, magnitude), expected)
 
@@ -159,9 +168,10 @@ def _reference_chain(image: torch.Tensor, p: dict, i: int) -> torch.Tensor:
     )
 
 
-def test_the_whole_chain_equals_torchvision_image_by_image_with_the_same_parameters():
-    images = _images(n=256, seed=12)
-    params = B.sample_params(len(images), 32, 32, torch.Generator().manual_seed(13))
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_whole_chain_equals_torchvision_image_by_image_with_the_same_parameters(device):
+    images = _images(n=256, seed=12, device=device)
+    params = B.sample_params(len(images), 32, 32, torch.Generator(device).manual_seed(13), device)
     assert int((params["aa_op"] > 0).sum()) > 200 and int(params["ph_apply"].sum()) > 100  # many ops ran
     expected = torch.stack([_reference_chain(im, params, i) for i, im in enumerate(images)])
     assert torch.equal(B.apply_params(images, params), expected)

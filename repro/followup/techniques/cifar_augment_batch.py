@@ -9,9 +9,10 @@ before. ``stages=AUTOAUGMENT_ONLY`` runs the policy alone (``autoaugment: cifar1
 Every image draws its own parameters (``sample_params``), all at once from one generator on the
 batch's device; ``apply_params`` then runs each operation type once on the whole batch with those
 per-image parameters and keeps its result where the image drew it (``torch.where``): a loop over
-operation types, none over images, and no host synchronisation, so it runs on the GPU beside the
-model. Each operation is torchvision's tensor kernel written for a vector of parameters (the same
-float32 arithmetic, the same grid of ``affine``); tests/test_augment_batch.py checks each against
+operation types, none over images, written to need no host synchronisation (``python -m
+repro.bench.augment`` checks that on CUDA), so it runs on the GPU beside the model. Each operation
+is torchvision's tensor kernel written for a vector of parameters (the same float32 arithmetic, the
+same grid of ``affine``); tests/test_augment_batch.py checks each against
 ``torchvision.transforms.v2.functional`` image by image, and the sampled frequencies and magnitude
 ranges against the CPU chain's.
 
