@@ -242,6 +242,8 @@ IMPLICIT_SETTINGS = {
     "model.rotary_layout": "per_head",
     "model.rotary_disable": "lower_half",
     "model.single_logit": False,
+    # Records from before it augmented image by image; auto keeps them resumable (repro/tasks/image.py).
+    "task.augment_on": "auto",
 }
 _ABSENT = "(absent)"
 

@@ -9,8 +9,9 @@ Readers:
 
 While RGB is available the inputs stay RGB (``uint8 [N, 32, 32, 3]``) so the follow-up's
 AutoAugment can act on colour, and ``TaskData.prepare`` (``lra_grayscale``) turns each batch
-into LRA's grayscale ids ``[B, 1024]`` on the batch's device. With only the gray bundle the
-inputs are the stored gray ids ``[N, 1024]`` and ``prepare`` is None.
+into LRA's grayscale ids ``[B, 1024]`` on the batch's device. ``augment_on`` (kept in ``info``) says
+where that augmentation runs: per image on the CPU, or batched on the batch's device. With only
+the gray bundle the inputs are the stored gray ids ``[N, 1024]`` and ``prepare`` is None.
 
 The grayscale is LRA's ``tf.cast(tf.image.rgb_to_grayscale(image), tf.int32)`` bit for bit
 (tests/test_image.py checks its corner values): in float32, ``f = rgb * (1/255)``,
@@ -48,6 +49,7 @@ OFFICIAL_TEST = ("test_batch",)
 BUNDLE_FILES = {"rgb": "cifar10_jpeg_rgb.tar.xz", "gray": "cifar10_jpeg_gray.tar.xz"}
 BUNDLE_MEMBERS = ("train_x", "train_y", "test_x", "test_y")
 READER_VERSION = 1  # part of the cache key
+AUGMENT_ON = ("auto", "cpu", "gpu")  # task.augment_on (experiments/conf/task/image.yaml)
 PROXY_NOTE = (
     "LOSSY PROXY: data from the cifar10_jpeg bundle, CIFAR-10 decoded from a JPEG (quality 75, 4:2:0) "
     "third-party copy (gray PSNR about 33.6 dB against lossless pixels). Accuracies on it are NOT "
@@ -249,6 +251,12 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
     max_len = int(config_value(cfg, "max_len", MAX_LEN))
     if max_len != MAX_LEN:
         raise ValueError(f"task.max_len={max_len}: CIFAR-10 images are {MAX_LEN} pixels")
+    augment_on = config_value(cfg, "augment_on", "auto")
+    if augment_on not in AUGMENT_ON:
+        raise ValueError(
+            f"task.augment_on={augment_on!r}: choose auto (the batched chain when training on CUDA, else per "
+            "image), cpu (per image) or gpu (batched, on the batch's device)"
+        )
     source, path, channels = resolve_source(cfg, Path(data_dir))
     params = {"source": source, "path": str(path.resolve()), "channels": channels, "reader": READER_VERSION}
     if source == "bundle":
@@ -283,6 +291,7 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
             "val_fraction": fraction,
             "val_index_digest": index_digest(held),
         },
+        "augment_on": augment_on,  # where RGB training augmentation runs (repro/followup/techniques)
         "sizes": {s: len(v) for s, v in splits.items()},
         "class_counts": {s: class_counts(v.labels) for s, v in splits.items()},
     }

@@ -13,6 +13,8 @@ A run's techniques come from the ``techniques`` config group (experiments/conf/t
 ``mlm``             ``{rate, random_fraction, weight, loss_on}``: denoising    mlm
 ==================  =========================================================  ==============
 
+``autoaugment`` runs image by image on the CPU or on the whole batch on its device, as the image
+task's ``augment_on`` picks (cifar_augment_batch; experiments/conf/task/image.yaml).
 Transforms act on the stored training batch (before the task's ``prepare`` hook, so
 AutoAugment sees RGB); the MLM objective replaces the training loss. Evaluation is never
 touched. Randomness: every step draws from generators seeded by (run seed, step)
@@ -127,6 +129,7 @@ def _listops_permute(value, task: TaskData):
 @TECHNIQUES.register("autoaugment")
 def _autoaugment(value, task: TaskData):
     from .cifar_augment import CifarFollowupAugment
+    from .cifar_augment_batch import AUTOAUGMENT_ONLY, FULL_CHAIN, PlacedCifarAugment
     from .cifar_autoaugment import CifarAutoAugment
 
     if value not in ("cifar10", "followup"):
@@ -141,7 +144,11 @@ def _autoaugment(value, task: TaskData):
             f"{task.name!r} stores {tuple(shape)} ({task.info.get('inputs', 'no RGB')}); provide "
             "cifar-10-batches-py/ or the rgb bundle, or run techniques=none"
         )
-    return "transform", CifarAutoAugment() if value == "cifar10" else CifarFollowupAugment()
+    if value == "cifar10":
+        per_image, stages = CifarAutoAugment(), AUTOAUGMENT_ONLY
+    else:
+        per_image, stages = CifarFollowupAugment(), FULL_CHAIN
+    return "transform", PlacedCifarAugment(per_image, stages, task.info.get("augment_on", "auto"))
 
 
 @TECHNIQUES.register("d4")

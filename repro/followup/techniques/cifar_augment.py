@@ -16,6 +16,8 @@ PIL images; here torchvision.transforms.v2 works on uint8 tensors (the same oper
 differ by a grey level). A Posterize magnitude is truncated to whole bits (0-6, the code's ``int``); a
 Solarize threshold above 255 inverts nothing (the code's range reaches 256).
 
+cifar_augment_batch.py runs the same chain on a whole batch on its device (``task.augment_on``).
+
 Randomness: torchvision draws from the global torch RNG, so a batch is augmented inside
 ``torch.random.fork_rng`` seeded from the step's generator: the result depends only on (seed,
 step), and the global RNG is left as it was.
