@@ -162,11 +162,18 @@ def split_digests(splits: dict) -> dict:
     return {name: {"inputs": array_sha256(x), "labels": array_sha256(y)} for name, (x, y) in splits.items()}
 
 
-def run_fingerprint(run: dict, data_digests: dict, free_train_keys=frozenset()) -> dict:
+def run_fingerprint(run: dict, data_digests: dict, free_train_keys=frozenset(), neutral=None) -> dict:
     """Which run a folder, checkpoint or record belongs to: arm, task, profile, seed, the digest of the
     resolved settings that shape training (``free_train_keys``, which a resumed run may change, left out) and
-    the digest of the data (``split_digests``). config.yaml, every checkpoint and metrics.json carry it."""
+    the digest of the data (``split_digests``). config.yaml, every checkpoint and metrics.json carry it.
+
+    ``neutral``: ``{"block.key": value}`` of settings added after fingerprints were, at the value that
+    reproduces the runs before them; at that value a key is left out, so those runs' checkpoints resume."""
     settings = {block: run.get(block) for block in ("model", "task", "techniques", "subset")}
+    for dotted, value in (neutral or {}).items():
+        block, key = dotted.split(".", 1)
+        if isinstance(settings.get(block), dict) and key in settings[block] and settings[block][key] == value:
+            settings[block] = {k: v for k, v in settings[block].items() if k != key}
     settings["train"] = {k: v for k, v in (run.get("train") or {}).items() if k not in free_train_keys}
     return {
         "arm": run["arm"],

@@ -245,6 +245,9 @@ IMPLICIT_SETTINGS = {
     # Records from before it augmented image by image; auto keeps them resumable (repro/tasks/image.py).
     "task.augment_on": "auto",
 }
+# Of those, the keys added after run fingerprints were: at their implicit value they leave a run's
+# fingerprint as it was, so a checkpoint written before the key existed still resumes.
+FINGERPRINT_NEUTRAL = {key: IMPLICIT_SETTINGS[key] for key in ("task.augment_on",)}
 _ABSENT = "(absent)"
 
 
@@ -460,7 +463,7 @@ def _execute_in_folder(cfg: DictConfig, run: dict, run_dir: Path, dist, workers:
     if run["subset"]:
         task = take_subset(task, run["subset"], run["task"].get("data_seed", 0))
     data_digests = records.split_digests({name: (s.inputs, s.labels) for name, s in task.splits().items()})
-    fingerprint = records.run_fingerprint(run, data_digests, FREE_TRAIN_KEYS)
+    fingerprint = records.run_fingerprint(run, data_digests, FREE_TRAIN_KEYS, FINGERPRINT_NEUTRAL)
     device = dist.device
     settings = TrainSettings.from_dict(apply_example_budget(run, task))  # config.yaml keeps the budget as typed
     augment = build_train_augment(run["techniques"], task)
