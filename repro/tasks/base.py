@@ -54,3 +54,17 @@ class TaskData:
 
     def splits(self) -> dict[str, Split]:
         return {"train": self.train, "val": self.val, "test": self.test}
+
+
+@dataclass(frozen=True)
+class TaskEntry:
+    """What a task module registers in ``repro.tasks.TASKS`` under its builder name.
+
+    ``build(cfg, data_dir, cache_dir, workers) -> TaskData``; ``titles``: the task configs this builder serves
+    (their ``name``) and how tables name each; ``official_files_missing(cfg, data_dir)``: for a task that
+    generates its data when the official files are absent, which of them ``data_dir`` lacks (None: all there).
+    """
+
+    build: Callable[..., TaskData]
+    titles: dict[str, str]
+    official_files_missing: Callable[..., str | None] | None = None

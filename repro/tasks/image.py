@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .base import DataError, DataMissing, Split, TaskData
+from . import TASKS
+from .base import DataError, DataMissing, Split, TaskData, TaskEntry
 from .byte_text import class_counts, config_value, index_digest, stratified_holdout
 from .cache import cached_arrays
 
@@ -298,3 +299,6 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
         info=info,
         **splits,
     )
+
+
+TASKS.register("image")(TaskEntry(build, titles={"image": "Image"}))

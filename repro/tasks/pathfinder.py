@@ -35,9 +35,10 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 from tqdm import tqdm
 
+from . import TASKS
 from . import pathfinder_release as release
 from . import pathfinder_render as render
-from .base import DataError, DataMissing, Split, TaskData
+from .base import DataError, DataMissing, Split, TaskData, TaskEntry
 from .cache import cached_arrays
 
 NUM_CLASSES = 2
@@ -458,3 +459,10 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
         info=info,
         **splits,
     )
+
+
+TASKS.register("pathfinder")(
+    TaskEntry(
+        build, titles={"pathfinder": "Pathfinder", "pathx": "Path-X"}, official_files_missing=official_files_missing
+    )
+)

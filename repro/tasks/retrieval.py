@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import DataError, DataMissing, Split, TaskData
+from . import TASKS
+from .base import DataError, DataMissing, Split, TaskData, TaskEntry
 from .byte_text import BYTE_VOCAB_SIZE, ByteIdMatrix, class_counts, config_value, length_stats
 from .cache import cached_arrays
 
@@ -159,3 +160,6 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
         info=info,
         **splits,
     )
+
+
+TASKS.register("retrieval")(TaskEntry(build, titles={"retrieval": "Retrieval"}))

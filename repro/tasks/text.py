@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import DataError, DataMissing, Split, TaskData
+from . import TASKS
+from .base import DataError, DataMissing, Split, TaskData, TaskEntry
 from .byte_text import (
     BYTE_VOCAB_SIZE,
     ByteIdMatrix,
@@ -291,3 +292,6 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
         info=info,
         **splits,
     )
+
+
+TASKS.register("text")(TaskEntry(build, titles={"text": "Text"}))
