@@ -12,33 +12,16 @@ import math
 import numpy as np
 
 from ..reference import LRA_MODEL_ARMS, published
+from .names import FOLLOWUP_TASKS, LRA_AVG_TASKS, LRA_TABLE1_TASKS, task_title
 from .render import MISSING, Table, fmt_number, fmt_seeds
 from .view import BundleView
 
-TASK_NAMES = {
-    "listops": "ListOps",
-    "text": "Text",
-    "retrieval": "Retrieval",
-    "image": "Image",
-    "pathfinder": "Pathfinder",
-    "pathx": "Path-X",
-}
 LRA_NAMES = {
     "bigbird": "BigBird",
     "linear_transformer": "Linear Transformer",
     "local_attention": "Local Attention",
     "sparse_transformer": "Sparse Transformer",
 }
-LRA_TABLE1_TASKS = [
-    ("listops", "listops"),
-    ("text", "text"),
-    ("retrieval", "retrieval"),
-    ("image", "image"),
-    ("pathfinder", "pathfinder"),
-    ("path_x", "pathx"),
-]  # (published column, our task)
-LRA_AVG_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")  # LRA's average leaves Path-X out
-FOLLOWUP_TASKS = ("image", "pathfinder", "text", "retrieval", "listops")  # the follow-up's column order
 # Follow-up table rows -> our arms. "ARM+TECHNIQUES" selects the records of ARM trained with that
 # techniques group (config.yaml's techniques.name: none | followup); a bare ARM takes its records
 # whatever the techniques. None: not reproduced here (the row stays "—").
@@ -112,7 +95,7 @@ def lra_table1(view: BundleView) -> Table:
     columns, ours_cols = ["Model", "Arm"], []
     for _, task in LRA_TABLE1_TASKS:
         ours_cols.append(len(columns))
-        columns += [f"{TASK_NAMES[task]} ours", f"{TASK_NAMES[task]} pub."]
+        columns += [f"{task_title(task)} ours", f"{task_title(task)} pub."]
     ours_cols.append(len(columns))
     columns += ["Avg ours", "Avg pub."]
     rows = []
@@ -142,7 +125,7 @@ def followup_table(view: BundleView, name: str, title: str, source: str, arms: d
     columns, ours_cols = ["Row", "Arm"], []
     for task in FOLLOWUP_TASKS:
         ours_cols.append(len(columns))
-        columns += [f"{TASK_NAMES[task]} ours", f"{TASK_NAMES[task]} pub."]
+        columns += [f"{task_title(task)} ours", f"{task_title(task)} pub."]
     has_avg = "avg" in pub.columns
     if has_avg:
         ours_cols.append(len(columns))
@@ -208,7 +191,7 @@ def runs_table(view: BundleView) -> Table:
         [
             r.arm,
             r.techniques,
-            TASK_NAMES.get(r.task, r.task),
+            task_title(r.task),
             r.profile,
             str(r.seed),
             fmt_number(r.test_acc),

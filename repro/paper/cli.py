@@ -71,7 +71,7 @@ from ..tasks import pathfinder as pf
 from ..tasks import pathfinder_render as render
 from . import claims as claims_file
 from . import plots
-from .accuracy import FOLLOWUP_TASKS, followup_tables, lra_table1, runs_table
+from .accuracy import followup_tables, lra_table1, runs_table
 from .claims_tables import baselines_table, claims_table, secondary_table, shares_table
 from .commands import DEFAULT_CLAIMS, PAPER_DIR, parser, table1_parser
 from .efficiency import bench_frame, lra_table2
@@ -79,6 +79,7 @@ from .evaluate import evaluate, pooled_sds
 from .figures import PATHFINDER_SAMPLE_FILES, kernel_curves, pathfinder_samples, tradeoff_points
 from .listops import listops_analysis, listops_table
 from .lra_campaign import ranking, table1, tasks_run
+from .names import FOLLOWUP_TASKS
 from .parameters import parameters_table
 from .render import Table
 from .view import BundleView

@@ -24,7 +24,8 @@ from scipy import stats as sps
 from statsmodels.stats.weightstats import DescrStatsW
 
 from ..reference import LRA_MODEL_ARMS, published
-from .accuracy import LRA_AVG_TASKS, LRA_NAMES, LRA_TABLE1_TASKS, MARKS_NOTE, TASK_NAMES, ours_cell, pub_cell
+from .accuracy import LRA_NAMES, MARKS_NOTE, ours_cell, pub_cell
+from .names import LRA_AVG_TASKS, LRA_TABLE1_TASKS, task_title
 from .render import MISSING, Table, fmt_ci, fmt_number, fmt_p
 from .view import BundleView
 
@@ -93,7 +94,7 @@ def table1(view: BundleView, name: str = "lra_table1") -> Table:
     columns, ours_cols = ["Model", "Arm"], []
     for task in tasks:
         ours_cols += [len(columns), len(columns) + 1]
-        columns += [f"{TASK_NAMES[task]} ours", f"{TASK_NAMES[task]} 95% CI", f"{TASK_NAMES[task]} pub."]
+        columns += [f"{task_title(task)} ours", f"{task_title(task)} 95% CI", f"{task_title(task)} pub."]
     ours_cols.append(len(columns))
     columns += ["Avg ours", "Avg pub."]
     rows = []
@@ -106,7 +107,7 @@ def table1(view: BundleView, name: str = "lra_table1") -> Table:
         rows.append(row + _averages(view, model, arm, tasks))
     left_out = [why for task, why in NOT_RUN_WHY.items() if task not in tasks]
     absent = [t for t in LRA_AVG_TASKS if t not in tasks and t not in NOT_RUN_WHY]
-    left_out += [f"{TASK_NAMES[t]}: no records in these bundles" for t in absent]
+    left_out += [f"{task_title(t)}: no records in these bundles" for t in absent]
     return Table(
         name,
         "LRA Table 1 at the release's protocol: test accuracy (%), ours beside the published",
@@ -198,7 +199,7 @@ def ranking(view: BundleView, name: str = "lra_table1_ranking") -> Table:
         else:
             interval = fmt_ci(*r["interval"], digits=3)
         seeds = "/".join(str(n) for n in r["seeds"])
-        row = [TASK_NAMES[task], str(r["arms"]), seeds, fmt_number(r["rho"], 3), fmt_p(r["p"]), interval]
+        row = [task_title(task), str(r["arms"]), seeds, fmt_number(r["rho"], 3), fmt_p(r["p"]), interval]
         rows.append(row)
     return Table(
         name,
