@@ -1,4 +1,5 @@
-"""The benchmark's record and its views: bench.json, bench.csv, table.md (LRA Table 2), figure.png (LRA Figure 3).
+"""The benchmark's record and its views: bench.json, bench.csv, table.md (LRA Table 2), figure.png (LRA Figure 3,
+drawn by ``repro.paper.plots``, the builder of the papers' figures, once the arms have accuracy records).
 
 Everything is written into a hidden temporary folder next to the destination and
 renamed into place at the end, so no half-written bundle is ever left under
@@ -19,6 +20,7 @@ import math
 import os
 import re
 import shutil
+import statistics
 from pathlib import Path
 
 from ..records import write_atomic, write_csv
@@ -494,7 +496,8 @@ def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str]
 
 
 def read_accuracies(accuracy_dir: Path, arms: list[str], task: str = "text") -> dict:
-    """{arm: (mean test accuracy, records, profile)} from complete run records, paper before budget."""
+    """{arm: (mean test accuracy, records, profile, sd over the records)} from complete run records, paper
+    before budget."""
     found = {}
     for arm in arms:
         for profile in ACCURACY_PROFILES:
@@ -504,17 +507,42 @@ def read_accuracies(accuracy_dir: Path, arms: list[str], task: str = "text") -> 
                 if metrics.get("status") == "complete" and metrics.get("test_acc") is not None:
                     values.append(float(metrics["test_acc"]))
             if values:
-                found[arm] = (sum(values) / len(values), len(values), profile)
+                mean = sum(values) / len(values)
+                sd = statistics.stdev(values) if len(values) > 1 else math.nan
+                found[arm] = (mean, len(values), profile, sd)
                 break
     return found
 
 
-def figure(rows: list[dict], accuracies: dict, path: Path, meta: dict) -> str:
-    """LRA Figure 3: steps/s at the largest length against accuracy, circle area = peak memory.
+def figure3(points: list[dict], accuracies: dict, path: Path, meta: dict, mode: str, longest: int) -> None:
+    """LRA Figure 3 from the benchmark's rows and the arms' test accuracy on its task, drawn by the papers'
+    builder (``repro.paper.plots.tradeoff``): beside the published points when the rows measure what the
+    published figure does (training steps/s at 4K on text), else ours alone."""
+    from ..paper import plots
+    from ..paper.figures import published_points
 
-    Without accuracy records the y axis is peak memory (or parameters where memory is
-    not measured, on CPU). Returns what the y axis shows.
-    """
+    task = meta.get("task", "text")
+    ours = [
+        {
+            "name": PUBLISHED_NAMES.get(r["model"], r["model"]),
+            "accuracy": 100 * accuracies[r["model"]][0],
+            "accuracy_sd": 100 * accuracies[r["model"]][3] if len(accuracies[r["model"]]) > 3 else math.nan,
+            "seeds": accuracies[r["model"]][1],
+            "speed": r["steps_per_s"],
+            "memory_gb": math.nan if r.get("peak_mem_gb") is None else r["peak_mem_gb"],
+        }
+        for r in points
+        if r["model"] in accuracies
+    ]
+    same = mode == "train" and longest == 4096 and task == "text"
+    axis = f"{mode} steps per second at {length_label(longest)} (batch {meta['batch']}, {meta['device']})"
+    plots.tradeoff(published_points((task,)) if same else [], ours, axis, (task,), same, path)
+
+
+def figure(rows: list[dict], accuracies: dict, path: Path, meta: dict) -> str:
+    """LRA Figure 3 (``figure3``) when the arms have accuracy records; without them, the speed at the largest
+    length against peak memory (or parameters where memory is not measured, on CPU). Returns what the y axis
+    shows."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -525,10 +553,9 @@ def figure(rows: list[dict], accuracies: dict, path: Path, meta: dict) -> str:
     points = [r for r in rows if r["mode"] == mode and r["length"] == longest and r["status"] == "ok"]
     with_memory = any(r.get("peak_mem_gb") is not None for r in points)
     if any(r["model"] in accuracies for r in points):
-        points = [r for r in points if r["model"] in accuracies]
-        y = [100 * accuracies[r["model"]][0] for r in points]
-        ylabel, shows = f"test accuracy (%), {meta.get('task', 'text')}", "accuracy"
-    elif with_memory:
+        figure3(points, accuracies, path, meta, mode, longest)
+        return "accuracy"
+    if with_memory:
         y = [r["peak_mem_gb"] for r in points]
         ylabel, shows = f"peak memory (GB) at {length_label(longest)}", "memory"
     else:
