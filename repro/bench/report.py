@@ -6,11 +6,10 @@ renamed into place at the end, so no half-written bundle is ever left under
 ``results/`` (ARCHITECTURE.md, "Fail loudly, lose nothing").
 
 Table 2 of the LRA paper (Tay et al. 2021, section 3.4) gives training steps per second and
-peak memory per TPU device at lengths 1K-4K, batch 32, on the byte-level text task;
-here the same layout holds our numbers, each with its ratio to the vanilla
-Transformer (SDPA backend) at the same length, beside the published TPU numbers
-(``repro.reference.published("lra_table2_efficiency")``) and their ratios to the
-published Transformer.
+peak memory per TPU device at lengths 1K-4K, batch 32, on the byte-level text task. table.md
+gives our numbers at every length run, each with its ratio to the vanilla Transformer (SDPA
+backend) at the same length, then (text configuration) LRA Table 2 itself from the training
+rows, built by ``repro.paper.efficiency.lra_table2`` as ``lra-paper`` builds it from a bundle.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ import statistics
 from pathlib import Path
 
 from ..records import write_atomic, write_csv
-from ..reference import LRA_MODEL_ARMS, published
+from ..reference import LRA_MODEL_ARMS
 
 REFERENCE_MODEL = "lra_transformer"  # relative speed and memory are to this row (SDPA backend)
 ROW_FIELDS = [
@@ -124,20 +123,6 @@ def length_label(length: int) -> str:
     return str(length)
 
 
-def published_table() -> dict:
-    """{published model name: {'steps': {'1K': v, ...}, 'mem': {...}}} from LRA Table 2."""
-    frame = published("lra_table2_efficiency")
-    table = {}
-    for record in frame.to_dict("records"):
-        entry = {"steps": {}, "mem": {}}
-        for key, value in record.items():
-            found = re.fullmatch(r"(steps_per_s|peak_mem_gb)_(\d+)k", key)
-            if found:
-                entry["steps" if found.group(1) == "steps_per_s" else "mem"][f"{found.group(2)}K"] = float(value)
-        table[record["model"]] = entry
-    return table
-
-
 def _index(rows: list[dict]) -> dict:
     return {(r["model"], r["length"], r["mode"]): r for r in rows}
 
@@ -165,16 +150,6 @@ def _ours_cell(row: dict | None, key: str, ref: dict | None, digits: int) -> str
     return cell
 
 
-def _published_cell(entry: dict | None, ref: dict | None, kind: str, label: str) -> str:
-    if entry is None or label not in entry[kind]:
-        return ""
-    value = entry[kind][label]
-    cell = f"{value:.2f}"
-    if ref is not None and label in ref[kind] and ref[kind][label]:
-        cell += f" ({value / ref[kind][label]:.2f}x)"
-    return cell
-
-
 def _models_in_order(rows: list[dict]) -> list[str]:
     seen = []
     for row in rows:
@@ -189,26 +164,31 @@ def _markdown(header: list[str], body: list[list[str]]) -> list[str]:
     return lines
 
 
-def efficiency_table(rows: list[dict], mode: str, key: str, digits: int, task: str = "text") -> list[str]:
-    """One Table 2 block: ours at each length (ratio to the SDPA Transformer), then the TPU numbers
-    (published for the text configuration only)."""
+def efficiency_table(rows: list[dict], mode: str, key: str, digits: int) -> list[str]:
+    """Ours at each length, with the ratio to the SDPA Transformer (the published numbers: ``lra_table2``)."""
     lengths = sorted({r["length"] for r in rows})
-    labels = [length_label(n) for n in lengths]
     index = _index(rows)
-    pub = published_table() if mode == "train" and task == "text" else {}
-    pub_labels = [label for label in labels if any(label in e["steps"] for e in pub.values())]
-    kind = "steps" if key == "steps_per_s" else "mem"
-    header = ["model", *[f"ours {label}" for label in labels], *[f"LRA TPU {label}" for label in pub_labels]]
+    header = ["model", *[f"ours {length_label(n)}" for n in lengths]]
     body = []
     for model in _models_in_order([r for r in rows if r["mode"] == mode]):
         cells = [model]
         for length in lengths:
             ref = index.get((REFERENCE_MODEL, length, mode))
             cells.append(_ours_cell(index.get((model, length, mode)), key, ref, digits))
-        entry = pub.get(PUBLISHED_NAMES.get(model, ""))
-        cells += [_published_cell(entry, pub.get("transformer"), kind, label) for label in pub_labels]
         body.append(cells)
     return _markdown(header, body)
+
+
+def lra_table2(meta: dict, rows: list[dict]) -> list[str]:
+    """LRA Table 2 from this run's training rows, as ``lra-paper`` builds it (``repro.paper.efficiency``)."""
+    import pandas as pd
+
+    from ..paper.efficiency import lra_table2 as build
+    from ..paper.efficiency import table2_frame
+
+    source = "this run's training rows (median per cell; lengths 1K-4K only)"
+    table = build(table2_frame([pd.DataFrame(rows)]), [meta["device"]], source)
+    return ["## LRA Table 2 from this run", ""] + table.markdown().splitlines()[2:] + [""]
 
 
 def roofline_table(rows: list[dict], peak: float | None) -> list[str]:
@@ -438,7 +418,7 @@ def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str]
         f"timed steps{timing_words(meta.get('sync_every', 1))}. "
         f"Ratios in parentheses: to `{REFERENCE_MODEL}` (SDPA) at the same length"
         + (
-            "; for the LRA TPU columns (Tay et al. 2021, Table 2, 4x4 TPU v3), to the published Transformer. "
+            "; LRA Table 2 below sets ours beside the published (Tay et al. 2021, Table 2, 4x4 TPU v3). "
             if task == "text"
             else " (LRA published speeds for the text configuration only). "
         )
@@ -454,9 +434,11 @@ def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str]
     for mode in ("train", "infer"):
         if not any(r["mode"] == mode for r in rows):
             continue
-        lines += [f"## {MODE_TITLES[mode]}", ""] + efficiency_table(rows, mode, "steps_per_s", 2, task) + [""]
+        lines += [f"## {MODE_TITLES[mode]}", ""] + efficiency_table(rows, mode, "steps_per_s", 2) + [""]
         lines += [f"## Peak memory (GB), {'training' if mode == 'train' else 'inference'}", ""]
-        lines += efficiency_table(rows, mode, "peak_mem_gb", 3, task) + [""]
+        lines += efficiency_table(rows, mode, "peak_mem_gb", 3) + [""]
+    if task == "text" and any(r["mode"] == "train" for r in rows):
+        lines += lra_table2(meta, rows)
     lines += reference_section(meta, rows)
     lines += [
         f"## Roofline at {length_label(max(r['length'] for r in rows))}",

@@ -268,7 +268,7 @@ def make(
     counts, operator_rows, note = listops_analysis(view, listops_arm)
     tables = [
         lra_table1(view),
-        lra_table2(view, bench),
+        lra_table2(bench, sorted(view.manifest.get("devices", []))),
         *followup_tables(view),
         claims_table(results, view, spec.alpha, spec.power),
         secondary_table(results, view, pooled_sds(view)),
