@@ -24,7 +24,7 @@ TOY_MODULE = '''\
 import numpy as np
 
 from . import TASKS
-from .base import Split, TaskData, TaskEntry
+from .base import Split, TaskData, TaskEntry, empty_task
 
 
 def build(cfg, data_dir, cache_dir, workers=1) -> TaskData:
@@ -42,7 +42,11 @@ def build(cfg, data_dir, cache_dir, workers=1) -> TaskData:
     )
 
 
-TASKS.register("parity_toy")(TaskEntry(build, titles={"parity_toy": "Parity (toy)"}))
+def shape(cfg) -> TaskData:
+    return empty_task(cfg, (cfg["max_len"],), 2, cfg["vocab_size"])
+
+
+TASKS.register("parity_toy")(TaskEntry(build, shape, titles={"parity_toy": "Parity (toy)"}))
 '''
 
 TOY_YAML = """\
@@ -106,12 +110,20 @@ def toy_registered(tmp_path, monkeypatch):
 
 
 def test_a_new_task_is_registered_by_its_module_and_named_in_the_claims_file(toy_registered, tmp_path):
+    from repro.cli.show import task_shape
     from repro.paper import claims
     from repro.tasks import get_task_builder, task_titles
 
     assert task_titles()[TOY] == "Parity (toy)"
-    assert get_task_builder(TOY).__module__ == f"repro.tasks.{TOY}"
     assert claims.task_names()[-1] == TOY  # after the LRA tasks, in Table 1's order
+    build = get_task_builder(TOY)
+    assert build.__module__ == f"repro.tasks.{TOY}"
+    cfg = yaml.safe_load((toy_registered / "task" / f"{TOY}.yaml").read_text())
+    cfg["generate"] = cfg["profiles"]["smoke"]["generate"]
+    built, shape = build(cfg, tmp_path, tmp_path, 1), task_shape(cfg)  # --cfg run's model size, without data
+    facts = ("num_classes", "vocab_size", "max_len", "two_tower", "pad_id")
+    assert [getattr(shape, f) for f in facts] == [getattr(built, f) for f in facts] == [2, 12, 24, False, 0]
+    assert shape.train.inputs.shape[1:] == built.train.inputs.shape[1:] and len(shape.train) == 0
 
 
 def test_a_new_task_trains_at_profile_smoke_through_the_runner_with_its_own_smoke_default(tmp_path):

@@ -3,7 +3,7 @@
 ``TASKS.get(builder).build(cfg, data_dir, cache_dir, workers) -> TaskData``, where ``builder`` is a task
 config's ``builder`` key (``experiments/conf/task/<task>.yaml``). A task module ends with::
 
-    TASKS.register("listops")(TaskEntry(build, titles={"listops": "ListOps"}, official_files_missing=...))
+    TASKS.register("listops")(TaskEntry(build, shape, titles={"listops": "ListOps"}, official_files_missing=...))
 
 ``load_all`` imports every module of this package, so a new task is its module here and its YAML; the
 names the tables and the claims file use (``task_titles``) come from the entries, not from a list.

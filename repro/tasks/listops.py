@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from . import TASKS
 from . import listops_trees as trees
-from .base import DataError, DataMissing, Split, TaskData, TaskEntry
+from .base import DataError, DataMissing, Split, TaskData, TaskEntry, empty_task
 from .cache import cached_arrays, parts_path
 
 # 0 is padding; digits, operators and the closing bracket follow.
@@ -381,6 +381,11 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
     )
 
 
+def shape(cfg) -> TaskData:
+    """The ListOps task of ``cfg`` without examples."""
+    return empty_task(cfg, (int(cfg["max_len"]),), NUM_CLASSES, len(VOCAB))
+
+
 TASKS.register("listops")(
-    TaskEntry(build, titles={"listops": "ListOps"}, official_files_missing=official_files_missing)
+    TaskEntry(build, shape, titles={"listops": "ListOps"}, official_files_missing=official_files_missing)
 )

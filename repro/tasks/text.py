@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from . import TASKS
-from .base import DataError, DataMissing, Split, TaskData, TaskEntry
+from .base import DataError, DataMissing, Split, TaskData, TaskEntry, empty_task
 from .byte_text import (
     BYTE_VOCAB_SIZE,
     ByteIdMatrix,
@@ -294,4 +294,9 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
     )
 
 
-TASKS.register("text")(TaskEntry(build, titles={"text": "Text"}))
+def shape(cfg) -> TaskData:
+    """The text task of ``cfg`` without examples."""
+    return empty_task(cfg, (int(cfg["max_len"]),), NUM_CLASSES, BYTE_VOCAB_SIZE)
+
+
+TASKS.register("text")(TaskEntry(build, shape, titles={"text": "Text"}))
