@@ -2,7 +2,8 @@
 
 Precedence of settings, lowest first (ARCHITECTURE.md, "Configs say deltas"):
 arm defaults < the arm's per-task block < the techniques' per-task block
-(``techniques.tasks.<task>.task`` / ``.train``) < the profile < the command line's
+(``techniques.tasks.<task>.task`` / ``.train``) < the task YAML's block for the profile run
+(``profiles.<profile>``, not itself recorded) < the profile < the command line's
 top-level ``model`` / ``train`` blocks and its ``task.<key>`` settings. A profile's ``model`` block only
 shrinks keys the arm already has (so ``smoke`` never adds a key a backbone
 does not know).
@@ -135,10 +136,13 @@ def resolve(cfg: DictConfig, command_line_task: list[str] | None = None) -> dict
         _plain(profile.get("train")),
         _plain(cfg.get("train")),
     )
+    task_yaml = _plain(cfg.task)
+    own_profile = (task_yaml.pop("profiles", None) or {}).get(profile.name, {})  # the task YAML's own, e.g. smoke
     task_cfg = merge_settings(
-        _plain(cfg.task),
+        task_yaml,
         per_task.get("task", {}),
         technique_task.get("task", {}),
+        own_profile,
         _plain(profile.get("tasks", {})).get(task_name, {}),
         typed=cfg.task,
         typed_paths=command_line_task or [],

@@ -328,7 +328,7 @@ def test_resumed_run_with_weight_averaging_and_early_stopping_matches_the_uninte
     weights, average and scores as a run never stopped."""
     from test_rotary import short_listops_cli
 
-    args = ["arm=rotary_transformer", "profile.tasks.listops.generate.n_train=64", "++train.epochs=4",
+    args = ["arm=rotary_transformer", "++profile.tasks.listops.generate.n_train=64", "++train.epochs=4",
             "++train.swa_start=0.25", "++train.early_stop_patience=2"]  # fmt: skip
     whole = short_listops_cli(tmp_path / "whole", shared_cache, *args)
     assert whole.returncode == 0, whole.stderr[-3000:]

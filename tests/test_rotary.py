@@ -335,7 +335,7 @@ def test_cli_runs_rotary_transformer_with_and_without_techniques(tmp_path, share
 
 @pytest.mark.slow
 def test_resumed_run_with_techniques_matches_the_uninterrupted_one(tmp_path, shared_cache):
-    args = ["arm=rotary_transformer", "profile.tasks.listops.generate.n_train=64"]
+    args = ["arm=rotary_transformer", "++profile.tasks.listops.generate.n_train=64"]
     whole = short_listops_cli(tmp_path / "whole", shared_cache, *args)
     assert whole.returncode == 0, whole.stderr[-3000:]
     killed = short_listops_cli(tmp_path / "cut", shared_cache, *args, "debug.sigterm_at_step=11")

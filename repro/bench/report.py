@@ -1,15 +1,15 @@
-"""The benchmark's record and its views: bench.json, bench.csv, table.md (LRA Table 2), figure.png (LRA Figure 3).
+"""The benchmark's record and its views: bench.json, bench.csv, table.md (LRA Table 2), figure.png (LRA Figure 3,
+drawn by ``repro.paper.plots``, the builder of the papers' figures, once the arms have accuracy records).
 
 Everything is written into a hidden temporary folder next to the destination and
 renamed into place at the end, so no half-written bundle is ever left under
 ``results/`` (ARCHITECTURE.md, "Fail loudly, lose nothing").
 
 Table 2 of the LRA paper (Tay et al. 2021, section 3.4) gives training steps per second and
-peak memory per TPU device at lengths 1K-4K, batch 32, on the byte-level text task;
-here the same layout holds our numbers, each with its ratio to the vanilla
-Transformer (SDPA backend) at the same length, beside the published TPU numbers
-(``repro.reference.published("lra_table2_efficiency")``) and their ratios to the
-published Transformer.
+peak memory per TPU device at lengths 1K-4K, batch 32, on the byte-level text task. table.md
+gives our numbers at every length run, each with its ratio to the vanilla Transformer (SDPA
+backend) at the same length, then (text configuration) LRA Table 2 itself from the training
+rows, built by ``repro.paper.efficiency.lra_table2`` as ``lra-paper`` builds it from a bundle.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ import math
 import os
 import re
 import shutil
+import statistics
 from pathlib import Path
 
 from ..records import write_atomic, write_csv
-from ..reference import LRA_MODEL_ARMS, published
+from ..reference import LRA_MODEL_ARMS
 
 REFERENCE_MODEL = "lra_transformer"  # relative speed and memory are to this row (SDPA backend)
 ROW_FIELDS = [
@@ -122,20 +123,6 @@ def length_label(length: int) -> str:
     return str(length)
 
 
-def published_table() -> dict:
-    """{published model name: {'steps': {'1K': v, ...}, 'mem': {...}}} from LRA Table 2."""
-    frame = published("lra_table2_efficiency")
-    table = {}
-    for record in frame.to_dict("records"):
-        entry = {"steps": {}, "mem": {}}
-        for key, value in record.items():
-            found = re.fullmatch(r"(steps_per_s|peak_mem_gb)_(\d+)k", key)
-            if found:
-                entry["steps" if found.group(1) == "steps_per_s" else "mem"][f"{found.group(2)}K"] = float(value)
-        table[record["model"]] = entry
-    return table
-
-
 def _index(rows: list[dict]) -> dict:
     return {(r["model"], r["length"], r["mode"]): r for r in rows}
 
@@ -163,16 +150,6 @@ def _ours_cell(row: dict | None, key: str, ref: dict | None, digits: int) -> str
     return cell
 
 
-def _published_cell(entry: dict | None, ref: dict | None, kind: str, label: str) -> str:
-    if entry is None or label not in entry[kind]:
-        return ""
-    value = entry[kind][label]
-    cell = f"{value:.2f}"
-    if ref is not None and label in ref[kind] and ref[kind][label]:
-        cell += f" ({value / ref[kind][label]:.2f}x)"
-    return cell
-
-
 def _models_in_order(rows: list[dict]) -> list[str]:
     seen = []
     for row in rows:
@@ -187,26 +164,31 @@ def _markdown(header: list[str], body: list[list[str]]) -> list[str]:
     return lines
 
 
-def efficiency_table(rows: list[dict], mode: str, key: str, digits: int, task: str = "text") -> list[str]:
-    """One Table 2 block: ours at each length (ratio to the SDPA Transformer), then the TPU numbers
-    (published for the text configuration only)."""
+def efficiency_table(rows: list[dict], mode: str, key: str, digits: int) -> list[str]:
+    """Ours at each length, with the ratio to the SDPA Transformer (the published numbers: ``lra_table2``)."""
     lengths = sorted({r["length"] for r in rows})
-    labels = [length_label(n) for n in lengths]
     index = _index(rows)
-    pub = published_table() if mode == "train" and task == "text" else {}
-    pub_labels = [label for label in labels if any(label in e["steps"] for e in pub.values())]
-    kind = "steps" if key == "steps_per_s" else "mem"
-    header = ["model", *[f"ours {label}" for label in labels], *[f"LRA TPU {label}" for label in pub_labels]]
+    header = ["model", *[f"ours {length_label(n)}" for n in lengths]]
     body = []
     for model in _models_in_order([r for r in rows if r["mode"] == mode]):
         cells = [model]
         for length in lengths:
             ref = index.get((REFERENCE_MODEL, length, mode))
             cells.append(_ours_cell(index.get((model, length, mode)), key, ref, digits))
-        entry = pub.get(PUBLISHED_NAMES.get(model, ""))
-        cells += [_published_cell(entry, pub.get("transformer"), kind, label) for label in pub_labels]
         body.append(cells)
     return _markdown(header, body)
+
+
+def lra_table2(meta: dict, rows: list[dict]) -> list[str]:
+    """LRA Table 2 from this run's training rows, as ``lra-paper`` builds it (``repro.paper.efficiency``)."""
+    import pandas as pd
+
+    from ..paper.efficiency import lra_table2 as build
+    from ..paper.efficiency import table2_frame
+
+    source = "this run's training rows (median per cell; lengths 1K-4K only)"
+    table = build(table2_frame([pd.DataFrame(rows)]), [meta["device"]], source)
+    return ["## LRA Table 2 from this run", ""] + table.markdown().splitlines()[2:] + [""]
 
 
 def roofline_table(rows: list[dict], peak: float | None) -> list[str]:
@@ -436,7 +418,7 @@ def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str]
         f"timed steps{timing_words(meta.get('sync_every', 1))}. "
         f"Ratios in parentheses: to `{REFERENCE_MODEL}` (SDPA) at the same length"
         + (
-            "; for the LRA TPU columns (Tay et al. 2021, Table 2, 4x4 TPU v3), to the published Transformer. "
+            "; LRA Table 2 below sets ours beside the published (Tay et al. 2021, Table 2, 4x4 TPU v3). "
             if task == "text"
             else " (LRA published speeds for the text configuration only). "
         )
@@ -452,9 +434,11 @@ def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str]
     for mode in ("train", "infer"):
         if not any(r["mode"] == mode for r in rows):
             continue
-        lines += [f"## {MODE_TITLES[mode]}", ""] + efficiency_table(rows, mode, "steps_per_s", 2, task) + [""]
+        lines += [f"## {MODE_TITLES[mode]}", ""] + efficiency_table(rows, mode, "steps_per_s", 2) + [""]
         lines += [f"## Peak memory (GB), {'training' if mode == 'train' else 'inference'}", ""]
-        lines += efficiency_table(rows, mode, "peak_mem_gb", 3, task) + [""]
+        lines += efficiency_table(rows, mode, "peak_mem_gb", 3) + [""]
+    if task == "text" and any(r["mode"] == "train" for r in rows):
+        lines += lra_table2(meta, rows)
     lines += reference_section(meta, rows)
     lines += [
         f"## Roofline at {length_label(max(r['length'] for r in rows))}",
@@ -494,7 +478,8 @@ def table_markdown(meta: dict, rows: list[dict], notes: dict, skipped: list[str]
 
 
 def read_accuracies(accuracy_dir: Path, arms: list[str], task: str = "text") -> dict:
-    """{arm: (mean test accuracy, records, profile)} from complete run records, paper before budget."""
+    """{arm: (mean test accuracy, records, profile, sd over the records)} from complete run records, paper
+    before budget."""
     found = {}
     for arm in arms:
         for profile in ACCURACY_PROFILES:
@@ -504,17 +489,42 @@ def read_accuracies(accuracy_dir: Path, arms: list[str], task: str = "text") -> 
                 if metrics.get("status") == "complete" and metrics.get("test_acc") is not None:
                     values.append(float(metrics["test_acc"]))
             if values:
-                found[arm] = (sum(values) / len(values), len(values), profile)
+                mean = sum(values) / len(values)
+                sd = statistics.stdev(values) if len(values) > 1 else math.nan
+                found[arm] = (mean, len(values), profile, sd)
                 break
     return found
 
 
-def figure(rows: list[dict], accuracies: dict, path: Path, meta: dict) -> str:
-    """LRA Figure 3: steps/s at the largest length against accuracy, circle area = peak memory.
+def figure3(points: list[dict], accuracies: dict, path: Path, meta: dict, mode: str, longest: int) -> None:
+    """LRA Figure 3 from the benchmark's rows and the arms' test accuracy on its task, drawn by the papers'
+    builder (``repro.paper.plots.tradeoff``): beside the published points when the rows measure what the
+    published figure does (training steps/s at 4K on text), else ours alone."""
+    from ..paper import plots
+    from ..paper.figures import published_points
 
-    Without accuracy records the y axis is peak memory (or parameters where memory is
-    not measured, on CPU). Returns what the y axis shows.
-    """
+    task = meta.get("task", "text")
+    ours = [
+        {
+            "name": PUBLISHED_NAMES.get(r["model"], r["model"]),
+            "accuracy": 100 * accuracies[r["model"]][0],
+            "accuracy_sd": 100 * accuracies[r["model"]][3] if len(accuracies[r["model"]]) > 3 else math.nan,
+            "seeds": accuracies[r["model"]][1],
+            "speed": r["steps_per_s"],
+            "memory_gb": math.nan if r.get("peak_mem_gb") is None else r["peak_mem_gb"],
+        }
+        for r in points
+        if r["model"] in accuracies
+    ]
+    same = mode == "train" and longest == 4096 and task == "text"
+    axis = f"{mode} steps per second at {length_label(longest)} (batch {meta['batch']}, {meta['device']})"
+    plots.tradeoff(published_points((task,)) if same else [], ours, axis, (task,), same, path)
+
+
+def figure(rows: list[dict], accuracies: dict, path: Path, meta: dict) -> str:
+    """LRA Figure 3 (``figure3``) when the arms have accuracy records; without them, the speed at the largest
+    length against peak memory (or parameters where memory is not measured, on CPU). Returns what the y axis
+    shows."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -525,10 +535,9 @@ def figure(rows: list[dict], accuracies: dict, path: Path, meta: dict) -> str:
     points = [r for r in rows if r["mode"] == mode and r["length"] == longest and r["status"] == "ok"]
     with_memory = any(r.get("peak_mem_gb") is not None for r in points)
     if any(r["model"] in accuracies for r in points):
-        points = [r for r in points if r["model"] in accuracies]
-        y = [100 * accuracies[r["model"]][0] for r in points]
-        ylabel, shows = f"test accuracy (%), {meta.get('task', 'text')}", "accuracy"
-    elif with_memory:
+        figure3(points, accuracies, path, meta, mode, longest)
+        return "accuracy"
+    if with_memory:
         y = [r["peak_mem_gb"] for r in points]
         ylabel, shows = f"peak memory (GB) at {length_label(longest)}", "memory"
     else:

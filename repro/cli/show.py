@@ -3,52 +3,28 @@ fingerprint, which needs the data), and its parameter count, without data, train
 
 The model is built on the CPU as the runner builds it (``repro.runner.execute``: the arm's model sized for the
 task, the techniques' extra tokens and modules attached), for a task described by its shape alone
-(``task_shape``: what ``build_model`` reads of a task, from the task's configuration and its module's
-constants, with empty splits), so no data is read, generated or cached.
+(``task_shape``: what ``build_model`` reads of a task, from the task's configuration, by the ``shape`` its
+module registers, with empty splits), so no data is read, generated or cached.
 """
 
 from __future__ import annotations
 
-import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from .. import validate
 from ..followup.techniques import build_train_augment
 from ..model import build_model
 from ..runner import command_line_task_keys, resolve
-from ..tasks import Split, TaskData, image, listops, pathfinder, retrieval, text
-from ..tasks.byte_text import BYTE_VOCAB_SIZE, PAD_ID
+from ..tasks import TaskData, load_all
 
 
 def task_shape(task_cfg: dict) -> TaskData:
-    """A task with no examples, sized as its builder sizes it (``repro/tasks/<builder>.py``'s ``build``)."""
+    """A task with no examples, sized as its builder sizes it (the ``shape`` its module registers)."""
     builder = task_cfg.get("builder", task_cfg["name"])
-    max_len = int(task_cfg.get("max_len", image.MAX_LEN) if builder == "image" else task_cfg["max_len"])
-    # builder -> (classes, vocabulary incl. padding, padding id, one example's stored shape: image as RGB, as its
-    # official files and its RGB bundle give it, which the follow-up's AutoAugment needs)
-    shapes = {
-        "listops": (listops.NUM_CLASSES, len(listops.VOCAB), 0, (max_len,)),
-        "text": (text.NUM_CLASSES, BYTE_VOCAB_SIZE, PAD_ID, (max_len,)),
-        "retrieval": (retrieval.NUM_CLASSES, BYTE_VOCAB_SIZE, PAD_ID, (2, max_len)),
-        "image": (image.NUM_CLASSES, image.VOCAB_SIZE, None, (image.SIDE, image.SIDE, 3)),
-        "pathfinder": (pathfinder.NUM_CLASSES, pathfinder.VOCAB_SIZE, None, (max_len,)),
-    }
-    if builder not in shapes:
-        raise ValueError(f"task.builder={builder!r}: no such task module; choose one of: {', '.join(shapes)}")
-    classes, vocab, pad_id, example = shapes[builder]
-    empty = Split(np.zeros((0, *example), dtype=np.uint8), np.zeros(0, dtype=np.int64))
-    return TaskData(
-        name=task_cfg["name"],
-        train=empty,
-        val=empty,
-        test=empty,
-        num_classes=classes,
-        vocab_size=vocab,
-        max_len=max_len,
-        two_tower=builder == "retrieval",
-        pad_id=pad_id,
-        prepare=image.lra_grayscale if builder == "image" else None,
-    )
+    table = load_all()
+    if builder not in table:
+        raise ValueError(f"task.builder={builder!r}: no such task module; choose one of: {', '.join(table.names())}")
+    return table.get(builder).shape(task_cfg)
 
 
 def parameter_count(run: dict) -> int:

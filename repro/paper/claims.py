@@ -26,9 +26,9 @@ from omegaconf import OmegaConf
 
 from ..reference import TABLES, published
 from ..stats.verdict import DIRECTIONS
+from .names import LRA_AVG_TASKS as AVERAGE_TASKS
+from .names import task_names
 
-AVERAGE_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")  # LRA's average leaves Path-X out
-TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 PAPERS = ("Tay et al. 2021", "the follow-up study")
 OWN = "ours"  # a claim of the user's own: its expected effect typed, no published row
 
@@ -179,8 +179,8 @@ def _comparison(node, where: str, path: Path, primary: bool, expected: float | N
     if metric not in ("accuracy", "average"):
         raise ClaimsError(f"{path}: {where}.metric {metric!r}: use accuracy (with a task) or average (five tasks)")
     task = None if metric == "average" else _need(node, "task", where, path)
-    if task is not None and task not in TASKS:
-        raise ClaimsError(f"{path}: {where}.task {task!r}: use one of {', '.join(TASKS)}")
+    if task is not None and task not in task_names():
+        raise ClaimsError(f"{path}: {where}.task {task!r}: use one of {', '.join(task_names())}")
     if task is not None and "tasks" in node:
         raise ClaimsError(f"{path}: {where}.tasks: only an average (metric: average) has tasks; this one has task")
     tasks = _average_tasks(node, where, path) if task is None else AVERAGE_TASKS

@@ -7,9 +7,9 @@ import math
 
 from ..analysis.baselines import Baseline
 from ..stats.verdict import SHARE_NEEDED
-from .accuracy import TASK_NAMES
 from .claims import AVERAGE_TASKS, PAPERS
 from .evaluate import ClaimResult, Result, shares_frame
+from .names import task_title
 from .render import MISSING, Table, fmt_ci, fmt_number, fmt_p
 from .view import BundleView
 
@@ -26,10 +26,10 @@ RULES_NOTE = (
 
 def _where(comparison) -> str:
     if comparison.task:
-        return TASK_NAMES.get(comparison.task, comparison.task)
+        return task_title(comparison.task)
     if comparison.tasks == AVERAGE_TASKS:
         return "5-task average"
-    return "average of " + ", ".join(TASK_NAMES.get(t, t) for t in comparison.tasks)
+    return "average of " + ", ".join(task_title(t) for t in comparison.tasks)
 
 
 def _test(result: Result) -> str:
@@ -224,7 +224,7 @@ def secondary_table(results: list[ClaimResult], view: BundleView, sds: tuple[dic
         for s in r.secondary:
             rows += _secondary_rows(r.claim.id, "secondary", s)
     per_task, overall = sds
-    pooled = ", ".join(f"{TASK_NAMES.get(t, t)} {sd:.2f}" for t, sd in per_task.items()) or "none"
+    pooled = ", ".join(f"{task_title(t)} {sd:.2f}" for t, sd in per_task.items()) or "none"
     notes = [
         view.profile_note(),
         "Secondary tests never give a verdict. Exact permutation: every split of the pooled seeds (scipy); "
@@ -252,7 +252,7 @@ def baselines_table(view: BundleView) -> Table:
         for b in found:
             rows.append(
                 [
-                    TASK_NAMES.get(task, task),
+                    task_title(task),
                     data,
                     b.name,
                     b.detail,
@@ -262,7 +262,7 @@ def baselines_table(view: BundleView) -> Table:
                 ]
             )
         if missing:
-            rows.append([TASK_NAMES.get(task, task), data, MISSING, missing, MISSING, MISSING, MISSING])
+            rows.append([task_title(task), data, MISSING, missing, MISSING, MISSING, MISSING])
     return Table(
         "trivial_baselines",
         "Trivial baselines on our test sets (accuracy %, from the training labels)",
@@ -286,7 +286,7 @@ def shares_table(view: BundleView) -> Table:
             [
                 r.arm,
                 r.techniques,
-                TASK_NAMES.get(r.task, r.task),
+                task_title(r.task),
                 r.data,
                 r.budget,
                 str(r.seeds),

@@ -35,7 +35,8 @@ figures
 ``lra-table1`` writes ``<out>/tables/lra_table1.md`` (and .tex; the main command too, for records of profile
 paper of the ``lra_*`` arms or the bundles of ``--study``): LRA Table 1 at the release's protocol
 over the tasks with records (per cell mean ± sd, a 95% interval over seeds, the published number;
-averages over those tasks; each column's data source and trivial baselines) and the ranking table
+averages over those tasks; each column's data source and trivial baselines; the builder of
+``lra_table1_accuracy`` too, ``repro.paper.accuracy.lra_table1``) and the ranking table
 (Spearman's rho of our means against the published per task, with a bootstrap interval over seeds;
 ``repro.paper.lra_campaign``), then the claims of Tay et al. 2021 in the claims file, each under its
 primary test and the verdict rule that applied; and ``<out>/figures/lra_table1_figure3.png``, LRA
@@ -73,7 +74,7 @@ from ..tasks import pathfinder as pf
 from ..tasks import pathfinder_render as render
 from . import claims as claims_file
 from . import plots
-from .accuracy import FOLLOWUP_TASKS, followup_tables, lra_table1, runs_table
+from .accuracy import followup_tables, lra_table1, runs_table, tasks_run
 from .claims_power import power_table
 from .claims_tables import baselines_table, claims_table, secondary_table, shares_table
 from .commands import DEFAULT_CLAIMS, PAPER_DIR, parser, table1_parser
@@ -81,7 +82,8 @@ from .efficiency import bench_frame, lra_table2
 from .evaluate import evaluate, pooled_sds
 from .figures import PATHFINDER_SAMPLE_FILES, kernel_curves, pathfinder_samples, tradeoff_points
 from .listops import listops_analysis, listops_table
-from .lra_campaign import ranking, table1, tasks_run
+from .lra_campaign import ranking
+from .names import FOLLOWUP_TASKS
 from .parameters import parameters_table
 from .render import Table
 from .view import BundleView
@@ -227,7 +229,7 @@ def write_lra_table1(view: BundleView, spec, results: list, out: Path) -> list[P
     claims_rows.name, claims_rows.title = "lra_table1_claims", f"The claims of {LRA_PAPER}, tested on these records"
     sizes = parameters_table(view, "lra_table1_parameters")
     sizes.rows = [row for row in sizes.rows if row[0] in set(LRA_MODEL_ARMS.values()) and row[1] == "none"]
-    tables = [table1(view), sizes, ranking(view), claims_rows]
+    tables = [lra_table1(view, campaign=True), sizes, ranking(view), claims_rows]
     folder = out / "tables"
     folder.mkdir(parents=True, exist_ok=True)
     md, tex = folder / "lra_table1.md", folder / "lra_table1.tex"
@@ -272,7 +274,7 @@ def make(
     counts, operator_rows, note = listops_analysis(view, listops_arm)
     tables = [
         lra_table1(view),
-        lra_table2(view, bench),
+        lra_table2(bench, sorted(view.manifest.get("devices", []))),
         *followup_tables(view),
         claims_table(results, view, spec.alpha, spec.power),
         secondary_table(results, view, pooled_sds(view)),

@@ -12,7 +12,7 @@ import pandas as pd
 from ..reference import LRA_MODEL_ARMS, published
 from ..tasks import pathfinder as pf
 from ..tasks import pathfinder_render as render
-from .accuracy import FOLLOWUP_TASKS, LRA_AVG_TASKS
+from .names import FOLLOWUP_TASKS, LRA_AVG_TASKS
 from .view import BundleView
 
 
@@ -67,6 +67,29 @@ def seed_scores(view: BundleView, arm: str, tasks: tuple[str, ...]) -> list[floa
     return [float(np.mean([float(s.loc[seed]) for s in by_task])) for seed in common]
 
 
+def published_points(tasks: tuple[str, ...]) -> list[dict]:
+    """LRA Figure 3's published points, one per LRA model (name, accuracy, speed, memory_gb): Tables 1-2's
+    accuracy averaged over ``tasks`` (the paper's ``avg`` when they are its five, or none), training steps/s
+    and peak memory at 4K (NaN for a model Table 2 did not time)."""
+    pub_acc = published("lra_table1_accuracy").set_index("model")
+    pub_eff = published("lra_table2_efficiency").set_index("model")
+
+    def pub_accuracy(model: str) -> float:
+        if not tasks or tasks == LRA_AVG_TASKS:
+            return float(pub_acc.loc[model, "avg"])
+        return float(np.mean([float(pub_acc.loc[model, t]) for t in tasks]))
+
+    return [
+        {
+            "name": m,
+            "accuracy": pub_accuracy(m),
+            "speed": float(pub_eff.loc[m, "steps_per_s_4k"]) if m in pub_eff.index else math.nan,
+            "memory_gb": float(pub_eff.loc[m, "peak_mem_gb_4k"]) if m in pub_eff.index else math.nan,
+        }
+        for m in LRA_MODEL_ARMS
+    ]
+
+
 @dataclass(frozen=True)
 class Figure3:
     """LRA Figure 3's inputs: the published points and ours (dicts of name, accuracy, speed, memory_gb, NaN
@@ -88,23 +111,6 @@ def tradeoff_points(view: BundleView, bench: pd.DataFrame) -> Figure3:
     counts them) and the published points take the paper's average. Our accuracy is the mean of the tasks'
     seed means (LRA Table 1's average); ``accuracy_sd`` the sd of ``seed_scores`` (NaN under two seeds)."""
     tasks = shared_tasks(view)
-    pub_acc = published("lra_table1_accuracy").set_index("model")
-    pub_eff = published("lra_table2_efficiency").set_index("model")
-
-    def pub_accuracy(model: str) -> float:
-        if not tasks or tasks == LRA_AVG_TASKS:
-            return float(pub_acc.loc[model, "avg"])
-        return float(np.mean([float(pub_acc.loc[model, t]) for t in tasks]))
-
-    pub_points = [
-        {
-            "name": m,
-            "accuracy": pub_accuracy(m),
-            "speed": float(pub_eff.loc[m, "steps_per_s_4k"]) if m in pub_eff.index else math.nan,
-            "memory_gb": float(pub_eff.loc[m, "peak_mem_gb_4k"]) if m in pub_eff.index else math.nan,
-        }
-        for m in LRA_MODEL_ARMS
-    ]
     ours = []
     for model, arm in LRA_MODEL_ARMS.items():
         means = {t: _mean_or_nan(view.accuracies(arm, t)) for t in tasks or LRA_AVG_TASKS}
@@ -122,7 +128,7 @@ def tradeoff_points(view: BundleView, bench: pd.DataFrame) -> Figure3:
                 "own_tasks": len(done) if not tasks else None,
             }
         )
-    return Figure3(pub_points, ours, _speed_axis(view, bench), tasks, same_quantity=not bench.empty)
+    return Figure3(published_points(tasks), ours, _speed_axis(view, bench), tasks, same_quantity=not bench.empty)
 
 
 def kernel_curves(view: BundleView) -> tuple[list[int], dict, dict]:

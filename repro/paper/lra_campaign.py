@@ -1,10 +1,5 @@
-"""LRA Table 1 at the release's protocol (Tay et al. 2021, Table 1), ours beside the published, and how
-well our ranking of the models follows theirs, task by task.
-
-Only the tasks with records are columns; the others are named in a note. Per cell: the seeds' mean ±
-sd (n), a 95% Student-t interval of the mean over seeds ("1 seed" when there is one), the published
-number. Averages are over the tasks run, ours only for an arm with every one of them, the published
-over the same tasks. Under the rows: each column's data source and the trivial baselines of its test set.
+"""How well our ranking of the LRA models follows the published one (Tay et al. 2021, Table 1), task by task,
+for the LRA campaign's records (LRA Table 1 itself: ``repro.paper.accuracy.lra_table1``).
 
 The ranking table: per task, Spearman's rank correlation between our seed means and the published
 numbers over the arms run there, with a 95% percentile bootstrap interval over seeds (each arm's seeds
@@ -17,115 +12,19 @@ permutation p of rho (the pairing of our means with the published ones permuted)
 from __future__ import annotations
 
 import math
-from functools import cache
 
 import numpy as np
 from scipy import stats as sps
-from statsmodels.stats.weightstats import DescrStatsW
 
-from ..reference import LRA_MODEL_ARMS, published
-from .accuracy import LRA_AVG_TASKS, LRA_NAMES, LRA_TABLE1_TASKS, MARKS_NOTE, TASK_NAMES, ours_cell, pub_cell
-from .render import MISSING, Table, fmt_ci, fmt_number, fmt_p
+from ..reference import LRA_MODEL_ARMS
+from .accuracy import published_accuracy, tasks_run
+from .names import task_title
+from .render import Table, fmt_ci, fmt_number, fmt_p
 from .view import BundleView
 
-PUBLISHED_COLUMN = {task: column for column, task in LRA_TABLE1_TASKS}
-NOT_RUN_WHY = {
-    "retrieval": "Retrieval: the AAN data is not public any more",
-    "pathx": "Path-X: out of the campaign's scope",
-}
 BOOTSTRAP_RESAMPLES = 2000
 PERMUTATIONS = 9999  # random pairings for the p of rho; every pairing when there are fewer
 MIN_ARMS = 3  # a rank correlation over fewer arms says nothing
-
-
-def tasks_run(view: BundleView) -> list[str]:
-    """The LRA tasks with a record of an ``lra_*`` arm, in Table 1's column order."""
-    present = set(view.runs[view.runs["arm"].isin(LRA_MODEL_ARMS.values())]["task"])
-    return [task for _, task in LRA_TABLE1_TASKS if task in present]
-
-
-def seed_interval(values: list[float]) -> str:
-    """95% Student-t interval of the mean over seeds; one seed has none."""
-    if len(values) < 2:
-        return "1 seed" if values else MISSING
-    if np.ptp(values) == 0:
-        return fmt_ci(values[0], values[0])
-    low, high = DescrStatsW(np.asarray(values, dtype=np.float64)).tconfint_mean(alpha=0.05)
-    return fmt_ci(float(low), float(high))
-
-
-@cache
-def _published_table():
-    return published("lra_table1_accuracy").set_index("model")
-
-
-def _published(model: str, task: str) -> float:
-    """Tay et al. 2021, Table 1's number for ``model`` on ``task``; NaN where it reads FAIL."""
-    try:
-        return float(_published_table().loc[model, PUBLISHED_COLUMN[task]])
-    except ValueError:
-        return math.nan
-
-
-def _averages(view: BundleView, model: str, arm: str, tasks: list[str]) -> list[str]:
-    accuracies = [view.accuracies(arm, t) for t in tasks]
-    means = [float(np.mean(a)) if a else math.nan for a in accuracies]
-    ours = fmt_number(float(np.mean(means))) if all(math.isfinite(m) for m in means) else MISSING
-    return [ours, fmt_number(float(np.mean([_published(model, t) for t in tasks])))]
-
-
-def _reference_rows(view: BundleView, tasks: list[str]) -> list[list[str]]:
-    data_row, baseline_row = ["Data (our records)", ""], ["Trivial baselines (our test sets)", ""]
-    for task in tasks:
-        sources = sorted(set(view.runs[view.runs["task"] == task]["data"]))
-        data_row += ["; ".join(sources) or MISSING, "", ""]
-        found = view.baselines_of(task)
-        baseline_row += [
-            "; ".join(f"{b.name} {b.accuracy:.2f} {fmt_ci(*b.interval)}" for b in found) or MISSING,
-            "",
-            "",
-        ]
-    return [data_row + ["", ""], baseline_row + ["", ""]]
-
-
-def table1(view: BundleView, name: str = "lra_table1") -> Table:
-    tasks = tasks_run(view)
-    columns, ours_cols = ["Model", "Arm"], []
-    for task in tasks:
-        ours_cols += [len(columns), len(columns) + 1]
-        columns += [f"{TASK_NAMES[task]} ours", f"{TASK_NAMES[task]} 95% CI", f"{TASK_NAMES[task]} pub."]
-    ours_cols.append(len(columns))
-    columns += ["Avg ours", "Avg pub."]
-    rows = []
-    for model, arm in LRA_MODEL_ARMS.items():
-        row = [LRA_NAMES.get(model, model.capitalize()), arm]
-        for task in tasks:
-            theirs = _published(model, task)
-            row += [ours_cell(view, arm, task), seed_interval(view.accuracies(arm, task))]
-            row.append(pub_cell(theirs) if math.isfinite(theirs) else "FAIL")
-        rows.append(row + _averages(view, model, arm, tasks))
-    left_out = [why for task, why in NOT_RUN_WHY.items() if task not in tasks]
-    absent = [t for t in LRA_AVG_TASKS if t not in tasks and t not in NOT_RUN_WHY]
-    left_out += [f"{TASK_NAMES[t]}: no records in these bundles" for t in absent]
-    return Table(
-        name,
-        "LRA Table 1 at the release's protocol: test accuracy (%), ours beside the published",
-        columns,
-        rows,
-        ours_cols,
-        [
-            view.profile_note(),
-            "95% CI: Student t over the seeds' test accuracies (the mean's interval), not cut to 0-100 (with two "
-            "seeds the t factor is 12.7, so it can pass both ends); 1 seed: none.",
-            "Avg: mean over the tasks in this table; ours only for an arm with all of them, the published "
-            "over the same tasks. Published: Tay et al. 2021, Table 1, scored at the last weights (ours at the "
-            "best-validation checkpoint; records that hold both give test_acc_last too).",
-            "Columns not shown: " + ("; ".join(left_out) if left_out else "none") + ".",
-            MARKS_NOTE,
-            f"Bundles: {', '.join(view.versions)}.",
-        ],
-        _reference_rows(view, tasks),
-    )
 
 
 def rho_p_value(ours, theirs, seed: int = 0) -> float:
@@ -158,7 +57,7 @@ def rank_correlation(view: BundleView, task: str, seed: int = 0) -> dict:
     has two seeds: an arm with one would count as if its mean were known exactly)."""
     arms = [(m, a) for m, a in LRA_MODEL_ARMS.items() if view.accuracies(a, task)]
     values = [np.asarray(view.accuracies(a, task), dtype=np.float64) for _, a in arms]
-    reference = np.array([_published(m, task) for m, _ in arms])
+    reference = np.array([published_accuracy(m, task) for m, _ in arms])
     result = {
         "arms": len(arms),
         "seeds": sorted({len(v) for v in values}),
@@ -198,7 +97,7 @@ def ranking(view: BundleView, name: str = "lra_table1_ranking") -> Table:
         else:
             interval = fmt_ci(*r["interval"], digits=3)
         seeds = "/".join(str(n) for n in r["seeds"])
-        row = [TASK_NAMES[task], str(r["arms"]), seeds, fmt_number(r["rho"], 3), fmt_p(r["p"]), interval]
+        row = [task_title(task), str(r["arms"]), seeds, fmt_number(r["rho"], 3), fmt_p(r["p"]), interval]
         rows.append(row)
     return Table(
         name,

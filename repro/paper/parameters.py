@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from ..reference import LRA_MODEL_ARMS
-from .accuracy import TASK_NAMES
+from .names import task_names, task_title
 from .render import MISSING, Table
 from .view import BundleView
 
@@ -47,7 +47,7 @@ def cell(view: BundleView, arm: str, techniques: str, task: str, lra_rule: bool)
 
 
 def parameters_table(view: BundleView, name: str = "parameters") -> Table:
-    tasks = [t for t in TASK_NAMES if t in set(view.runs["task"])]
+    tasks = [t for t in task_names() if t in set(view.runs["task"])]
     lra_arms = set(LRA_MODEL_ARMS.values())
     rows = []
     for (arm, techniques), _ in view.runs.groupby(["arm", "techniques"], sort=True):
@@ -56,7 +56,7 @@ def parameters_table(view: BundleView, name: str = "parameters") -> Table:
     return Table(
         name,
         "Parameters per arm and task (the models the records trained)",
-        ["Arm", "Techniques", *(TASK_NAMES[t] for t in tasks)],
+        ["Arm", "Techniques", *(task_title(t) for t in tasks)],
         rows,
         list(range(2, 2 + len(tasks))),
         [

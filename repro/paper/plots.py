@@ -19,7 +19,8 @@ import matplotlib.transforms
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .accuracy import LRA_NAMES, TASK_NAMES  # noqa: E402
+from .accuracy import LRA_NAMES  # noqa: E402
+from .names import task_title  # noqa: E402
 
 PNG_METADATA = {"Software": None}  # no matplotlib version in the file: same input, same bytes
 STYLE = {
@@ -238,7 +239,7 @@ def tradeoff_figure(published: list[dict], ours: list[dict], ours_axis: str, sha
     ``same_quantity``: our x axis measures what the published one does (training steps/s at 4K), so the published
     points get a panel of their own, on their own axis; otherwise ours are drawn alone and the caption says why.
     """
-    names = ", ".join(TASK_NAMES[t] for t in shared)
+    names = ", ".join(task_title(t) for t in shared)
     palette = plt.get_cmap("tab20")
     colours = {p["name"]: palette((2 * i) % 20 + (2 * i) // 20) for i, p in enumerate(published or ours)}
     seeds = _seeds_words(ours)

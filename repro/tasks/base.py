@@ -54,3 +54,30 @@ class TaskData:
 
     def splits(self) -> dict[str, Split]:
         return {"train": self.train, "val": self.val, "test": self.test}
+
+
+@dataclass(frozen=True)
+class TaskEntry:
+    """What a task module registers in ``repro.tasks.TASKS`` under its builder name.
+
+    ``build(cfg, data_dir, cache_dir, workers) -> TaskData``; ``shape(cfg) -> TaskData``: the task ``build`` would
+    return, with empty splits (``empty_task``; what ``lra-run --cfg run`` sizes the model by, reading no data);
+    ``titles``: the task configs this builder serves (their ``name``) and how tables name each;
+    ``official_files_missing(cfg, data_dir)``: for a task that generates its data when the official files are
+    absent, which of them ``data_dir`` lacks (None: all there).
+    """
+
+    build: Callable[..., TaskData]
+    shape: Callable[[dict], TaskData]
+    titles: dict[str, str]
+    official_files_missing: Callable[..., str | None] | None = None
+
+
+def empty_task(cfg: dict, example: tuple[int, ...], num_classes: int, vocab_size: int, **facts) -> TaskData:
+    """A task of ``cfg`` with no examples: ``example`` is one input's stored shape; ``facts`` the other
+    ``TaskData`` fields (``max_len`` defaults to the config's)."""
+    empty = Split(np.zeros((0, *example), dtype=np.uint8), np.zeros(0, dtype=np.int64))
+    facts.setdefault("max_len", int(cfg["max_len"]))
+    return TaskData(
+        name=cfg["name"], train=empty, val=empty, test=empty, num_classes=num_classes, vocab_size=vocab_size, **facts
+    )

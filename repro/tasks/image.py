@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .base import DataError, DataMissing, Split, TaskData
+from . import TASKS
+from .base import DataError, DataMissing, Split, TaskData, TaskEntry, empty_task
 from .byte_text import class_counts, config_value, index_digest, stratified_holdout
 from .cache import cached_arrays
 
@@ -307,3 +308,14 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
         info=info,
         **splits,
     )
+
+
+def shape(cfg) -> TaskData:
+    """The image task of ``cfg`` without examples (stored as RGB, as its official files and RGB bundle give it)."""
+    max_len = int(cfg.get("max_len", MAX_LEN))
+    return empty_task(
+        cfg, (SIDE, SIDE, 3), NUM_CLASSES, VOCAB_SIZE, max_len=max_len, pad_id=None, prepare=lra_grayscale
+    )
+
+
+TASKS.register("image")(TaskEntry(build, shape, titles={"image": "Image"}))

@@ -27,8 +27,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from . import TASKS
 from . import listops_trees as trees
-from .base import DataError, DataMissing, Split, TaskData
+from .base import DataError, DataMissing, Split, TaskData, TaskEntry, empty_task
 from .cache import cached_arrays, parts_path
 
 # 0 is padding; digits, operators and the closing bracket follow.
@@ -378,3 +379,13 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
         info={**meta, "sizes": {s: len(v) for s, v in splits.items()}},
         **splits,
     )
+
+
+def shape(cfg) -> TaskData:
+    """The ListOps task of ``cfg`` without examples."""
+    return empty_task(cfg, (int(cfg["max_len"]),), NUM_CLASSES, len(VOCAB))
+
+
+TASKS.register("listops")(
+    TaskEntry(build, shape, titles={"listops": "ListOps"}, official_files_missing=official_files_missing)
+)

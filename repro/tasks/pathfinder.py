@@ -35,9 +35,10 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 from tqdm import tqdm
 
+from . import TASKS
 from . import pathfinder_release as release
 from . import pathfinder_render as render
-from .base import DataError, DataMissing, Split, TaskData
+from .base import DataError, DataMissing, Split, TaskData, TaskEntry, empty_task
 from .cache import cached_arrays
 
 NUM_CLASSES = 2
@@ -458,3 +459,18 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
         info=info,
         **splits,
     )
+
+
+def shape(cfg) -> TaskData:
+    """The Pathfinder (or Path-X) task of ``cfg`` without examples."""
+    return empty_task(cfg, (int(cfg["max_len"]),), NUM_CLASSES, VOCAB_SIZE, pad_id=None)
+
+
+TASKS.register("pathfinder")(
+    TaskEntry(
+        build,
+        shape,
+        titles={"pathfinder": "Pathfinder", "pathx": "Path-X"},
+        official_files_missing=official_files_missing,
+    )
+)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import DataError, DataMissing, Split, TaskData
+from . import TASKS
+from .base import DataError, DataMissing, Split, TaskData, TaskEntry, empty_task
 from .byte_text import BYTE_VOCAB_SIZE, ByteIdMatrix, class_counts, config_value, length_stats
 from .cache import cached_arrays
 
@@ -159,3 +160,11 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
         info=info,
         **splits,
     )
+
+
+def shape(cfg) -> TaskData:
+    """The retrieval task of ``cfg`` without examples (two documents an example)."""
+    return empty_task(cfg, (2, int(cfg["max_len"])), NUM_CLASSES, BYTE_VOCAB_SIZE, two_tower=True)
+
+
+TASKS.register("retrieval")(TaskEntry(build, shape, titles={"retrieval": "Retrieval"}))

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import DataError, DataMissing, Split, TaskData
+from . import TASKS
+from .base import DataError, DataMissing, Split, TaskData, TaskEntry, empty_task
 from .byte_text import (
     BYTE_VOCAB_SIZE,
     ByteIdMatrix,
@@ -291,3 +292,11 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
         info=info,
         **splits,
     )
+
+
+def shape(cfg) -> TaskData:
+    """The text task of ``cfg`` without examples."""
+    return empty_task(cfg, (int(cfg["max_len"]),), NUM_CLASSES, BYTE_VOCAB_SIZE)
+
+
+TASKS.register("text")(TaskEntry(build, shape, titles={"text": "Text"}))
