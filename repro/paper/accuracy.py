@@ -209,8 +209,6 @@ def lra_table1(view: BundleView, campaign: bool = False) -> Table:
 
 def _with_interval(view: BundleView, arm: str | None, task: str) -> str:
     """``ours_cell`` followed by the 95% interval of the seeds' mean when two or more seeds ran."""
-    from .lra_campaign import seed_interval  # here: lra_campaign imports this module
-
     values = view.accuracies(arm, task)
     return ours_cell(view, arm, task) + (f" {seed_interval(values)}" if len(values) >= 2 else "")
 

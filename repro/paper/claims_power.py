@@ -22,8 +22,8 @@ import numpy as np
 
 from .. import stats
 from ..stats.power import detect_power
-from .accuracy import TASK_NAMES
 from .claims import AVERAGE_TASKS, ClaimsFile, Comparison
+from .names import task_title
 from .render import MISSING, Table, fmt_number
 from .view import BundleView
 
@@ -68,16 +68,16 @@ def comparison_sd(study: BundleView, comparison: Comparison) -> tuple[float, int
         cells = [_seed_values(study, arm, tasks) for arm in sorted(set(study.runs["arm"]))]
         sd, dof = stats.pooled_sd(cells)
         named = [f"every arm pooled ({' and '.join(named)}: sd 0)"]
-    where = "average of " + ", ".join(TASK_NAMES[t] for t in tasks) if len(tasks) > 1 else TASK_NAMES[tasks[0]]
+    where = "average of " + ", ".join(task_title(t) for t in tasks) if len(tasks) > 1 else task_title(tasks[0])
     return sd, dof, f"{' and '.join(named)}, {where} ({', '.join(study.versions)}; {dof} dof)"
 
 
 def _where(comparison: Comparison) -> str:
     if comparison.task:
-        return TASK_NAMES.get(comparison.task, comparison.task)
+        return task_title(comparison.task)
     if comparison.tasks == AVERAGE_TASKS:
         return "5-task average"
-    return "average of " + ", ".join(TASK_NAMES[t] for t in comparison.tasks)
+    return "average of " + ", ".join(task_title(t) for t in comparison.tasks)
 
 
 def power_rows(spec: ClaimsFile, study: BundleView) -> list[dict]:
