@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import read_json, run_cli
+from conftest import composed, read_json, run_cli
 
 from repro import bundle
 
@@ -51,13 +51,6 @@ def smoke(arm: str = "locality_k5", *extra: str) -> list[str]:
 
 def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error: ")]
-
-
-def history_without_clock(path: Path) -> str:
-    """history.csv with its wall-clock column (``elapsed_s``, which differs between any two runs) left out."""
-    rows = list(csv.reader(io.StringIO(path.read_text())))
-    keep = [i for i, name in enumerate(rows[0]) if name != "elapsed_s"]
-    return "\n".join(",".join(row[i] for i in keep) for row in rows)
 
 
 # ---------------------------------------------------------------- class 1: one owner per run folder
@@ -439,22 +432,55 @@ def test_class_4_one_definition_of_a_complete_record(case, one_record, tmp_path,
 # ---------------------------------------------------------------- class 5: history equal after resume
 
 
-@pytest.mark.parametrize("case", ["stop off a logging step", "time-based checkpoints"])
-def test_class_5_history_after_resume_equals_the_uninterrupted_one(case, tmp_path, shared_cache):
+class StepClock:
+    """A fake run clock (``repro.training.clock.clock``) that moves half a second with each training step and
+    stands still otherwise, so a run's ``elapsed_s`` is a function of its steps, resumed or not."""
+
+    def __init__(self, monkeypatch):
+        from repro.training import clock, step
+
+        self.now = 1000.0
+        train_step = step.TrainStep.__call__
+
+        def timed_step(*args, **kwargs):
+            self.now += 0.5
+            return train_step(*args, **kwargs)
+
+        monkeypatch.setattr(clock, "clock", lambda: self.now)
+        monkeypatch.setattr(step.TrainStep, "__call__", timed_step)
+
+
+HISTORY_CASES = {  # the settings of both runs; the step after which the second is stopped and resumed (None: never)
+    "stop off a logging step": ([], 13),  # logged every 8 steps
+    "time-based checkpoints and a stop": (["++train.checkpoint_every_seconds=1.5"], 13),  # one every 3 steps
+    "time-based evaluation and a stop": (["++train.eval_every_seconds=2.5"], 13),  # validated every 5 steps
+}
+
+
+@pytest.mark.parametrize("case", list(HISTORY_CASES))
+def test_class_5_history_after_resume_equals_the_uninterrupted_one(case, tmp_path, shared_cache, monkeypatch):
+    """history.csv byte for byte, its elapsed_s column included (on a fake clock: the real one differs between
+    any two runs), and the metrics the record is read for."""
+    from repro.runner import execute
+
+    StepClock(monkeypatch)
+    settings, stop_at = HISTORY_CASES[case]
     whole, other = tmp_path / "whole", tmp_path / "other"
-    assert run_cli(*smoke(), *common(whole, shared_cache)).returncode == 0
-    if case == "stop off a logging step":  # logged every 8 steps, stopped at 13, resumed
-        assert run_cli(*smoke(), *common(other, shared_cache), "debug.sigterm_at_step=13").returncode == 143
-        resumed = run_cli(*smoke(), *common(other, shared_cache))
-        assert resumed.returncode == 0 and "from step 13" in resumed.stdout, resumed.stdout + resumed.stderr
-    else:  # a checkpoint after every step (a time interval always due), uninterrupted
-        done = run_cli(*smoke(), *common(other, shared_cache), "++train.checkpoint_every_seconds=1e-9")
-        assert done.returncode == 0, done.stderr[-3000:]
-    a, b = (history_without_clock(folder_of(root, "locality_k5") / "history.csv") for root in (whole, other))
+    assert execute(composed(*smoke(), *common(whole, shared_cache), *settings)) == 0
+    if stop_at is not None:
+        stopped = composed(*smoke(), *common(other, shared_cache), *settings, f"debug.sigterm_at_step={stop_at}")
+        assert execute(stopped) == 128 + signal.SIGTERM
+    assert execute(composed(*smoke(), *common(other, shared_cache), *settings)) == 0
+    a, b = ((folder_of(root, "locality_k5") / "history.csv").read_text() for root in (whole, other))
     assert a == b
-    assert len(a.splitlines()) == 7  # header, train rows at 8, 16, 24, 32, validation at 16 and 32
+    rows = list(csv.DictReader(io.StringIO(a)))
+    assert rows[-1]["step"] == "32" and rows[-1]["elapsed_s"] == "16.0"  # 32 steps of half a second
+    if "evaluation" in case:  # validated every 5 steps and at the epochs' ends, across the resume too
+        validated = [int(row["step"]) for row in rows if row["val_acc"]]
+        assert validated == [5, 10, 15, 16, 21, 26, 31, 32]
     ma, mb = (read_json(folder_of(root, "locality_k5") / "metrics.json") for root in (whole, other))
-    assert ma["test_acc"] == mb["test_acc"] and ma["best_val_step"] == mb["best_val_step"]
+    for key in ("test_acc", "test_loss", "best_val_step", "elapsed_s", "fingerprint"):
+        assert ma[key] == mb[key], key
 
 
 # ---------------------------------------------------------------- class 8: nothing left behind
