@@ -402,7 +402,7 @@ def test_class_4_one_definition_of_a_complete_record(case, one_record, tmp_path,
         history.symlink_to(outside)
         problems = bundle.verify(frozen)
         assert "a symlink: runs/locality_k5/listops/smoke/seed1/history.csv" in problems
-        assert bundle.main(["verify", str(frozen)]) == 1
+        assert bundle.main(["verify", str(frozen)]) == 2
     elif case == "--strict":  # --strict refuses a bundle with a bad record, naming it
         _empty_history(bad)
         with pytest.raises(bundle.BundleError) as err:
@@ -529,10 +529,87 @@ def _unknown_precision(tmp_path: Path, cache: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("case", ["refused run", "killed freeze", "killed cache build", "unknown precision"])
+ARM_HEAD = "# @package arm\ndefaults:\n  - /base/locality@_here_\n  - _self_\nname: mine\n"
+
+
+def own_arm(root: Path, body: str) -> Path:
+    """``<root>/my_conf/arm/mine.yaml``: an arm of one's own on the locality base, for ``--config-dir``."""
+    path = root / "my_conf" / "arm" / "mine.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(body)
+    return path
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess:
+    """``python <args>`` from the checkout (``-m repro.bundle ...``, ``experiments/run.py ...``)."""
+    return subprocess.run(
+        [sys.executable, *args], cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300
+    )
+
+
+def _misspelt_arm_model_key(tmp_path: Path, cache: Path, block: str, where: str, close: str) -> None:
+    """A model key of an arm file of one's own that no model setting has is refused, not left unread."""
+    path = own_arm(tmp_path, ARM_HEAD + block)
+    done = run_script("experiments/run.py", "--config-dir", str(path.parents[1]), "arm=mine", *smoke()[1:],
+                      *common(tmp_path, cache))  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    from repro.cli import CONF, block_keys
+
+    known = ", ".join(sorted(block_keys([CONF])["model"]))
+    key = where.rsplit(".", 1)[1]
+    assert done.stderr.splitlines() == [
+        f"experiments/run.py: error: {path}: {where}: no model setting {key!r}; did you mean {close}? correct the "
+        f"key in that file (the model settings: {known})"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+def _user_errors_exit_2(tmp_path: Path, command: list[str], said: str) -> None:
+    """``lra-bundle`` and ``lra-paper`` answer refused input as the runner does: one line, exit status 2;
+    ``--debug`` shows the traceback instead (an exception that ends the process: exit status 1)."""
+    done = run_script(*command)
+    assert done.returncode == 2 and done.stderr.splitlines() == [said], done.stderr[-3000:]
+    debug = run_script(*command, "--debug")
+    assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr
+    assert f"BundleError: {tmp_path / 'v9'} fails verification:\n" in debug.stderr
+
+
+def _not_a_bundle(tmp_path: Path) -> str:
+    return (
+        f"error: {tmp_path / 'v9'} fails verification: missing: MANIFEST.sha256 {tmp_path / 'v9' / 'MANIFEST.json'} "
+        f"does not exist: {tmp_path / 'v9'} is not a bundle (freeze one with `python -m repro.bundle freeze`)"
+    )
+
+
+LEFT_OR_DROPPED = {
+    "refused run": _refused_run,
+    "killed freeze": _killed_freeze,
+    "killed cache build": _killed_cache_build,
+    "unknown precision": _unknown_precision,
+    "misspelt model key in an arm file": lambda tmp_path, cache: _misspelt_arm_model_key(
+        tmp_path, cache, "model: {kernel_size: 5, d_modle: 64}\n", "model.d_modle", "d_model"
+    ),
+    "misspelt per-task model key in an arm file": lambda tmp_path, cache: _misspelt_arm_model_key(
+        tmp_path,
+        cache,
+        "model: {kernel_size: 5}\ntasks: {listops: {model: {dpth: 3}}}\n",
+        "tasks.listops.model.dpth",
+        "depth",
+    ),
+    "lra-bundle exit status": lambda tmp_path, cache: _user_errors_exit_2(
+        tmp_path, ["-m", "repro.bundle", "cite", str(tmp_path / "v9")], _not_a_bundle(tmp_path)
+    ),
+    "lra-paper exit status": lambda tmp_path, cache: _user_errors_exit_2(
+        tmp_path,
+        ["-m", "repro.paper", "--bundle", str(tmp_path / "v9"), "--out", str(tmp_path / "out")],
+        _not_a_bundle(tmp_path),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(LEFT_OR_DROPPED))
 def test_class_8_nothing_is_left_behind_or_dropped(case, tmp_path, shared_cache):
-    {"refused run": _refused_run, "killed freeze": _killed_freeze, "killed cache build": _killed_cache_build,
-     "unknown precision": _unknown_precision}[case](tmp_path, shared_cache)  # fmt: skip
+    LEFT_OR_DROPPED[case](tmp_path, shared_cache)
 
 
 # ---------------------------------------------------------------- class 7: data checked as it is read
@@ -708,6 +785,43 @@ def test_class_6_an_error_of_input_or_machine_is_one_line(case, tmp_path, shared
     assert done.returncode == 2, done.stderr[-3000:]
     assert error_lines(done.stderr) == [expected.replace("{root}", str(tmp_path))]
     assert "Traceback" not in done.stderr
+
+
+CONFIG_OR_FOLDER_CASES = {  # (the command's arguments, given the arm file's path and a file's; its one line)
+    "arm YAML with a syntax error": (
+        ARM_HEAD + "model: {kernel_size: 5\n",
+        lambda arm, a_file: ["experiments/run.py", "--config-dir", str(arm.parents[1]), "arm=mine", "task=listops"],
+        "experiments/run.py: error: {arm}:7: not valid YAML (expected ',' or '}}', but got '<stream end>'); correct "
+        "the file's syntax there",
+    ),
+    "arm YAML that is not a mapping": (
+        "- name: mine\n- model: {kernel_size: 5}\n",
+        lambda arm, a_file: ["experiments/run.py", "--config-dir", str(arm.parents[1]), "arm=mine", "task=listops"],
+        "experiments/run.py: error: {arm}: holds a list, not a mapping of settings; a config group's file is a YAML "
+        "mapping (key: value lines), as those in experiments/conf/arm/ are",
+    ),
+    "lra-paper --out naming a file": (
+        "",
+        lambda arm, a_file: ["-m", "repro.paper", "--bundle", "results/v0", "--out", str(a_file)],
+        "error: --out {a_file}: {a_file} is a file, not a folder; point --out at a folder (created if absent)",
+    ),
+    "lra-paper --out below a file": (
+        "",
+        lambda arm, a_file: ["-m", "repro.paper", "pathfinder-samples", "--out", str(a_file / "figs")],
+        "error: --out {a_file}/figs: {a_file} is a file, not a folder (where its folder {a_file} would be); point "
+        "--out at a folder (created if absent)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CONFIG_OR_FOLDER_CASES))
+def test_class_6_a_bad_config_file_or_output_folder_is_one_line(case, tmp_path):
+    body, command, said = CONFIG_OR_FOLDER_CASES[case]
+    arm, a_file = own_arm(tmp_path, body), _a_file(tmp_path)
+    done = run_script(*command(arm, a_file))
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.splitlines() == [said.format(arm=arm, a_file=a_file)]
+    assert a_file.read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "my_conf"]
 
 
 def test_paired_tests_pair_only_records_of_one_test_set(tmp_path):
