@@ -242,6 +242,7 @@ IMPLICIT_SETTINGS = {
     "model.rotary_layout": "per_head",
     "model.rotary_disable": "lower_half",
     "model.single_logit": False,
+    "task.truncate": True,  # every reader cut rows longer than task.max_len before the key existed
 }
 _ABSENT = "(absent)"
 

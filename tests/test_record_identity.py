@@ -698,6 +698,84 @@ def test_class_7_bad_data_is_named_not_taken(case, tmp_path):
     assert str(err.value) == where + message
 
 
+def _listops_long(root: Path, **settings):
+    from test_listops import write_official
+
+    from repro.tasks import listops
+
+    good, long = "( ( ( [MAX 2 ) 9 ) ] )\t9", "( [SM " + "1 " * 60 + "] )\t0"  # 62 tokens, its sum 60 mod 10 = 0
+    write_official(root / "listops-1000", {"train": [good, long], "val": [good], "test": [good]})
+    config = {"name": "listops", "source": "official", "official_subdir": "listops-1000", "max_len": 50, **settings}
+    return lambda: listops.build(config, root, root / "cache")
+
+
+def _text_long(root: Path, **settings):
+    from test_text import cfg, make_acl
+
+    from repro.tasks import text
+
+    return lambda: text.build(cfg(**settings), make_acl(root), root / "cache")
+
+
+def _retrieval_long(root: Path, **settings):
+    from test_retrieval import cfg, write_release
+
+    from repro.tasks import retrieval
+
+    return lambda: retrieval.build(cfg(**settings), write_release(root), root / "cache")
+
+
+TOO_LONG = " more than task.max_len={n} ({why}); pass task.truncate=true to cut such rows to task.max_len (printed and "
+TOO_LONG += "counted in the record), raise task.max_len, or fix or remove the row"
+LONG_ROW_CASES = {  # reader; whether it cuts by default; where it is named, its length and why; the counts cut
+    "ListOps": (
+        _listops_long,
+        False,
+        ("listops-1000/basic_train.tsv:3: 62 tokens,", 50, "the release's rows are shorter than 2000 tokens"),
+        ("rows", 50, {"train": 1, "val": 0, "test": 0}),
+    ),
+    "text": (
+        _text_long,
+        True,
+        ("aclImdb/train/neg/0_3.txt: 29 bytes,", 16, "task.truncate=false; the LRA release cuts reviews by design"),
+        ("reviews", 16, {"train": 1, "val": 1, "test": 1}),
+    ),
+    "retrieval": (
+        _retrieval_long,
+        True,
+        (
+            "tsv_data/new_aan_pairs.train.tsv:1: text1: 19 bytes,",
+            16,
+            "task.truncate=false; the LRA release cuts documents by design",
+        ),
+        ("documents", 16, {"train": 4, "val": 0, "test": 1}),
+    ),  # fmt: skip
+}
+
+
+@pytest.mark.parametrize("reader", list(LONG_ROW_CASES))
+def test_class_7_a_row_over_max_len_is_refused_unless_truncate_says_so(reader, tmp_path, capsys):
+    """ListOps refuses a row longer than task.max_len by default (the release's files hold none); text and
+    retrieval cut it by default, as the release does by design. Either way task.truncate decides, and a cut is
+    printed and counted in the task's info (the record's ``data``)."""
+    from repro.tasks.base import DataError
+
+    make, cuts_by_default, (where, n, why), (what, max_len, counts) = LONG_ROW_CASES[reader]
+    refusal = f"{tmp_path / '{folder}' / where}{TOO_LONG.format(n=n, why=why)}"
+    with pytest.raises(DataError) as err:
+        make(tmp_path / "refused", truncate=False)()
+    assert str(err.value) == refusal.replace("{folder}", "refused")
+    task = make(tmp_path / "cut", **({} if cuts_by_default else {"truncate": True}))()
+    each = ", ".join(f"{split} {count}" for split, count in counts.items())
+    said = f"{reader.lower()}: {what} longer than task.max_len={max_len} cut to it (task.truncate=true): {each}"
+    assert capsys.readouterr().out.splitlines()[-1] == said
+    assert task.info["truncated"] == counts
+    if not cuts_by_default:  # ListOps: refused without task.truncate
+        with pytest.raises(DataError) as err:
+            make(tmp_path / "default")()
+        assert str(err.value) == refusal.replace("{folder}", "default")
+
+
 # ---------------------------------------------------------------- class 6: one line where a traceback was
 
 
