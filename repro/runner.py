@@ -242,8 +242,17 @@ IMPLICIT_SETTINGS = {
     "model.rotary_layout": "per_head",
     "model.rotary_disable": "lower_half",
     "model.single_logit": False,
-    "task.truncate": True,  # every reader cut rows longer than task.max_len before the key existed
 }
+# Task keys whose value those records had depends on the task: every reader cut rows longer than
+# task.max_len before task.truncate existed, and ListOps never met one (its files and generator hold none).
+IMPLICIT_TASK_SETTINGS = {"task.truncate": {"listops": False, "text": True, "retrieval": True}}
+
+
+def implicit_settings(task: str) -> dict:
+    """``IMPLICIT_SETTINGS`` with the values ``IMPLICIT_TASK_SETTINGS`` gives for ``task``."""
+    return {**IMPLICIT_SETTINGS, **{k: v[task] for k, v in IMPLICIT_TASK_SETTINGS.items() if task in v}}
+
+
 _ABSENT = "(absent)"
 
 
@@ -271,7 +280,7 @@ def settings_differences(previous: dict, run: dict, complete: bool = False) -> l
     budget and step cap count too.
     """
     free = FREE_TRAIN_KEYS - FREE_UNTIL_COMPLETE if complete else FREE_TRAIN_KEYS
-    implicit = {**_train_defaults(), **IMPLICIT_SETTINGS}
+    implicit = {**_train_defaults(), **implicit_settings((run.get("task") or {}).get("name", ""))}
     found = []
     for block in ("model", "task", "train", "techniques", "subset"):
         if block == "techniques":  # each technique's settings compared whole: {} and {d4: true} differ

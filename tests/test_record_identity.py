@@ -776,6 +776,21 @@ def test_class_7_a_row_over_max_len_is_refused_unless_truncate_says_so(reader, t
         assert str(err.value) == refusal.replace("{folder}", "default")
 
 
+def test_records_from_before_task_truncate_keep_matching_their_settings():
+    """A record written before ``task.truncate`` existed counts with the value it ran with (the task's default
+    now), so the runner and the grid still take it as complete; a flipped value is a difference."""
+    from repro.runner import resolve, settings_differences
+
+    for task in ("listops", "text", "retrieval"):
+        run = resolve(composed("arm=lra_transformer", f"task={task}", "profile=paper"))
+        older = {**run, "task": {k: v for k, v in run["task"].items() if k != "truncate"}}
+        assert settings_differences(older, run, complete=True) == [], task
+        value = run["task"]["truncate"]
+        assert value is (task != "listops")
+        flipped = {**run, "task": {**run["task"], "truncate": not value}}
+        assert settings_differences(older, flipped, complete=True) == [f"task.truncate: {value!r} -> {not value!r}"]
+
+
 # ---------------------------------------------------------------- class 6: one line where a traceback was
 
 
