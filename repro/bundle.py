@@ -703,7 +703,11 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, title="commands")
-    fr = sub.add_parser("freeze", help="copy complete records into results/<version> with a manifest")
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument(
+        "--debug", action="store_true", help="on refused input, show the traceback instead of the one-line error"
+    )
+    fr = sub.add_parser("freeze", help="copy complete records into results/<version> with a manifest", parents=[debug])
     fr.add_argument("--version", required=True, help="bundle version, e.g. v1")
     fr.add_argument(
         "--runs",
@@ -755,14 +759,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     fr.add_argument("--strict", action="store_true", help="refuse to freeze when a matching record is not complete")
     for name, text in (("verify", "recompute every checksum"), ("cite", "print BibTeX and a one-line citation")):
-        p = sub.add_parser(name, help=text)
+        p = sub.add_parser(name, help=text, parents=[debug])
         p.add_argument("bundle", type=Path)
-    ls = sub.add_parser("ls", help="list the bundles under --results (default results)")
+    ls = sub.add_parser("ls", help="list the bundles under --results (default results)", parents=[debug])
     ls.add_argument("--results", type=Path, default=Path("results"))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``lra-bundle``: refused input (a bundle that cannot be frozen, read or cited, one that fails ``verify``) is
+    answered with exit status 2, as the runner answers it (``validate.refused``; ``--debug``: the traceback); exit
+    status 1 is left to bugs."""
     args = _parser().parse_args(argv)
     try:
         if args.command == "freeze":
@@ -798,7 +805,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{args.bundle}: FAILED", file=sys.stderr)
                 for problem in problems:
                     print(f"  {problem}", file=sys.stderr)
-                return 1
+                from .validate import EXIT_STATUS  # torch and the runner's checks load only on refused input
+
+                return EXIT_STATUS
             manifest = load_manifest(args.bundle)
             print(f"{args.bundle}: OK, {len(manifest['files'])} files, manifest sha256 {manifest_hash(args.bundle)}")
         elif args.command == "cite":
@@ -818,8 +827,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"sha256 {manifest_hash(path)[:16]}"
                 )
     except (BundleError, GridError) as err:
-        print(f"error: {err}{superseded_source(str(err), getattr(args, 'leave_out_from', []))}", file=sys.stderr)
-        return 1
+        from .validate import refused
+
+        return refused(err, args.debug, superseded_source(str(err), getattr(args, "leave_out_from", [])))
     return 0
 
 

@@ -249,9 +249,26 @@ IMPLICIT_SETTINGS = {
     # Records from before it augmented image by image; auto keeps them resumable (repro/tasks/image.py).
     "task.augment_on": "auto",
 }
+# Task keys whose value those records had depends on the task: every reader cut rows longer than
+# task.max_len before task.truncate existed, and ListOps never met one (its files and generator hold none).
+IMPLICIT_TASK_SETTINGS = {"task.truncate": {"listops": False, "text": True, "retrieval": True}}
+
+
+def implicit_settings(task: str) -> dict:
+    """``IMPLICIT_SETTINGS`` with the values ``IMPLICIT_TASK_SETTINGS`` gives for ``task``."""
+    return {**IMPLICIT_SETTINGS, **{k: v[task] for k, v in IMPLICIT_TASK_SETTINGS.items() if task in v}}
+
+
 # Of those, the keys added after run fingerprints were: at their implicit value they leave a run's
 # fingerprint as it was, so a checkpoint written before the key existed still resumes.
-FINGERPRINT_NEUTRAL = {key: IMPLICIT_SETTINGS[key] for key in ("task.augment_on",)}
+FINGERPRINT_NEUTRAL_KEYS = ("task.augment_on", "task.truncate")
+
+
+def fingerprint_neutral(task: str) -> dict:
+    """``{key: value}`` of ``FINGERPRINT_NEUTRAL_KEYS`` at their implicit value for ``task``."""
+    return {k: v for k, v in implicit_settings(task).items() if k in FINGERPRINT_NEUTRAL_KEYS}
+
+
 _ABSENT = "(absent)"
 
 
@@ -279,7 +296,7 @@ def settings_differences(previous: dict, run: dict, complete: bool = False) -> l
     budget and step cap count too.
     """
     free = FREE_TRAIN_KEYS - FREE_UNTIL_COMPLETE if complete else FREE_TRAIN_KEYS
-    implicit = {**_train_defaults(), **IMPLICIT_SETTINGS}
+    implicit = {**_train_defaults(), **implicit_settings((run.get("task") or {}).get("name", ""))}
     found = []
     for block in ("model", "task", "train", "techniques", "subset"):
         if block == "techniques":  # each technique's settings compared whole: {} and {d4: true} differ
@@ -467,7 +484,7 @@ def _execute_in_folder(cfg: DictConfig, run: dict, run_dir: Path, dist, workers:
     if run["subset"]:
         task = take_subset(task, run["subset"], run["task"].get("data_seed", 0))
     data_digests = records.split_digests({name: (s.inputs, s.labels) for name, s in task.splits().items()})
-    fingerprint = records.run_fingerprint(run, data_digests, FREE_TRAIN_KEYS, FINGERPRINT_NEUTRAL)
+    fingerprint = records.run_fingerprint(run, data_digests, FREE_TRAIN_KEYS, fingerprint_neutral(task_name))
     device = dist.device
     settings = TrainSettings.from_dict(apply_example_budget(run, task))  # config.yaml keeps the budget as typed
     augment = build_train_augment(run["techniques"], task)

@@ -423,9 +423,23 @@ def _message(err: BaseException) -> str:
     return str(text)
 
 
+def refused(err: BaseException, traceback: bool = False, suffix: str = "") -> int:
+    """Refused input ``err`` as every command answers it: ``error: <message><suffix>`` on stderr (a BadInput:
+    one such line per problem; any other message on one line), once (rank 0), and the exit status 2. With
+    ``traceback`` (``debug.traceback=true``, ``--debug``) ``err`` is raised again instead, with its traceback.
+    Call it from the ``except`` clause that caught ``err``; exit status 1 is left to bugs."""
+    if traceback:
+        raise err
+    if os.environ.get("RANK", "0") == "0":
+        message = _message(err) or type(err).__name__
+        for line in message.splitlines() if isinstance(err, BadInput) else [" ".join(message.split())]:
+            print(f"error: {line}{suffix}", file=sys.stderr, flush=True)
+    return EXIT_STATUS
+
+
 def refusing_bad_input(execute):
     """``execute(cfg) -> status`` that first checks ``cfg`` (``check``) and turns refused input into
-    one line per problem on stderr and exit status 2 (``debug.traceback=true``: the traceback)."""
+    one line per problem on stderr and exit status 2 (``refused``; ``debug.traceback=true``: the traceback)."""
 
     @functools.wraps(execute)
     def checked(cfg: DictConfig) -> int:
@@ -433,12 +447,6 @@ def refusing_bad_input(execute):
             check(cfg)
             return execute(cfg)
         except USER_ERRORS as err:
-            if cfg.get("debug") is not None and cfg.debug.get("traceback"):
-                raise
-            if os.environ.get("RANK", "0") == "0":  # BadInput: one line per problem; others: one line
-                message = _message(err) or type(err).__name__
-                for line in message.splitlines() if isinstance(err, BadInput) else [" ".join(message.split())]:
-                    print(f"error: {line}", file=sys.stderr, flush=True)
-            return EXIT_STATUS
+            return refused(err, cfg.get("debug") is not None and bool(cfg.debug.get("traceback")))
 
     return checked

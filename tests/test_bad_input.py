@@ -133,7 +133,8 @@ CASES = [
         ["+task.data_sed=3"],
         2,
         f"error: +task.data_sed=3: task has no key 'data_sed' {TYPO_WHERE}; "
-        "did you mean task.data_seed? (valid: builder, data_seed, generate, max_len, name, official_subdir, source)",
+        "did you mean task.data_seed? (valid: builder, data_seed, generate, max_len, name, official_subdir, source, "
+        "truncate)",
     ),
     (
         "nested task key typo",

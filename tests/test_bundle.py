@@ -238,15 +238,15 @@ def test_command_line_freeze_verify_cite_ls(runs, tmp_path):
     assert "froze 5 record(s)" in done.stdout
     assert cli("verify", "results/v2").stdout.startswith("results/v2: OK")
     again = cli("freeze", "--version", "v2", "--runs", str(runs), "--no-analysis")
-    assert again.returncode == 1 and "results/v2 already exists" in again.stderr
+    assert again.returncode == 2 and "results/v2 already exists" in again.stderr
     digest = hashlib.sha256((tmp_path / "results/v2/MANIFEST.json").read_bytes()).hexdigest()
     cited = cli("cite", "results/v2")
     assert cited.returncode == 0 and "v2" in cited.stdout and digest in cited.stdout
     assert cli("ls").stdout.startswith("v2\t") and "\t5 runs\t" in cli("ls").stdout
     (tmp_path / "results/v2/CITATION.cff").write_text("edited\n")
     failed = cli("verify", "results/v2")
-    assert failed.returncode == 1 and "changed: CITATION.cff" in failed.stderr
-    assert cli("cite", "results/v2").returncode == 1
+    assert failed.returncode == 2 and "changed: CITATION.cff" in failed.stderr
+    assert cli("cite", "results/v2").returncode == 2
 
 
 def test_a_record_under_arm_plus_techniques_is_consistent_only_with_those_techniques(tmp_path):

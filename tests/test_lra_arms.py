@@ -15,7 +15,7 @@ from repro.heads import TwoTowerHead, pool
 from repro.model import ResidualSublayer, SequenceClassifier
 from repro.original.attention import load_all
 from repro.original.encoder import FeedForward, build_lra_layers
-from repro.runner import IMPLICIT_SETTINGS, arm_tasks, execute, resolve, typed_task_paths
+from repro.runner import arm_tasks, execute, implicit_settings, resolve, typed_task_paths
 from repro.schedule import LRController
 from repro.validate import out_of_range
 
@@ -555,7 +555,7 @@ def test_the_campaign_records_trained_at_the_release_settings_of_their_cell():
         overrides = ["task.source=generated"] if config["task"]["source"] == "generated" else []
         cfg = composed(f"arm={arm}", f"task={task}", "profile=paper", *overrides)
         expected = resolve(cfg, typed_task_paths(overrides))
-        for key, value in IMPLICIT_SETTINGS.items():  # keys added after the record, at the value it ran with
+        for key, value in implicit_settings(task).items():  # keys added after the record, at the value it ran with
             block, name = key.split(".", 1)
             if name in expected[block]:
                 config[block].setdefault(name, value)

@@ -520,7 +520,7 @@ def test_a_malformed_claims_file_is_refused_naming_the_key(frozen, tmp_path):
     text = (ROOT / "paper/claims.yaml").read_text().replace("direction: less\n", "direction: greater\n", 1)
     bad.write_text(text)
     done = make(frozen, tmp_path / "out", "--claims", str(bad))
-    assert done.returncode == 1 and not (tmp_path / "out").exists()
+    assert done.returncode == 2 and not (tmp_path / "out").exists()
     said = f"error: {bad}: claims[0].primary.direction 'greater' but the published effect is {18.01 - 36.37:+.2f}"
     assert done.stderr.strip() == said
     bad.write_text(text.replace("    margin: 5.0\n", "", 1).replace("direction: greater\n", "direction: less\n", 1))
@@ -556,7 +556,7 @@ def test_a_changed_bundle_is_refused(frozen, tmp_path):
     shutil.copytree(frozen, copy)
     (copy / "runs/locality_k5/text/budget/seed0/metrics.json").write_text("{}")
     done = make(copy, tmp_path / "out")
-    assert done.returncode == 1 and "changed: runs/locality_k5/text/budget/seed0/metrics.json" in done.stderr
+    assert done.returncode == 2 and "changed: runs/locality_k5/text/budget/seed0/metrics.json" in done.stderr
     assert not (tmp_path / "out").exists()
 
 
@@ -1013,7 +1013,7 @@ def test_a_left_out_record_is_not_shown_and_the_table_names_it(slots, tmp_path):
     assert (tmp_path / "g" / "tables" / "lra_table1.md").read_text().splitlines()[1:] == md.splitlines()[1:]
     grid.write_text(f"superseded: [{record.replace('seed2', 'seed9')}]\ncells: []\n")
     done = _table1_command(a, b, tmp_path / "h", "--leave-out-from", str(grid))
-    assert done.returncode == 1 and done.stderr.strip() == (
+    assert done.returncode == 2 and done.stderr.strip() == (
         f"error: --leave-out {record.replace('seed2', 'seed9')}: not a record of the bundles given "
         f"(give bundle/runs/...) (listed as superseded in {grid})"
     )

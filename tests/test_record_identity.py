@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import read_json, run_cli
+from conftest import composed, read_json, run_cli
 
 from repro import bundle
 
@@ -51,13 +51,6 @@ def smoke(arm: str = "locality_k5", *extra: str) -> list[str]:
 
 def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error: ")]
-
-
-def history_without_clock(path: Path) -> str:
-    """history.csv with its wall-clock column (``elapsed_s``, which differs between any two runs) left out."""
-    rows = list(csv.reader(io.StringIO(path.read_text())))
-    keep = [i for i, name in enumerate(rows[0]) if name != "elapsed_s"]
-    return "\n".join(",".join(row[i] for i in keep) for row in rows)
 
 
 # ---------------------------------------------------------------- class 1: one owner per run folder
@@ -409,7 +402,7 @@ def test_class_4_one_definition_of_a_complete_record(case, one_record, tmp_path,
         history.symlink_to(outside)
         problems = bundle.verify(frozen)
         assert "a symlink: runs/locality_k5/listops/smoke/seed1/history.csv" in problems
-        assert bundle.main(["verify", str(frozen)]) == 1
+        assert bundle.main(["verify", str(frozen)]) == 2
     elif case == "--strict":  # --strict refuses a bundle with a bad record, naming it
         _empty_history(bad)
         with pytest.raises(bundle.BundleError) as err:
@@ -439,22 +432,55 @@ def test_class_4_one_definition_of_a_complete_record(case, one_record, tmp_path,
 # ---------------------------------------------------------------- class 5: history equal after resume
 
 
-@pytest.mark.parametrize("case", ["stop off a logging step", "time-based checkpoints"])
-def test_class_5_history_after_resume_equals_the_uninterrupted_one(case, tmp_path, shared_cache):
+class StepClock:
+    """A fake run clock (``repro.training.clock.clock``) that moves half a second with each training step and
+    stands still otherwise, so a run's ``elapsed_s`` is a function of its steps, resumed or not."""
+
+    def __init__(self, monkeypatch):
+        from repro.training import clock, step
+
+        self.now = 1000.0
+        train_step = step.TrainStep.__call__
+
+        def timed_step(*args, **kwargs):
+            self.now += 0.5
+            return train_step(*args, **kwargs)
+
+        monkeypatch.setattr(clock, "clock", lambda: self.now)
+        monkeypatch.setattr(step.TrainStep, "__call__", timed_step)
+
+
+HISTORY_CASES = {  # the settings of both runs; the step after which the second is stopped and resumed (None: never)
+    "stop off a logging step": ([], 13),  # logged every 8 steps
+    "time-based checkpoints and a stop": (["++train.checkpoint_every_seconds=1.5"], 13),  # one every 3 steps
+    "time-based evaluation and a stop": (["++train.eval_every_seconds=2.5"], 13),  # validated every 5 steps
+}
+
+
+@pytest.mark.parametrize("case", list(HISTORY_CASES))
+def test_class_5_history_after_resume_equals_the_uninterrupted_one(case, tmp_path, shared_cache, monkeypatch):
+    """history.csv byte for byte, its elapsed_s column included (on a fake clock: the real one differs between
+    any two runs), and the metrics the record is read for."""
+    from repro.runner import execute
+
+    StepClock(monkeypatch)
+    settings, stop_at = HISTORY_CASES[case]
     whole, other = tmp_path / "whole", tmp_path / "other"
-    assert run_cli(*smoke(), *common(whole, shared_cache)).returncode == 0
-    if case == "stop off a logging step":  # logged every 8 steps, stopped at 13, resumed
-        assert run_cli(*smoke(), *common(other, shared_cache), "debug.sigterm_at_step=13").returncode == 143
-        resumed = run_cli(*smoke(), *common(other, shared_cache))
-        assert resumed.returncode == 0 and "from step 13" in resumed.stdout, resumed.stdout + resumed.stderr
-    else:  # a checkpoint after every step (a time interval always due), uninterrupted
-        done = run_cli(*smoke(), *common(other, shared_cache), "++train.checkpoint_every_seconds=1e-9")
-        assert done.returncode == 0, done.stderr[-3000:]
-    a, b = (history_without_clock(folder_of(root, "locality_k5") / "history.csv") for root in (whole, other))
+    assert execute(composed(*smoke(), *common(whole, shared_cache), *settings)) == 0
+    if stop_at is not None:
+        stopped = composed(*smoke(), *common(other, shared_cache), *settings, f"debug.sigterm_at_step={stop_at}")
+        assert execute(stopped) == 128 + signal.SIGTERM
+    assert execute(composed(*smoke(), *common(other, shared_cache), *settings)) == 0
+    a, b = ((folder_of(root, "locality_k5") / "history.csv").read_text() for root in (whole, other))
     assert a == b
-    assert len(a.splitlines()) == 7  # header, train rows at 8, 16, 24, 32, validation at 16 and 32
+    rows = list(csv.DictReader(io.StringIO(a)))
+    assert rows[-1]["step"] == "32" and rows[-1]["elapsed_s"] == "16.0"  # 32 steps of half a second
+    if "evaluation" in case:  # validated every 5 steps and at the epochs' ends, across the resume too
+        validated = [int(row["step"]) for row in rows if row["val_acc"]]
+        assert validated == [5, 10, 15, 16, 21, 26, 31, 32]
     ma, mb = (read_json(folder_of(root, "locality_k5") / "metrics.json") for root in (whole, other))
-    assert ma["test_acc"] == mb["test_acc"] and ma["best_val_step"] == mb["best_val_step"]
+    for key in ("test_acc", "test_loss", "best_val_step", "elapsed_s", "fingerprint"):
+        assert ma[key] == mb[key], key
 
 
 # ---------------------------------------------------------------- class 8: nothing left behind
@@ -503,10 +529,87 @@ def _unknown_precision(tmp_path: Path, cache: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("case", ["refused run", "killed freeze", "killed cache build", "unknown precision"])
+ARM_HEAD = "# @package arm\ndefaults:\n  - /base/locality@_here_\n  - _self_\nname: mine\n"
+
+
+def own_arm(root: Path, body: str) -> Path:
+    """``<root>/my_conf/arm/mine.yaml``: an arm of one's own on the locality base, for ``--config-dir``."""
+    path = root / "my_conf" / "arm" / "mine.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(body)
+    return path
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess:
+    """``python <args>`` from the checkout (``-m repro.bundle ...``, ``experiments/run.py ...``)."""
+    return subprocess.run(
+        [sys.executable, *args], cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300
+    )
+
+
+def _misspelt_arm_model_key(tmp_path: Path, cache: Path, block: str, where: str, close: str) -> None:
+    """A model key of an arm file of one's own that no model setting has is refused, not left unread."""
+    path = own_arm(tmp_path, ARM_HEAD + block)
+    done = run_script("experiments/run.py", "--config-dir", str(path.parents[1]), "arm=mine", *smoke()[1:],
+                      *common(tmp_path, cache))  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    from repro.cli import CONF, block_keys
+
+    known = ", ".join(sorted(block_keys([CONF])["model"]))
+    key = where.rsplit(".", 1)[1]
+    assert done.stderr.splitlines() == [
+        f"experiments/run.py: error: {path}: {where}: no model setting {key!r}; did you mean {close}? correct the "
+        f"key in that file (the model settings: {known})"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+def _user_errors_exit_2(tmp_path: Path, command: list[str], said: str) -> None:
+    """``lra-bundle`` and ``lra-paper`` answer refused input as the runner does: one line, exit status 2;
+    ``--debug`` shows the traceback instead (an exception that ends the process: exit status 1)."""
+    done = run_script(*command)
+    assert done.returncode == 2 and done.stderr.splitlines() == [said], done.stderr[-3000:]
+    debug = run_script(*command, "--debug")
+    assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr
+    assert f"BundleError: {tmp_path / 'v9'} fails verification:\n" in debug.stderr
+
+
+def _not_a_bundle(tmp_path: Path) -> str:
+    return (
+        f"error: {tmp_path / 'v9'} fails verification: missing: MANIFEST.sha256 {tmp_path / 'v9' / 'MANIFEST.json'} "
+        f"does not exist: {tmp_path / 'v9'} is not a bundle (freeze one with `python -m repro.bundle freeze`)"
+    )
+
+
+LEFT_OR_DROPPED = {
+    "refused run": _refused_run,
+    "killed freeze": _killed_freeze,
+    "killed cache build": _killed_cache_build,
+    "unknown precision": _unknown_precision,
+    "misspelt model key in an arm file": lambda tmp_path, cache: _misspelt_arm_model_key(
+        tmp_path, cache, "model: {kernel_size: 5, d_modle: 64}\n", "model.d_modle", "d_model"
+    ),
+    "misspelt per-task model key in an arm file": lambda tmp_path, cache: _misspelt_arm_model_key(
+        tmp_path,
+        cache,
+        "model: {kernel_size: 5}\ntasks: {listops: {model: {dpth: 3}}}\n",
+        "tasks.listops.model.dpth",
+        "depth",
+    ),
+    "lra-bundle exit status": lambda tmp_path, cache: _user_errors_exit_2(
+        tmp_path, ["-m", "repro.bundle", "cite", str(tmp_path / "v9")], _not_a_bundle(tmp_path)
+    ),
+    "lra-paper exit status": lambda tmp_path, cache: _user_errors_exit_2(
+        tmp_path,
+        ["-m", "repro.paper", "--bundle", str(tmp_path / "v9"), "--out", str(tmp_path / "out")],
+        _not_a_bundle(tmp_path),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(LEFT_OR_DROPPED))
 def test_class_8_nothing_is_left_behind_or_dropped(case, tmp_path, shared_cache):
-    {"refused run": _refused_run, "killed freeze": _killed_freeze, "killed cache build": _killed_cache_build,
-     "unknown precision": _unknown_precision}[case](tmp_path, shared_cache)  # fmt: skip
+    LEFT_OR_DROPPED[case](tmp_path, shared_cache)
 
 
 # ---------------------------------------------------------------- class 7: data checked as it is read
@@ -593,6 +696,99 @@ def test_class_7_bad_data_is_named_not_taken(case, tmp_path):
     with pytest.raises(DataError) as err:
         read()
     assert str(err.value) == where + message
+
+
+def _listops_long(root: Path, **settings):
+    from test_listops import write_official
+
+    from repro.tasks import listops
+
+    good, long = "( ( ( [MAX 2 ) 9 ) ] )\t9", "( [SM " + "1 " * 60 + "] )\t0"  # 62 tokens, its sum 60 mod 10 = 0
+    write_official(root / "listops-1000", {"train": [good, long], "val": [good], "test": [good]})
+    config = {"name": "listops", "source": "official", "official_subdir": "listops-1000", "max_len": 50, **settings}
+    return lambda: listops.build(config, root, root / "cache")
+
+
+def _text_long(root: Path, **settings):
+    from test_text import cfg, make_acl
+
+    from repro.tasks import text
+
+    return lambda: text.build(cfg(**settings), make_acl(root), root / "cache")
+
+
+def _retrieval_long(root: Path, **settings):
+    from test_retrieval import cfg, write_release
+
+    from repro.tasks import retrieval
+
+    return lambda: retrieval.build(cfg(**settings), write_release(root), root / "cache")
+
+
+TOO_LONG = " more than task.max_len={n} ({why}); pass task.truncate=true to cut such rows to task.max_len (printed and "
+TOO_LONG += "counted in the record), raise task.max_len, or fix or remove the row"
+LONG_ROW_CASES = {  # reader; whether it cuts by default; where it is named, its length and why; the counts cut
+    "ListOps": (
+        _listops_long,
+        False,
+        ("listops-1000/basic_train.tsv:3: 62 tokens,", 50, "the release's rows are shorter than 2000 tokens"),
+        ("rows", 50, {"train": 1, "val": 0, "test": 0}),
+    ),
+    "text": (
+        _text_long,
+        True,
+        ("aclImdb/train/neg/0_3.txt: 29 bytes,", 16, "task.truncate=false; the LRA release cuts reviews by design"),
+        ("reviews", 16, {"train": 1, "val": 1, "test": 1}),
+    ),
+    "retrieval": (
+        _retrieval_long,
+        True,
+        (
+            "tsv_data/new_aan_pairs.train.tsv:1: text1: 19 bytes,",
+            16,
+            "task.truncate=false; the LRA release cuts documents by design",
+        ),
+        ("documents", 16, {"train": 4, "val": 0, "test": 1}),
+    ),  # fmt: skip
+}
+
+
+@pytest.mark.parametrize("reader", list(LONG_ROW_CASES))
+def test_class_7_a_row_over_max_len_is_refused_unless_truncate_says_so(reader, tmp_path, capsys):
+    """ListOps refuses a row longer than task.max_len by default (the release's files hold none); text and
+    retrieval cut it by default, as the release does by design. Either way task.truncate decides, and a cut is
+    printed and counted in the task's info (the record's ``data``)."""
+    from repro.tasks.base import DataError
+
+    make, cuts_by_default, (where, n, why), (what, max_len, counts) = LONG_ROW_CASES[reader]
+    refusal = f"{tmp_path / '{folder}' / where}{TOO_LONG.format(n=n, why=why)}"
+    with pytest.raises(DataError) as err:
+        make(tmp_path / "refused", truncate=False)()
+    assert str(err.value) == refusal.replace("{folder}", "refused")
+    task = make(tmp_path / "cut", **({} if cuts_by_default else {"truncate": True}))()
+    each = ", ".join(f"{split} {count}" for split, count in counts.items())
+    said = f"{reader.lower()}: {what} longer than task.max_len={max_len} cut to it (task.truncate=true): {each}"
+    assert capsys.readouterr().out.splitlines()[-1] == said
+    assert task.info["truncated"] == counts
+    if not cuts_by_default:  # ListOps: refused without task.truncate
+        with pytest.raises(DataError) as err:
+            make(tmp_path / "default")()
+        assert str(err.value) == refusal.replace("{folder}", "default")
+
+
+def test_records_from_before_task_truncate_keep_matching_their_settings():
+    """A record written before ``task.truncate`` existed counts with the value it ran with (the task's default
+    now), so the runner and the grid still take it as complete; a flipped value is a difference."""
+    from repro.runner import resolve, settings_differences
+
+    for task in ("listops", "text", "retrieval"):
+        run = resolve(composed("arm=lra_transformer", f"task={task}", "profile=paper"))
+        older = {**run, "task": {k: v for k, v in run["task"].items() if k != "truncate"}}
+        assert settings_differences(older, run, complete=True) == [], task
+        value = run["task"]["truncate"]
+        assert value is (task != "listops")
+        flipped = {**run, "task": {**run["task"], "truncate": not value}}
+        assert settings_differences(older, flipped, complete=True) == [f"task.truncate: {value!r} -> {not value!r}"]
 
 
 # ---------------------------------------------------------------- class 6: one line where a traceback was
@@ -682,6 +878,43 @@ def test_class_6_an_error_of_input_or_machine_is_one_line(case, tmp_path, shared
     assert done.returncode == 2, done.stderr[-3000:]
     assert error_lines(done.stderr) == [expected.replace("{root}", str(tmp_path))]
     assert "Traceback" not in done.stderr
+
+
+CONFIG_OR_FOLDER_CASES = {  # (the command's arguments, given the arm file's path and a file's; its one line)
+    "arm YAML with a syntax error": (
+        ARM_HEAD + "model: {kernel_size: 5\n",
+        lambda arm, a_file: ["experiments/run.py", "--config-dir", str(arm.parents[1]), "arm=mine", "task=listops"],
+        "experiments/run.py: error: {arm}:7: not valid YAML (expected ',' or '}}', but got '<stream end>'); correct "
+        "the file's syntax there",
+    ),
+    "arm YAML that is not a mapping": (
+        "- name: mine\n- model: {kernel_size: 5}\n",
+        lambda arm, a_file: ["experiments/run.py", "--config-dir", str(arm.parents[1]), "arm=mine", "task=listops"],
+        "experiments/run.py: error: {arm}: holds a list, not a mapping of settings; a config group's file is a YAML "
+        "mapping (key: value lines), as those in experiments/conf/arm/ are",
+    ),
+    "lra-paper --out naming a file": (
+        "",
+        lambda arm, a_file: ["-m", "repro.paper", "--bundle", "results/v0", "--out", str(a_file)],
+        "error: --out {a_file}: {a_file} is a file, not a folder; point --out at a folder (created if absent)",
+    ),
+    "lra-paper --out below a file": (
+        "",
+        lambda arm, a_file: ["-m", "repro.paper", "pathfinder-samples", "--out", str(a_file / "figs")],
+        "error: --out {a_file}/figs: {a_file} is a file, not a folder (where its folder {a_file} would be); point "
+        "--out at a folder (created if absent)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CONFIG_OR_FOLDER_CASES))
+def test_class_6_a_bad_config_file_or_output_folder_is_one_line(case, tmp_path):
+    body, command, said = CONFIG_OR_FOLDER_CASES[case]
+    arm, a_file = own_arm(tmp_path, body), _a_file(tmp_path)
+    done = run_script(*command(arm, a_file))
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.splitlines() == [said.format(arm=arm, a_file=a_file)]
+    assert a_file.read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "my_conf"]
 
 
 def test_paired_tests_pair_only_records_of_one_test_set(tmp_path):

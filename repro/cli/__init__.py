@@ -170,4 +170,54 @@ def command_line_problem(argv: list[str], conf: Path) -> str | None:
             if unknown:
                 where = " or ".join(str(d / key) for d in dirs)
                 return f"{key}={unknown[0]}: no {unknown[0]}.yaml in {where}; choose one of: {', '.join(options)}"
+            for path in (d / key / f"{v}.yaml" for v in value.split(",") for d in dirs):
+                if path.is_file() and (problem := group_file_problem(path, key) or arm_model_key_problem(path, conf)):
+                    return problem
+    return None
+
+
+def arm_model_key_problem(path: Path, conf: Path) -> str | None:
+    """An arm file of one's own (outside ``conf``) whose ``model`` block, or a ``tasks.<task>.model`` block,
+    names a key no model setting of ``conf``'s files has (``d_modle``): the model builders read the keys they
+    know and would leave it unread, trained with the default."""
+    import yaml
+
+    if path.parent.parent.resolve() == conf.resolve() or path.parent.name != "arm":
+        return None
+    arm = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    tasks = arm.get("tasks") if isinstance(arm.get("tasks"), dict) else {}
+    per_task = ((f"tasks.{t}.model", b.get("model")) for t, b in tasks.items() if isinstance(b, dict))
+    blocks = [("model", arm.get("model")), *per_task]
+    known = sorted(block_keys([conf])["model"])
+    for where, block in blocks:
+        for key in block if isinstance(block, dict) else ():
+            if key not in known:
+                close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+                hint = f"did you mean {close[0]}? " if close else ""
+                return (
+                    f"{path}: {where}.{key}: no model setting {key!r}; {hint}correct the key in that file (the "
+                    f"model settings: {', '.join(known)})"
+                )
+    return None
+
+
+def group_file_problem(path: Path, group: str) -> str | None:
+    """A config group's file that is not a YAML mapping (a syntax error, a list or a bare value), named with the
+    line where its parser stopped; Hydra would answer it with a traceback."""
+    import yaml
+
+    try:
+        content = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        return f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); save the file as UTF-8"
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        what = getattr(err, "problem", None) or str(err).splitlines()[0]
+        return f"{path}{line}: not valid YAML ({what}); correct the file's syntax there"
+    if content is not None and not isinstance(content, dict):
+        return (
+            f"{path}: holds a {type(content).__name__}, not a mapping of settings; a config group's file is a YAML "
+            f"mapping (key: value lines), as those in experiments/conf/{group}/ are"
+        )
     return None

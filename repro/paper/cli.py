@@ -77,7 +77,7 @@ from . import plots
 from .accuracy import followup_tables, lra_table1, runs_table, tasks_run
 from .claims_power import power_table
 from .claims_tables import baselines_table, claims_table, secondary_table, shares_table
-from .commands import DEFAULT_CLAIMS, PAPER_DIR, parser, table1_parser
+from .commands import DEBUG_HELP, DEFAULT_CLAIMS, PAPER_DIR, parser, table1_parser
 from .efficiency import bench_frame, lra_table2
 from .evaluate import evaluate, pooled_sds
 from .figures import PATHFINDER_SAMPLE_FILES, kernel_curves, pathfinder_samples, tradeoff_points
@@ -320,44 +320,58 @@ def samples_parser(prog: str = "lra-paper") -> argparse.ArgumentParser:
     p.add_argument("--difficulty", default="hard", choices=render.DIFFICULTIES)
     p.add_argument("--render", default=pf.DEFAULT_RENDER, choices=sorted(pf.RENDERS))
     p.add_argument("--out", type=Path, default=PAPER_DIR, help=f"the grids go to OUT/figures (default: {PAPER_DIR})")
+    p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     return p
 
 
+# Input the command refuses, with exit status 2 (``validate.refused``); anything else is a bug (exit status 1).
+USER_ERRORS = (BundleError, claims_file.ClaimsError, GridError)
+
+
+def out_problem(out: Path) -> str | None:
+    """``--out`` where a folder cannot be: a file there, or a file where one of its parent folders would be."""
+    for folder in (out, *out.parents):
+        if folder.exists():
+            if folder.is_dir():
+                return None
+            where = "" if folder == out else f" (where its folder {folder} would be)"
+            return f"--out {out}: {folder} is a file, not a folder{where}; point --out at a folder (created if absent)"
+    return None
+
+
 def main(argv: list[str] | None = None, prog: str = "lra-paper") -> int:
-    """The work of ``lra-paper`` (``repro.paper.commands.main``, the entry point, prints the help pages first)."""
+    """The work of ``lra-paper`` (``repro.paper.commands.main``, the entry point, prints the help pages first).
+    Refused input is one line and exit status 2 (``--debug``: its traceback)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["pathfinder-samples"]:
-        args = samples_parser(prog).parse_args(argv[1:])
-        for path in draw_pathfinder_samples(args.out, args.seed, args.difficulty, args.render):
-            print(path)
-        return 0
-    if argv[:1] == ["lra-table1"]:
-        args = table1_parser(prog).parse_args(argv[1:])
-        try:
-            leave_out = [*args.leave_out, *superseded_records(args.leave_out_from, args.bundle)]
+    command = argv[0] if argv[:1] in (["pathfinder-samples"], ["lra-table1"]) else None
+    make_parser = {"pathfinder-samples": samples_parser, "lra-table1": table1_parser, None: parser}[command]
+    args = make_parser(prog).parse_args(argv[1:] if command else argv)
+    leave_out_from = getattr(args, "leave_out_from", [])
+    try:
+        if problem := out_problem(args.out):
+            raise BundleError(problem)
+        if command == "pathfinder-samples":
+            written = draw_pathfinder_samples(args.out, args.seed, args.difficulty, args.render)
+        elif command == "lra-table1":
+            leave_out = [*args.leave_out, *superseded_records(leave_out_from, args.bundle)]
             written = make_lra_table1(
                 args.bundle, args.out, args.profile, args.claims, verify=not args.no_verify, leave_out=leave_out
             )
-        except (BundleError, claims_file.ClaimsError, GridError) as err:
-            print(f"error: {err}{superseded_source(str(err), args.leave_out_from)}", file=sys.stderr)
-            return 1
-        print("\n".join(str(p) for p in written))
-        return 0
-    args = parser(prog).parse_args(argv)
-    try:
-        written = make(
-            args.bundle,
-            args.out,
-            args.profile,
-            args.claims,
-            args.listops_arm,
-            verify=not args.no_verify,
-            arm_dirs=args.config_dir,
-            study=args.study,
-        )
-    except (BundleError, claims_file.ClaimsError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        else:
+            written = make(
+                args.bundle,
+                args.out,
+                args.profile,
+                args.claims,
+                args.listops_arm,
+                verify=not args.no_verify,
+                arm_dirs=args.config_dir,
+                study=args.study,
+            )
+    except USER_ERRORS as err:
+        from ..validate import refused
+
+        return refused(err, args.debug, superseded_source(str(err), leave_out_from))
     for path in written:
         print(path)
     return 0

@@ -13,6 +13,7 @@ PAPER_DIR = Path(__file__).resolve().parents[2] / "paper"  # a checkout's paper/
 DEFAULT_CLAIMS = PAPER_DIR / "claims.yaml"
 HELP_FLAGS = ("-h", "--help")
 SUBCOMMANDS = ("lra-table1", "pathfinder-samples")
+DEBUG_HELP = "on refused input, show the traceback instead of the one-line error (exit status 2)"
 
 USAGE = """\
 {prog} --bundle DIR [--bundle DIR ...] [options]
@@ -77,6 +78,7 @@ def parser(prog: str = "lra-paper") -> argparse.ArgumentParser:
         help="a config folder holding arms of your own, as experiments/run.py --config-dir took them (repeatable): "
         "their protocol is read from it",
     )
+    p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     return p
 
 
@@ -111,6 +113,7 @@ def table1_parser(prog: str = "lra-paper") -> argparse.ArgumentParser:
         help="a grid file whose 'superseded' records are left out too, each a record of the bundles given, its path "
         "relative to the working directory as in the grid file (run from the repository root; repeatable)",
     )
+    p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     return p
 
 

@@ -16,6 +16,23 @@ class DataError(Exception):
     """The task's data is there but malformed; the message names the file (and line)."""
 
 
+def too_long(where: str, length: int, unit: str, max_len: int, why: str) -> DataError:
+    """The refusal of one row longer than ``task.max_len`` under ``task.truncate=false``: ``where`` (file, line or
+    row) and ``why`` (what the task's data is known to hold) name it, and the fixes."""
+    return DataError(
+        f"{where}: {length} {unit}, more than task.max_len={max_len} ({why}); pass task.truncate=true to cut such "
+        "rows to task.max_len (printed and counted in the record), raise task.max_len, or fix or remove the row"
+    )
+
+
+def report_truncated(task: str, counts: dict[str, int], max_len: int, what: str) -> None:
+    """Under ``task.truncate=true``, the rows cut to ``task.max_len`` per split, in one printed line (none: nothing);
+    the record keeps the counts (``info.truncated``)."""
+    if any(counts.values()):
+        each = ", ".join(f"{split} {n}" for split, n in counts.items())
+        print(f"{task}: {what} longer than task.max_len={max_len} cut to it (task.truncate=true): {each}")
+
+
 @dataclass
 class Split:
     """Token ids ``[N, L]`` (``[N, 2, L]`` for two-tower tasks; 0 is padding) and labels ``[N]``."""

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from . import TASKS
 from . import listops_trees as trees
-from .base import DataError, DataMissing, Split, TaskData, TaskEntry, empty_task
+from .base import DataError, DataMissing, Split, TaskData, TaskEntry, empty_task, report_truncated, too_long
 from .cache import cached_arrays, parts_path
 
 # 0 is padding; digits, operators and the closing bracket follow.
@@ -169,7 +169,12 @@ def official_files_missing(cfg, data_dir: Path) -> str | None:
     return ("no " + ", ".join(missing)) if missing else None
 
 
-def load_official(data_dir: Path, subdir: str, max_len: int) -> tuple[dict[str, np.ndarray], dict]:
+def load_official(
+    data_dir: Path, subdir: str, max_len: int, truncate: bool = False
+) -> tuple[dict[str, np.ndarray], dict]:
+    """The release's three TSVs as id arrays ``[N, max_len]``. A row longer than ``max_len`` tokens is refused,
+    naming its file and line (the release's rows are shorter than 2,000 by construction), unless ``truncate``:
+    then it is cut and counted."""
     folder = official_dir(data_dir, subdir)
     if not official_present(data_dir, subdir):
         missing = [str(folder / n) for n in OFFICIAL_FILES.values() if not (folder / n).is_file()]
@@ -182,6 +187,9 @@ def load_official(data_dir: Path, subdir: str, max_len: int) -> tuple[dict[str, 
     meta: dict = {"source": "official", "folder": str(folder), "truncated": {}}
     for split, name in OFFICIAL_FILES.items():
         rows, labels = read_official_tsv(folder / name)
+        if not truncate and (long := next((i for i, row in enumerate(rows) if len(row) > max_len), None)) is not None:
+            why = "the release's rows are shorter than 2000 tokens"
+            raise too_long(f"{folder / name}:{long + 2}", len(rows[long]), "tokens", max_len, why)  # line 1: header
         arrays[f"{split}_x"], meta["truncated"][split] = pad(rows, max_len)
         arrays[f"{split}_y"] = labels
     return arrays, meta
@@ -325,6 +333,7 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
     """The ListOps task from ``cfg`` (see experiments/conf/task/listops.yaml)."""
     source = cfg["source"]
     max_len = int(cfg["max_len"])
+    truncate = bool(cfg.get("truncate", False))
     if source not in ("auto", "official", "generated"):
         raise ValueError(f"task.source={source!r}: use auto, official or generated")
     if source == "auto":
@@ -335,15 +344,17 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
             "source": "official",
             "folder": str(official_dir(data_dir, cfg["official_subdir"]).resolve()),
             "max_len": max_len,
+            **({"truncate": True} if truncate else {}),  # the default's entries keep their key
         }
         folder = official_dir(data_dir, cfg["official_subdir"])
         arrays, meta = cached_arrays(
             cache_dir,
             "listops",
             params,
-            lambda: load_official(data_dir, cfg["official_subdir"], max_len),
+            lambda: load_official(data_dir, cfg["official_subdir"], max_len, truncate),
             sources=[folder / name for name in OFFICIAL_FILES.values()],
         )
+        report_truncated("listops", meta["truncated"], max_len, "rows")
     else:
         gen = cfg["generate"]
         spec = trees.TreeSpec(

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from . import TASKS
-from .base import DataError, DataMissing, Split, TaskData, TaskEntry, empty_task
+from .base import DataError, DataMissing, Split, TaskData, TaskEntry, empty_task, report_truncated, too_long
 from .byte_text import BYTE_VOCAB_SIZE, ByteIdMatrix, class_counts, config_value, length_stats
 from .cache import cached_arrays
 
@@ -48,8 +48,10 @@ def parse_label(path: Path, line_no: int, field: bytes) -> int:
     return int(value)
 
 
-def read_tsv(path: Path, max_len: int) -> tuple[dict[str, np.ndarray], dict]:
-    """One split file -> ``x [N, 2, max_len]``, ``y [N]``, byte lengths ``[N, 2]`` and counts."""
+def read_tsv(path: Path, max_len: int, truncate: bool = True) -> tuple[dict[str, np.ndarray], dict]:
+    """One split file -> ``x [N, 2, max_len]``, ``y [N]``, byte lengths ``[N, 2]`` and counts. A document longer
+    than ``max_len`` bytes is cut and counted, as the LRA release cuts it; without ``truncate`` it is refused,
+    naming its line."""
     upper = _count_lines(path)
     ids = ByteIdMatrix((upper, 2, max_len))
     labels = np.empty(upper, dtype=np.int64)
@@ -74,6 +76,9 @@ def read_tsv(path: Path, max_len: int) -> tuple[dict[str, np.ndarray], dict]:
                 )
             labels[n] = parse_label(path, line_no, fields[0])
             for tower, text in enumerate(fields[3:]):
+                if not truncate and len(text) > max_len:
+                    why = "task.truncate=false; the LRA release cuts documents by design"
+                    raise too_long(f"{path}:{line_no}: {FIELDS[3 + tower]}", len(text), "bytes", max_len, why)
                 truncated[tower] += ids.put((n, tower), text)
                 lengths[n, tower] = len(text)
             n += 1
@@ -97,11 +102,11 @@ def official_dir(data_dir: Path, subdir: str) -> Path:
     return Path(data_dir) / subdir
 
 
-def load_official(folder: Path, max_len: int) -> tuple[dict[str, np.ndarray], dict]:
+def load_official(folder: Path, max_len: int, truncate: bool = True) -> tuple[dict[str, np.ndarray], dict]:
     arrays: dict[str, np.ndarray] = {}
     meta: dict = {"source": "official", "folder": str(folder), "splits": {}, "truncated": {}}
     for split, name in OFFICIAL_FILES.items():
-        part, part_meta = read_tsv(folder / name, max_len)
+        part, part_meta = read_tsv(folder / name, max_len, truncate)
         for key, value in part.items():
             arrays[f"{split}_{key}"] = value
         meta["splits"][split] = {"file": name, **part_meta}
@@ -134,14 +139,17 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
             "(lra_release.gz from https://github.com/google-research/long-range-arena, folder "
             f"lra_release/tsv_data/): point data_dir at the folder holding '{subdir}/'."
         )
+    truncate = bool(config_value(cfg, "truncate", True))
     params = {"source": "official", "folder": str(folder.resolve()), "max_len": max_len, "reader": READER_VERSION}
+    params.update({} if truncate else {"truncate": False})  # the default's entries keep their key
     arrays, meta = cached_arrays(
         cache_dir,
         "retrieval",
         params,
-        lambda: load_official(folder, max_len),
+        lambda: load_official(folder, max_len, truncate),
         sources=[folder / name for name in OFFICIAL_FILES.values()],
     )
+    report_truncated("retrieval", meta["truncated"], max_len, "documents")
 
     splits = {s: Split(arrays[f"{s}_x"], arrays[f"{s}_y"]) for s in SPLITS}
     info = {

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from . import TASKS
-from .base import DataError, DataMissing, Split, TaskData, TaskEntry, empty_task
+from .base import DataError, DataMissing, Split, TaskData, TaskEntry, empty_task, report_truncated, too_long
 from .byte_text import (
     BYTE_VOCAB_SIZE,
     ByteIdMatrix,
@@ -160,8 +160,11 @@ def tokenise(docs: list[tuple[int, int, bytes]], max_len: int, strip: bool):
     return ids.array, labels, lengths, truncated
 
 
-def load(source: str, folder: Path, max_len: int, strip: bool) -> tuple[dict[str, np.ndarray], dict]:
-    """Tokenised train/test arrays from one source (``official`` or ``bundle``)."""
+def load(
+    source: str, folder: Path, max_len: int, strip: bool, truncate: bool = True
+) -> tuple[dict[str, np.ndarray], dict]:
+    """Tokenised train/test arrays from one source (``official`` or ``bundle``). A review longer than ``max_len``
+    bytes is cut and counted, as the LRA release cuts it; without ``truncate`` it is refused, named."""
     arrays: dict[str, np.ndarray] = {}
     meta: dict = {"source": source, "folder": str(folder), "strip": strip, "truncated": {}, "lengths": {}}
     for split in FILE_SPLITS:
@@ -170,6 +173,15 @@ def load(source: str, folder: Path, max_len: int, strip: bool) -> tuple[dict[str
         else:
             docs = read_bundle_split(bundle_files(folder)[split])
         x, y, lengths, truncated = tokenise(docs, max_len, strip)
+        if truncated and not truncate:
+            label, doc_id, _ = docs[int(np.argmax(lengths > max_len))]
+            where = (
+                str(next((folder / split / [c for c, v in LABELS.items() if v == label][0]).glob(f"{doc_id}_*.txt")))
+                if source == "official"
+                else f"{bundle_files(folder)[split]}: the review of id {doc_id}, label {label}"
+            )
+            why = "task.truncate=false; the LRA release cuts reviews by design"
+            raise too_long(where, int(lengths[lengths > max_len][0]), "bytes", max_len, why)
         arrays[f"{split}_x"], arrays[f"{split}_y"], arrays[f"{split}_len"] = x, y, lengths
         meta["truncated"][split] = truncated
         meta["lengths"][split] = length_stats(lengths)
@@ -223,6 +235,7 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
     if max_len < 1:
         raise ValueError(f"task.max_len={max_len} must be positive")
     strip = bool(config_value(cfg, "strip", True))
+    truncate = bool(config_value(cfg, "truncate", True))
     validation = config_value(cfg, "validation", "train_holdout")
     if validation not in ("train_holdout", "test"):
         raise ValueError(f"task.validation={validation!r}: use train_holdout or test")
@@ -238,9 +251,10 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
         "max_len": max_len,
         "strip": strip,
         "reader": READER_VERSION,
+        **({} if truncate else {"truncate": False}),  # the default's entries keep their key
     }
     arrays, meta = cached_arrays(
-        cache_dir, "text", params, lambda: load(source, folder, max_len, strip), sources=[folder]
+        cache_dir, "text", params, lambda: load(source, folder, max_len, strip, truncate), sources=[folder]
     )
 
     train_x, train_y, train_len = arrays["train_x"], arrays["train_y"], arrays["train_len"]
@@ -280,6 +294,7 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
             "val": test_truncated,
             "test": test_truncated,
         }
+    report_truncated("text", info["truncated"], max_len, "reviews")
     splits = {"train": train, "val": val, "test": test}
     info["sizes"] = {s: len(v) for s, v in splits.items()}
     info["class_counts"] = {s: class_counts(v.labels) for s, v in splits.items()}

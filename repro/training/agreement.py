@@ -37,7 +37,7 @@ class StepAgreement:
         With several processes this is the step's one agreement: it also settles the checkpoint
         and stop decisions (:meth:`checkpoint_or_stop`) and rank 0's elapsed time for the next step.
         """
-        due = self.clock.evaluation_due()
+        due = self.clock.evaluation_due(state)
         if not self.ctx.active:
             return due
         main = self.ctx.is_main

@@ -26,6 +26,11 @@ import torch
 
 from .state import RunState
 
+# The clock a run reads (seconds, monotonic). A test replaces it with a fake one (monkeypatch) whose time
+# moves only with the training steps; then ``elapsed_s`` is a function of the steps and two runs' history.csv
+# can be compared byte for byte, a resumed one against an uninterrupted one.
+clock: Callable[[], float] = time.monotonic
+
 
 class RunClock:
     """Accumulates wall-clock time into a :class:`RunState` in segments between reads."""
@@ -35,16 +40,13 @@ class RunClock:
         budget_minutes: float | None,
         eval_every_seconds: float | None,
         checkpoint_every_seconds: float | None,
-        now: Callable[[], float] = time.monotonic,
+        now: Callable[[], float] | None = None,
     ):
-        self.now = now  # seconds, monotonic (a fake clock in tests)
+        self.now = now or clock  # seconds, monotonic: the module's ``clock`` unless given
         self.budget_s = budget_minutes * 60 if budget_minutes else None
         self.eval_every_seconds = eval_every_seconds
         self.checkpoint_every_seconds = checkpoint_every_seconds
-        self.wall_start = now()
-        self.segment_start = now()
-        self.last_eval = self.last_checkpoint = now()
-        self.step_end = self.segment_start
+        self.wall_start = self.segment_start = self.last_checkpoint = self.now()
 
     def elapsed(self, state: RunState) -> float:
         """The run's seconds so far, the open segment included."""
@@ -64,7 +66,7 @@ class RunClock:
 
     def end_step(self, state: RunState) -> None:
         """Close the segment of a training step: it counts toward the budget and toward throughput."""
-        self.step_end = now = self.now()
+        now = self.now()
         state.elapsed_s += now - self.segment_start
         state.train_time_s += now - self.segment_start
         self.segment_start = now
@@ -75,9 +77,12 @@ class RunClock:
         state.elapsed_s += now - self.segment_start
         self.segment_start = now
 
-    def evaluation_due(self) -> bool:
-        """``train.eval_every_seconds`` have passed since the last evaluation, as of the step's end."""
-        return bool(self.eval_every_seconds and self.step_end - self.last_eval >= self.eval_every_seconds)
+    def evaluation_due(self, state: RunState) -> bool:
+        """``train.eval_every_seconds`` of the run's clock have passed since the last evaluation, as of the step's
+        end (called right after ``end_step``). On the run's clock, resumes included, so a resumed run evaluates
+        at the steps an uninterrupted one would, given the same step times."""
+        interval = self.eval_every_seconds
+        return bool(interval and state.elapsed_s - state.last_eval_elapsed_s >= interval)
 
     def checkpoint_due(self) -> bool:
         """``train.checkpoint_every_seconds`` have passed since the last checkpoint, as of now."""
@@ -85,8 +90,8 @@ class RunClock:
             self.checkpoint_every_seconds and self.now() - self.last_checkpoint >= self.checkpoint_every_seconds
         )
 
-    def evaluated(self) -> None:
-        self.last_eval = self.now()
+    def evaluated(self, state: RunState) -> None:
+        state.last_eval_elapsed_s = self.elapsed(state)
 
     def checkpointed(self) -> None:
         self.last_checkpoint = self.now()

@@ -260,7 +260,7 @@ class StepLoop:
         epoch_end = step % self.data.steps_per_epoch == 0
         if time_eval or epoch_end or (s.eval_every_steps and step % s.eval_every_steps == 0):
             self.evaluate(state)
-            clock.evaluated()
+            clock.evaluated(state)
         time_checkpoint, signum = agreement.checkpoint_or_stop(state)
         if signum is not None or time_checkpoint or (s.checkpoint_every_steps and step % s.checkpoint_every_steps == 0):
             self.losses.keep(state)  # a checkpoint logs no row: the history is the uninterrupted run's

@@ -40,6 +40,7 @@ class RunState:
     data_wait_step_s: float = 0.0  # seconds of those whole steps
     data_wait_steps: int = 0  # how many steps were sampled
     pending_losses: list = field(default_factory=list)  # the losses since the last history row (step.LossLog)
+    last_eval_elapsed_s: float = 0.0  # elapsed_s when the last evaluation ended (train.eval_every_seconds)
 
     def as_checkpoint(self) -> dict:
         """The fields as the dict ``last.pt`` holds under ``state`` (the history list itself, not a copy)."""
