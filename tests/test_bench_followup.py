@@ -22,9 +22,9 @@ SHORT_LISTOPS = [
     "task.max_len=300",
     "task.generate.min_len=50",
     "task.generate.max_len=300",
-    "profile.tasks.listops.generate.n_train=32",
-    "profile.tasks.listops.generate.n_val=16",
-    "profile.tasks.listops.generate.n_test=16",
+    "++profile.tasks.listops.generate.n_train=32",
+    "++profile.tasks.listops.generate.n_val=16",
+    "++profile.tasks.listops.generate.n_test=16",
 ]
 ROWS = ["rotary_transformer@listops", "s4+followup@text", "locality_k5@image"]
 

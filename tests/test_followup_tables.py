@@ -168,7 +168,7 @@ def test_a_missing_bundle_is_refused_in_one_line(tmp_path):
         env=env,
         timeout=300,
     )
-    assert done.returncode == 1 and not (tmp_path / "paper").exists()
+    assert done.returncode == 2 and not (tmp_path / "paper").exists()
     assert done.stderr.strip() == (
         f"error: --bundle {missing}: no such folder (a bundle under results/, from lra-bundle freeze)"
     )
