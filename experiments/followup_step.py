@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from repro.bench.models import resolve_arm
 from repro.followup import rotary as R
-from repro.model import build_model
+from repro.models.model import build_model
 from repro.original.attention._flex import raise_recompile_limit
 
 raise_recompile_limit()

@@ -271,7 +271,7 @@ def record_problems(metrics: dict) -> list[str]:
 
 
 # The settings an example budget (budget.fraction or budget.examples) turns into a step cap when the run
-# starts (repro/budget.py): config.yaml keeps them as typed, metrics.json holds what they became.
+# starts (repro/run/budget.py): config.yaml keeps them as typed, metrics.json holds what they became.
 EXAMPLE_BUDGET_DERIVED = frozenset({"max_steps", "budget_minutes", "budget_examples", "epochs"})
 
 

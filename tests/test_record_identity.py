@@ -608,7 +608,7 @@ def _other_format_checkpoints(root: Path, cache: Path) -> list[str]:
     """An interrupted run whose last.pt and last.prev.pt are in another checkpoint layout."""
     import torch
 
-    from repro.checkpoints import save_checkpoint
+    from repro.training.checkpoints import save_checkpoint
 
     assert run_cli(*smoke("locality_k5", "debug.sigterm_at_step=12"), *common(root, cache)).returncode == 143
     checkpoints = folder_of(root, "locality_k5") / "checkpoints"

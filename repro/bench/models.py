@@ -6,7 +6,7 @@ model keys changed, declared in ``experiments/conf/bench.yaml`` (the vanilla
 Transformer on its materialised backend, our mechanisms at a peer's settings, and
 the peers themselves, whose ``requires`` names the package they need).
 
-Settings come from the runner's own resolution (``repro.runner.resolve``: arm <
+Settings come from the runner's own resolution (``repro.run.runner.resolve``: arm <
 arm.tasks[task] < profile) for ``task=text`` and ``profile=paper``: the LRA text
 configuration of the arm (Tay et al. 2021, section 3.4, appendix A; for the LRA arms the
 release's 4 layers, width 256, 4 heads, FFN 1024; for the conv arms the follow-up's
@@ -29,8 +29,8 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from ..model import SequenceClassifier, build_model
-from ..runner import resolve
+from ..models.model import SequenceClassifier, build_model
+from ..run.runner import resolve
 from ..tasks.byte_text import BYTE_VOCAB_SIZE, PAD_ID
 from ..tasks.text import NUM_CLASSES
 

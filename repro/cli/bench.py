@@ -51,7 +51,7 @@ def as_list(value, key: str) -> list | None:
 
 def count_setting(key: str, value, minimum: int, meaning: str) -> int:
     """``value`` if it is a whole number >= ``minimum``; else a one-line error naming ``key`` and ``meaning``."""
-    from ..validate import is_int
+    from ..run.validate import is_int
 
     if not is_int(value) or value < minimum:
         raise ValueError(f"{key}={value!r} (experiments/conf/bench.yaml): give {meaning}")
@@ -79,7 +79,7 @@ def setup(cfg: DictConfig) -> tuple[list, list[str], Settings]:
 
     from ..bench.matrix import Settings, modes_for
     from ..bench.models import attention_dropout_setting, plan
-    from ..runner import pick_device
+    from ..run.runner import pick_device
 
     device = pick_device(str(cfg.device))
     variants = OmegaConf.to_container(cfg.variants, resolve=True) or {}

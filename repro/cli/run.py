@@ -55,7 +55,7 @@ def each_task(cfg: DictConfig) -> Iterator[tuple[str, DictConfig]]:
     import hydra
     from hydra.core.hydra_config import HydraConfig
 
-    from ..runner import arm_tasks
+    from ..run.runner import arm_tasks
 
     if cfg.get("task") is not None:
         yield cfg.task.name, cfg
@@ -67,7 +67,7 @@ def each_task(cfg: DictConfig) -> Iterator[tuple[str, DictConfig]]:
 
 def run_app(cfg: DictConfig) -> None:
     """One composed configuration: its task, or every task of its arm."""
-    from ..runner import execute
+    from ..run.runner import execute
 
     if cfg.get("task") is not None:
         finish(execute(cfg))

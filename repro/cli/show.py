@@ -1,7 +1,7 @@
 """``lra-run ... --cfg run``: a run's resolved settings, as its config.yaml will hold them (less the run's
 fingerprint, which needs the data), and its parameter count, without data, training or writing anything.
 
-The model is built on the CPU as the runner builds it (``repro.runner.execute``: the arm's model sized for the
+The model is built on the CPU as the runner builds it (``repro.run.runner.execute``: the arm's model sized for the
 task, the techniques' extra tokens and modules attached), for a task described by its shape alone
 (``task_shape``: what ``build_model`` reads of a task, from the task's configuration and its module's
 constants, with empty splits), so no data is read, generated or cached.
@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from .. import validate
 from ..followup.techniques import build_train_augment
-from ..model import build_model
-from ..runner import command_line_task_keys, resolve
+from ..models.model import build_model
+from ..run import validate
+from ..run.runner import command_line_task_keys, resolve
 from ..tasks import Split, TaskData, image, listops, pathfinder, retrieval, text
 from ..tasks.byte_text import BYTE_VOCAB_SIZE, PAD_ID
 

@@ -26,7 +26,7 @@ before the command line's. ``carry_over`` (a block's, true or false): whether it
 when they cannot end before the deadline, to be checkpointed and continued in a later slot
 (``--carry-over`` gives it for blocks without one); false for cells whose checkpoints cannot travel
 between slots. ``gpus`` (a block's, default 1): how many GPUs each of its cells trains on, one
-process a GPU, data-parallel under ``torchrun`` (repro/distributed.py: the same global batch, one
+process a GPU, data-parallel under ``torchrun`` (repro/training/distributed.py: the same global batch, one
 record); such a cell holds its GPUs alone, for a run too long for one GPU within a slot.
 ``records``: the folders a campaign freezes its records into, as ``--records`` gives them (both
 count): a slot's command, its ``--dry-run`` and the ledger skip what they hold. ``superseded``: record

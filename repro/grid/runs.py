@@ -1,7 +1,7 @@
 """Where each cell's record and checkpoints live and what they say, resolved as the runner resolves them.
 
 The cells' settings come from Hydra's compose API over ``experiments/conf`` and
-``repro.runner.resolve`` (the runner's own precedence), once per (arm, task): the seed only
+``repro.run.runner.resolve`` (the runner's own precedence), once per (arm, task): the seed only
 changes the record folder's last part. So the grid skips, plans and archives exactly the
 folders ``experiments/run.py`` writes.
 """
@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import records, runner
+from .. import records
+from ..run import runner
 from .cells import CONF_DIR, Cell, GridError
 
 

@@ -41,11 +41,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from .checkpoints import CorruptCheckpoint
-from .records import DamagedRecord
-from .tasks import DataError, official_files_missing
-from .training import TrainSettings
-from .training.scalars import logger_problem
+from ..records import DamagedRecord
+from ..tasks import DataError, official_files_missing
+from ..training import TrainSettings
+from ..training.checkpoints import CorruptCheckpoint
+from ..training.scalars import logger_problem
 
 GROUPS = ("model", "task", "train", "budget")
 EXIT_STATUS = 2
@@ -206,7 +206,7 @@ def attention_keywords(model: dict) -> list[str] | None:
     """The keyword arguments ``model.attention_params`` may hold for the arm's attention mechanism."""
     if model.get("backbone") != "lra_transformer" or "attention" not in model:
         return None
-    from .original.attention import load_all
+    from ..original.attention import load_all
 
     try:
         cls = load_all().get(model["attention"])

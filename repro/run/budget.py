@@ -6,7 +6,7 @@ budget gives every arm the same data:
 
 - ``budget.fraction=F``: F times the protocol's training examples of the arm on the task (the
   paper profile's ``min(epochs x (n_train // batch), max_steps) x batch``,
-  repro/analysis/protocol.py). Arms that share a protocol (every arm of one paper on one task:
+  repro/run/protocol.py). Arms that share a protocol (every arm of one paper on one task:
   Tay et al. 2021 train all models of a task for the same steps; the follow-up study, Tables 5-7,
   the same epochs) get the same number of examples.
 - ``budget.examples=N``: N examples, whatever the protocol: equal across papers too.
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import math
 
-from .analysis.protocol import paper_protocol
-from .tasks.base import TaskData
+from ..tasks.base import TaskData
+from .protocol import paper_protocol
 
 
 def protocol_examples(run: dict, task: TaskData) -> int:

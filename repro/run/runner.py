@@ -25,14 +25,15 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from . import distributed, records, validate
+from .. import records
+from ..followup.techniques import build_train_augment
+from ..models.model import build_model, collect_record_info
+from ..tasks import DataMissing, Split, TaskData, get_task_builder
+from ..training import NonFiniteLoss, RunInterrupted, TrainSettings, distributed, seed_everything, train
+from ..training.checkpoints import previous_path
+from ..training.console import LOG_FILE, run_console
+from . import validate
 from .budget import apply_example_budget
-from .checkpoints import previous_path
-from .followup.techniques import build_train_augment
-from .model import build_model, collect_record_info
-from .tasks import DataMissing, Split, TaskData, get_task_builder
-from .training import NonFiniteLoss, RunInterrupted, TrainSettings, seed_everything, train
-from .training.console import LOG_FILE, run_console
 
 
 def _plain(node) -> dict:

@@ -3,7 +3,7 @@
 The protocol of an (arm, task, techniques) is the arm's ``profile=paper`` settings (the papers'
 epochs, batch and step cap per task: Tay et al. 2021, appendix A and the release configs; the
 follow-up study, Tables 5-7), composed from ``experiments/conf`` and resolved as the runner
-resolves a run (``repro.runner.resolve``). Its training examples are ``steps x batch`` with
+resolves a run (``repro.run.runner.resolve``). Its training examples are ``steps x batch`` with
 ``steps = min(epochs x (n_train // batch), max_steps)``, the count ``repro.training`` plans (the
 last partial batch of an epoch is dropped). ``n_train`` is the paper profile's generated
 training-set size for a generated task (``task.generate.n_train``), else the training-set size
@@ -75,7 +75,7 @@ def _paper_protocol(
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
-    from ..runner import resolve
+    from .runner import resolve
 
     overrides = [f"arm={arm}", f"task={task}", "profile=paper", f"techniques={techniques}"]
     search = [f"hydra.searchpath=[{','.join(f'file://{Path(d).resolve()}' for d in arm_dirs)}]"] if arm_dirs else []
