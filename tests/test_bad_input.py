@@ -353,7 +353,7 @@ def test_every_shipped_arm_and_profile_passes_the_checks():
     from omegaconf import OmegaConf
 
     from repro.run import validate
-    from repro.run.runner import arm_tasks
+    from repro.run.settings import arm_tasks
 
     arms = sorted(p.stem for p in (CONF / "arm").glob("*.yaml"))
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

@@ -12,7 +12,7 @@ from test_runner import common
 
 from repro import records
 from repro.run.budget import apply_example_budget
-from repro.run.runner import resolve
+from repro.run.settings import resolve
 from repro.tasks.base import Split, TaskData
 
 

@@ -18,7 +18,7 @@ from torch import nn
 from repro.followup.rotary import RotarySelfAttention, rotary_embedding
 from repro.followup.techniques.mlm import MaskedTokenObjective
 from repro.models.model import SequenceClassifier
-from repro.run.runner import arm_tasks, resolve
+from repro.run.settings import arm_tasks, resolve
 from repro.training.loop import StepLoop
 from repro.training.schedule import LRController
 from repro.training.settings import TrainSettings

@@ -15,7 +15,8 @@ from repro.models.heads import TwoTowerHead, pool
 from repro.models.model import ResidualSublayer, SequenceClassifier
 from repro.original.attention import load_all
 from repro.original.encoder import FeedForward, build_lra_layers
-from repro.run.runner import IMPLICIT_SETTINGS, arm_tasks, execute, resolve, typed_task_paths
+from repro.run.runner import IMPLICIT_SETTINGS, execute
+from repro.run.settings import arm_tasks, resolve, typed_task_paths
 from repro.run.validate import out_of_range
 from repro.training.schedule import LRController
 

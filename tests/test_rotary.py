@@ -204,7 +204,8 @@ from conftest import SHORT_LISTOPS_OVERRIDES, composed, read_json, run_cli  # no
 from test_image import make_official as make_cifar  # noqa: E402
 from test_tasks_smoke import make_aan, make_acl_imdb  # noqa: E402
 
-from repro.run.runner import execute, resolve  # noqa: E402
+from repro.run.runner import execute  # noqa: E402
+from repro.run.settings import resolve  # noqa: E402
 
 TABLE4_ARMS = ("rotary_transformer", "rotary_transformer_notech", "learned_pe", "sinusoidal_pe")
 TABLE4_TASKS = ("listops", "image", "pathfinder", "text", "retrieval")

@@ -16,8 +16,9 @@ import difflib
 import sys
 from pathlib import Path
 
+from ..run.settings import CONF_DIR
+
 CHECKOUT = Path(__file__).resolve().parents[2]
-CONF = CHECKOUT / "experiments" / "conf"
 
 
 def fail(message: str) -> None:
@@ -26,7 +27,7 @@ def fail(message: str) -> None:
     raise SystemExit(2)
 
 
-def config_dir(prog: str, config_name: str, conf: Path = CONF) -> str:
+def config_dir(prog: str, config_name: str, conf: Path = CONF_DIR) -> str:
     """``conf`` as a path for ``hydra.main``; exits 2 naming the fix when it lacks ``<config_name>.yaml``."""
     if not (conf / f"{config_name}.yaml").is_file():
         fail(

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..followup.techniques import build_train_augment
 from ..models.model import build_model
 from ..run import validate
-from ..run.runner import command_line_task_keys, resolve
+from ..run.settings import command_line_task_keys, resolve
 from ..tasks import Split, TaskData, image, listops, pathfinder, retrieval, text
 from ..tasks.byte_text import BYTE_VOCAB_SIZE, PAD_ID
 
@@ -61,14 +61,16 @@ def parameter_count(run: dict) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def described(cfg: DictConfig) -> str:
-    """The run's config.yaml text followed by ``parameters: N`` (one YAML document)."""
-    run = resolve(cfg, command_line_task_keys())
+def described(cfg: DictConfig, run: dict | None = None) -> str:
+    """The run's config.yaml text followed by ``parameters: N`` (one YAML document); ``run``: ``cfg`` resolved
+    (resolved here when not given)."""
+    run = resolve(cfg, command_line_task_keys()) if run is None else run
     return OmegaConf.to_yaml(OmegaConf.create(run)) + f"parameters: {parameter_count(run)}\n"
 
 
 @validate.refusing_bad_input
-def show(cfg: DictConfig) -> int:
-    """Print ``described(cfg)`` after the run's own checks; 0, or 2 (one line) on bad input."""
-    print(described(cfg), end="")
+def show(cfg: DictConfig, run: dict | None = None) -> int:
+    """Print ``described(cfg)`` after the run's own checks (``run``: the run they resolved); 0, or 2 (one line)
+    on bad input."""
+    print(described(cfg, run), end="")
     return 0

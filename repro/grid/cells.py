@@ -49,7 +49,6 @@ BLOCK_KEYS = ("arms", "tasks", "seeds", "optional", "per_gpu", "carry_over", "ov
 TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"  # forwarded to every rank, which checkpoints
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RUNNER = REPO_ROOT / "experiments" / "run.py"
-CONF_DIR = REPO_ROOT / "experiments" / "conf"
 
 
 class GridError(ValueError):

@@ -315,7 +315,7 @@ def samples_parser(prog: str = "lra-paper") -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, prog: str = "lra-paper") -> int:
-    """The work of ``lra-paper`` (``repro.paper.commands.main``, the entry point, prints the help pages first)."""
+    """The work of ``lra-paper`` (``repro.paper.entry.main``, the entry point, prints the help pages first)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["pathfinder-samples"]:
         args = samples_parser(prog).parse_args(argv[1:])

@@ -20,6 +20,7 @@ from ..analysis import listops_roots
 from ..bundle import BundleError, load_manifest, manifest_hash
 from ..records import read_config
 from ..run import protocol
+from ..run.settings import CONF_DIR
 
 PROFILE_ORDER = ("paper", "budget", "smoke")
 GB = 1e9  # peak memory in GB of 10^9 bytes, as LRA Table 2 and our benchmark report it
@@ -110,7 +111,7 @@ class BundleView:
         self,
         paths: list[Path],
         profile: str | None,
-        conf_dir: Path = protocol.CONF_DIR,
+        conf_dir: Path = CONF_DIR,
         leave_out: list[Path] | None = None,
         arm_dirs: tuple[str, ...] = (),
     ):

@@ -1,7 +1,7 @@
 """Refuse bad input before any work: each mistake is one line naming the setting, its value and the fix.
 
-``refusing_bad_input`` wraps ``runner.execute``. Before the run touches data, model or
-records it checks that
+``refusing_bad_input`` wraps ``runner.execute`` (and ``--cfg run``'s ``cli.show.show``), handing it the run
+``check`` resolved. Before the run touches data, model or records it checks that
 
 - every setting typed on the command line under ``model``, ``task``, ``train`` or ``budget``
   names a key the run has without the command line (``train``: ``TrainSettings``' fields;
@@ -46,6 +46,7 @@ from ..tasks import DataError, official_files_missing
 from ..training import TrainSettings
 from ..training.checkpoints import CorruptCheckpoint
 from ..training.scalars import logger_problem
+from .settings import compose_run, resolve, typed_task_paths
 
 GROUPS = ("model", "task", "train", "budget")
 EXIT_STATUS = 2
@@ -260,17 +261,14 @@ def base_settings(cfg: DictConfig, overrides: list[str]) -> dict:
 
     Composed again from the same config groups (arm, task, profile, techniques, ...) by Hydra,
     so a key the task's own YAML declares counts as existing even when typed with ``++``."""
-    from hydra import compose
     from hydra.core.hydra_config import HydraConfig
-
-    from .runner import resolve
 
     kept = [o for o in overrides if o.lstrip("+~").split("=")[0].split(".")[0] not in GROUPS or o.startswith("task=")]
     if not any(o.startswith("task=") for o in kept):
         kept.append(f"task={cfg.task.name}")  # a run of each of an arm's tasks in turn
     name = HydraConfig.get().job.config_name if HydraConfig.initialized() else "config"
-    base = compose(config_name=name, overrides=kept)
-    return {**resolve(base, []), "budget": _plain(base.get("budget"))}
+    base = compose_run(kept, config_name=name)
+    return {**base.run, "budget": _plain(base.cfg.get("budget"))}
 
 
 def _plain(node) -> dict:
@@ -282,10 +280,9 @@ def data_dir_given(overrides: list[str]) -> bool:
     return bool(os.environ.get("LRA_DATA_DIR")) or any(o.lstrip("+").startswith("data_dir=") for o in overrides)
 
 
-def check(cfg: DictConfig, overrides: list[str] | None = None) -> None:
-    """Raise BadInput (one line per problem) when ``cfg`` (typed as ``overrides``) cannot be run."""
-    from .runner import resolve, typed_task_paths
-
+def check(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
+    """The run ``cfg`` (typed as ``overrides``) resolves to; raise BadInput (one line per problem) when it
+    cannot be run."""
     overrides = typed_overrides() if overrides is None else overrides
     top = {"seed": cfg.get("seed"), "workers": cfg.get("workers"), "budget": _plain(cfg.get("budget"))}
     problems = out_of_range(top)
@@ -308,6 +305,7 @@ def check(cfg: DictConfig, overrides: list[str] | None = None) -> None:
         problems += data_not_there(run, Path(cfg.data_dir))
     if problems:
         raise BadInput("\n".join(problems))
+    return run
 
 
 def arm_file() -> Path | None:
@@ -424,14 +422,13 @@ def _message(err: BaseException) -> str:
 
 
 def refusing_bad_input(execute):
-    """``execute(cfg) -> status`` that first checks ``cfg`` (``check``) and turns refused input into
+    """``execute(cfg, run) -> status`` run on ``cfg`` and the run ``check`` resolved, turning refused input into
     one line per problem on stderr and exit status 2 (``debug.traceback=true``: the traceback)."""
 
     @functools.wraps(execute)
     def checked(cfg: DictConfig) -> int:
         try:
-            check(cfg)
-            return execute(cfg)
+            return execute(cfg, check(cfg))
         except USER_ERRORS as err:
             if cfg.get("debug") is not None and cfg.debug.get("traceback"):
                 raise
