@@ -11,6 +11,7 @@ import errno
 import os
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -37,7 +38,7 @@ def take_subset(task: TaskData, sizes: dict, seed: int) -> TaskData:
         index = np.sort(rng.permutation(len(split))[:n])
         chosen[name] = Split(np.asarray(split.inputs[index]), np.asarray(split.labels[index]))
     info = {**task.info, "subset": {name: len(split) for name, split in chosen.items()}}
-    return dataclasses.replace(task, info=info, **chosen)
+    return dataclasses.replace(task, info=info, **cast(dict[str, Any], chosen))
 
 
 def pick_device(name: str) -> torch.device:
@@ -112,7 +113,7 @@ _ABSENT = "(absent)"
 
 
 def _leaves(tree: dict, prefix: str) -> dict:
-    out = {}
+    out: dict = {}
     for key, value in tree.items():
         path = f"{prefix}.{key}"
         out.update(_leaves(value, path) if isinstance(value, dict) and value else {path: value})
@@ -302,30 +303,18 @@ def execute(cfg: DictConfig, run: dict | None = None) -> int:
 
 def _execute_in_folder(cfg: DictConfig, run: dict, run_dir: Path, dist, workers: int) -> int:
     """``execute``, once rank 0 holds the run folder's lock."""
-    task_name = run["task"]["name"]
     stop, resume = distributed.broadcast_object(dist, _record_decision(cfg, run, run_dir) if dist.is_main else None)
     if stop is not None:
         return stop
     if dist.is_main and run["profile"] == "budget" and dist.device.type == "cpu":
         print(cpu_budget_warning(run), file=sys.stderr, flush=True)
-    if not dist.is_main:
-        distributed.barrier(dist)
-    try:
-        task = get_task_builder(run["task"].get("builder", task_name))(
-            run["task"], Path(cfg.data_dir), Path(cfg.cache_dir), workers
-        )
-    except DataMissing as err:
-        if dist.is_main:
-            print(f"[{run['arm']}/{task_name}] skipped: data missing: {err}")
+    task = _build_task(cfg, run, dist, workers)
+    if task is None:
         return 3
-    finally:
-        if dist.is_main:
-            distributed.barrier(dist)
     if run["subset"]:
         task = take_subset(task, run["subset"], run["task"].get("data_seed", 0))
     data_digests = records.split_digests({name: (s.inputs, s.labels) for name, s in task.splits().items()})
     fingerprint = records.run_fingerprint(run, data_digests, FREE_TRAIN_KEYS)
-    device = dist.device
     settings = TrainSettings.from_dict(apply_example_budget(run, task))  # config.yaml keeps the budget as typed
     augment = build_train_augment(run["techniques"], task)
     seed_everything(run["seed"])
@@ -338,25 +327,9 @@ def _execute_in_folder(cfg: DictConfig, run: dict, run_dir: Path, dist, workers:
     with run_console(run_dir / LOG_FILE if dist.is_main else None, fresh=not resume):
         if dist.is_main:
             _start_record(run, run_dir, task, n_params, dist, resume, fingerprint)
-        try:
-            result = train(model, task, settings, run["seed"], run_dir, device, resume=resume,
-                           sigterm_at_step=cfg.debug.sigterm_at_step, progress=cfg.progress, augment=augment,
-                           pause_at_step=cfg.debug.get("pause_at_step"), dist=dist,
-                           logger=cfg.get("logger", "none"), fingerprint=fingerprint)  # fmt: skip
-        except RunInterrupted as err:
-            if dist.is_main:
-                print(f"[{run['arm']}/{task_name}] {err}", file=sys.stderr)
-            err.pass_on()  # e.g. a cluster launcher's requeue handler, now that the checkpoint is written
-            return 128 + err.signum
-        except NonFiniteLoss as err:
-            if dist.is_main:
-                print(f"[{run['arm']}/{task_name}] stopped: {err}", file=sys.stderr)
-            return 1
-        except validate.USER_ERRORS:  # refused before a step was trained: a refused run leaves nothing behind
-            if dist.is_main and first_start and not _has_progress(run_dir):
-                for name in ("config.yaml", records.PROGRESS_FILE, LOG_FILE):
-                    (run_dir / name).unlink(missing_ok=True)
-            raise
+        result = _train(cfg, run, run_dir, model, task, settings, augment, dist, resume, fingerprint, first_start)
+        if isinstance(result, int):
+            return result
         identity = {"fingerprint": fingerprint, "data_digests": data_digests}
         status = 0
         if dist.is_main:
@@ -365,6 +338,47 @@ def _execute_in_folder(cfg: DictConfig, run: dict, run_dir: Path, dist, workers:
     # still ran sometimes aborted in gloo's teardown ("terminate called without an active exception").
     distributed.barrier(dist)
     return status
+
+
+def _build_task(cfg: DictConfig, run: dict, dist, workers: int) -> TaskData | None:
+    """The run's data, built (and cached) by rank 0 first; None (the run is skipped) when it is missing."""
+    if not dist.is_main:
+        distributed.barrier(dist)
+    try:
+        return get_task_builder(run["task"].get("builder", run["task"]["name"]))(
+            run["task"], Path(cfg.data_dir), Path(cfg.cache_dir), workers
+        )
+    except DataMissing as err:
+        if dist.is_main:
+            print(f"[{run['arm']}/{run['task']['name']}] skipped: data missing: {err}")
+        return None
+    finally:
+        if dist.is_main:
+            distributed.barrier(dist)
+
+
+def _train(cfg, run, run_dir, model, task, settings, augment, dist, resume, fingerprint, first_start) -> dict | int:
+    """:func:`repro.training.train`'s result, or the exit status of a run that stopped without one."""
+    task_name = run["task"]["name"]
+    try:
+        return train(model, task, settings, run["seed"], run_dir, dist.device, resume=resume,
+                     sigterm_at_step=cfg.debug.sigterm_at_step, progress=cfg.progress, augment=augment,
+                     pause_at_step=cfg.debug.get("pause_at_step"), dist=dist,
+                     logger=cfg.get("logger", "none"), fingerprint=fingerprint)  # fmt: skip
+    except RunInterrupted as err:
+        if dist.is_main:
+            print(f"[{run['arm']}/{task_name}] {err}", file=sys.stderr)
+        err.pass_on()  # e.g. a cluster launcher's requeue handler, now that the checkpoint is written
+        return 128 + err.signum
+    except NonFiniteLoss as err:
+        if dist.is_main:
+            print(f"[{run['arm']}/{task_name}] stopped: {err}", file=sys.stderr)
+        return 1
+    except validate.USER_ERRORS:  # refused before a step was trained: a refused run leaves nothing behind
+        if dist.is_main and first_start and not _has_progress(run_dir):
+            for name in ("config.yaml", records.PROGRESS_FILE, LOG_FILE):
+                (run_dir / name).unlink(missing_ok=True)
+        raise
 
 
 def _write_run_record(

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -82,7 +82,7 @@ def _plain(node) -> dict:
 
     if node is None:
         return {}
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+    return cast(dict, OmegaConf.to_container(node, resolve=True)) if isinstance(node, DictConfig) else dict(node)
 
 
 def merge_settings(*layers: dict, typed: DictConfig | None = None, typed_paths: Sequence[str] = ()) -> dict:
@@ -93,11 +93,11 @@ def merge_settings(*layers: dict, typed: DictConfig | None = None, typed_paths: 
     """
     from omegaconf import DictConfig, ListConfig, OmegaConf
 
-    merged = OmegaConf.to_container(OmegaConf.merge(*(OmegaConf.create(layer or {}) for layer in layers)))
+    merged = cast(dict, OmegaConf.to_container(OmegaConf.merge(*(OmegaConf.create(layer or {}) for layer in layers))))
     for path in typed_paths:
         delete = path.startswith("~")
         *parents, leaf = path.lstrip("~").split(".")
-        tree = merged
+        tree: dict[str, Any] = merged
         for key in parents:
             if not isinstance(tree.get(key, {}), dict):
                 raise ValueError(
@@ -108,7 +108,7 @@ def merge_settings(*layers: dict, typed: DictConfig | None = None, typed_paths: 
         if delete:
             tree.pop(leaf, None)
             continue
-        value = OmegaConf.select(typed, path)
+        value = OmegaConf.select(cast(DictConfig, typed), path)
         is_node = isinstance(value, (DictConfig, ListConfig))
         tree[leaf] = OmegaConf.to_container(value, resolve=True) if is_node else value
     return merged

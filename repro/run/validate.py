@@ -38,6 +38,7 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -187,7 +188,8 @@ def typed_settings(overrides: list[str]) -> list[Typed]:
         if group not in GROUPS or override.is_delete() or (not rest and group == "task"):
             continue
         start = tuple(rest.split(".")) if rest else ()
-        found += [Typed(override.input_line, group, path) for path in _leaf_paths(start, override.value()) if path]
+        line = cast(str, override.input_line)
+        found += [Typed(line, group, path) for path in _leaf_paths(start, override.value()) if path]
     return found
 
 
@@ -266,13 +268,13 @@ def base_settings(cfg: DictConfig, overrides: list[str]) -> dict:
     kept = [o for o in overrides if o.lstrip("+~").split("=")[0].split(".")[0] not in GROUPS or o.startswith("task=")]
     if not any(o.startswith("task=") for o in kept):
         kept.append(f"task={cfg.task.name}")  # a run of each of an arm's tasks in turn
-    name = HydraConfig.get().job.config_name if HydraConfig.initialized() else "config"
+    name = (HydraConfig.get().job.config_name if HydraConfig.initialized() else None) or "config"
     base = compose_run(kept, config_name=name)
     return {**base.run, "budget": _plain(base.cfg.get("budget"))}
 
 
 def _plain(node) -> dict:
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
+    return cast(dict, OmegaConf.to_container(node, resolve=True)) if isinstance(node, DictConfig) else dict(node or {})
 
 
 def data_dir_given(overrides: list[str]) -> bool:
@@ -352,7 +354,7 @@ def shadowed_arm_keys(path: Path | None, arm: DictConfig, task: str) -> list[str
     the file also sets under ``tasks.<task>`` (an interpolated block included) is its own choice."""
     if path is None or task not in arm.tasks:
         return []
-    own = OmegaConf.to_container(OmegaConf.load(path), resolve=False) or {}
+    own = cast(dict, OmegaConf.to_container(OmegaConf.load(path), resolve=False) or {})
     own_tasks = own.get("tasks") or {}
     own_task = own_tasks.get(task) if isinstance(own_tasks, dict) else None
     if not isinstance(own_tasks, dict) or (own_task is not None and not isinstance(own_task, dict)):
