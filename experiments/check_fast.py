@@ -1358,7 +1358,7 @@ def conv_main(argv=None) -> int:
     torch.backends.cudnn.allow_tf32 = True
     peak = matmul_peak_tflops()
     rows = []
-    if args.lengths:  # the widths of length-bucketed batches (repro/batching.py)
+    if args.lengths:  # the widths of length-bucketed batches (repro/training/batching.py)
         shapes = [(32, 128, 256, k, n, 1) for k in args.kernels for n in args.lengths]
     else:
         shapes = [(32, 128, 256, k, 2000, 1) for k in args.kernels]  # ListOps, Table 7

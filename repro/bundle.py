@@ -590,14 +590,7 @@ def load_manifest(bundle: Path) -> dict:
 def verify(bundle: Path) -> list[str]:
     """Every problem found (empty when the bundle is intact): changed, missing or extra files."""
     bundle = Path(bundle)
-    problems = []
-    hash_path = bundle / MANIFEST_HASH
-    if not hash_path.exists():
-        problems.append(f"missing: {MANIFEST_HASH}")
-    elif (bundle / MANIFEST).exists():
-        recorded = hash_path.read_text().split()[0] if hash_path.read_text().split() else ""
-        if recorded != sha256_file(bundle / MANIFEST):
-            problems.append(f"changed: {MANIFEST} (its sha256 differs from {MANIFEST_HASH})")
+    problems = _manifest_hash_problems(bundle)
     try:
         manifest = load_manifest(bundle)
     except BundleError as err:
@@ -612,6 +605,31 @@ def verify(bundle: Path) -> list[str]:
             problems.append(f"{MANIFEST}: files[{i}] lacks {', '.join(lacking)}; freeze the bundle again")
         else:
             listed[str(entry["path"])] = entry
+    problems += _file_problems(bundle, listed)
+    for run in [] if problems else manifest.get("runs", []):  # intact files: each record complete, as the runner says
+        rel = str(run.get("path"))
+        if _outside(bundle, rel) is None and (bundle / rel).is_dir():
+            _, problem = records.record_problem(bundle / rel)
+            if problem is not None:
+                problems.append(f"record {rel}: {problem}")
+    return problems
+
+
+def _manifest_hash_problems(bundle: Path) -> list[str]:
+    """``verify``: the manifest's own sha256 file present and matching."""
+    hash_path = bundle / MANIFEST_HASH
+    if not hash_path.exists():
+        return [f"missing: {MANIFEST_HASH}"]
+    if (bundle / MANIFEST).exists():
+        recorded = hash_path.read_text().split()[0] if hash_path.read_text().split() else ""
+        if recorded != sha256_file(bundle / MANIFEST):
+            return [f"changed: {MANIFEST} (its sha256 differs from {MANIFEST_HASH})"]
+    return []
+
+
+def _file_problems(bundle: Path, listed: dict) -> list[str]:
+    """``verify``: each file the manifest lists (``listed``: path -> entry) present and unchanged, none extra."""
+    problems = []
     for rel, entry in sorted(listed.items()):
         path = bundle / rel
         if outside := _outside(bundle, rel):
@@ -620,16 +638,7 @@ def verify(bundle: Path) -> list[str]:
             problems.append(f"missing: {rel}")
         elif path.stat().st_size != entry["size"] or sha256_file(path) != entry["sha256"]:
             problems.append(f"changed: {rel}")
-    for rel in bundle_files(bundle):
-        if rel not in listed:
-            problems.append(f"extra: {rel}")
-    for run in [] if problems else manifest.get("runs", []):  # intact files: each record complete, as the runner says
-        rel = str(run.get("path"))
-        if _outside(bundle, rel) is None and (bundle / rel).is_dir():
-            _, problem = records.record_problem(bundle / rel)
-            if problem is not None:
-                problems.append(f"record {rel}: {problem}")
-    return problems
+    return problems + [f"extra: {rel}" for rel in bundle_files(bundle) if rel not in listed]
 
 
 def _outside(bundle: Path, rel: str) -> str | None:
@@ -805,7 +814,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{args.bundle}: FAILED", file=sys.stderr)
                 for problem in problems:
                     print(f"  {problem}", file=sys.stderr)
-                from .validate import EXIT_STATUS  # torch and the runner's checks load only on refused input
+                from .run.validate import EXIT_STATUS  # torch and the runner's checks load only on refused input
 
                 return EXIT_STATUS
             manifest = load_manifest(args.bundle)
@@ -827,7 +836,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"sha256 {manifest_hash(path)[:16]}"
                 )
     except (BundleError, GridError) as err:
-        from .validate import refused
+        from .run.validate import refused
 
         return refused(err, args.debug, superseded_source(str(err), getattr(args, "leave_out_from", [])))
     return 0

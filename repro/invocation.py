@@ -32,3 +32,9 @@ def invoked_as(default: str, argv0: str | None = None) -> str:
     if parts[-1] == "__main__":
         parts.pop()
     return "python -m " + ".".join(parts)
+
+
+def fail(message: str) -> None:
+    """One line on stderr, exit status 2 (a setup error, before anything runs)."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)

@@ -278,7 +278,7 @@ def record_problems(metrics: dict) -> list[str]:
 
 
 # The settings an example budget (budget.fraction or budget.examples) turns into a step cap when the run
-# starts (repro/budget.py): config.yaml keeps them as typed, metrics.json holds what they became.
+# starts (repro/run/budget.py): config.yaml keeps them as typed, metrics.json holds what they became.
 EXAMPLE_BUDGET_DERIVED = frozenset({"max_steps", "budget_minutes", "budget_examples", "epochs"})
 
 
@@ -370,27 +370,51 @@ def record_problem(run_dir: Path) -> tuple[dict | None, str | None]:
         config = read_config(run_dir / "config.yaml")
     except DamagedRecord as err:
         return metrics, f"unreadable config.yaml: {err}"
+    return metrics, _contents_problem(run_dir, config, metrics) or _hashes_problem(run_dir, config, metrics)
+
+
+def _contents_problem(run_dir: Path, config: dict, metrics: dict) -> str | None:
+    """``record_problem`` once metrics.json and config.yaml read: the config is this run's, the CSV files
+    read, the history holds a row and the predictions score ``test_acc``."""
     disagreements = config_disagreements(config, metrics)
     if disagreements:
-        return metrics, f"inconsistent: {'; '.join(disagreements)} (a config.yaml not this run's)"
+        return f"inconsistent: {'; '.join(disagreements)} (a config.yaml not this run's)"
     for name in ("history.csv", "predictions.csv"):
         try:
             (run_dir / name).read_bytes().decode("utf-8")
         except (OSError, UnicodeDecodeError) as err:
-            return metrics, f"unreadable {name}: {err}"
+            return f"unreadable {name}: {err}"
     with open(run_dir / "history.csv", newline="") as handle:
         rows = csv.reader(handle)
         if next(rows, None) is None or next(rows, None) is None:  # the header, then a first row
-            return metrics, "incomplete: history.csv holds no row"
+            return "incomplete: history.csv holds no row"
     try:
         contradiction = predictions_disagreement(run_dir, metrics)
     except csv.Error as err:
-        return metrics, f"unreadable predictions.csv: {err}"
-    if contradiction:
-        return metrics, f"inconsistent: {contradiction}"
+        return f"unreadable predictions.csv: {err}"
+    return f"inconsistent: {contradiction}" if contradiction else None
+
+
+def _hashes_problem(run_dir: Path, config: dict, metrics: dict) -> str | None:
+    """``record_problem``'s last checks: the files' sha256 are those metrics.json lists (when it lists them),
+    and config.yaml's fingerprint is metrics.json's."""
     listed = metrics.get("files")
     if listed is None:  # written before records listed their files
-        return metrics, None
+        return None
+    if not isinstance(listed, dict) or set(listed) != set(HASHED_FILES):
+        return f"inconsistent: metrics.json's files lists {listed!r}, not {', '.join(HASHED_FILES)}"
+    changed = [name for name in HASHED_FILES if file_sha256(run_dir / name) != listed[name]]
+    if changed:
+        return (
+            f"inconsistent: {', '.join(changed)} changed after the run wrote it (sha256 differs from "
+            "metrics.json's files)"
+        )
+    if config.get("fingerprint") != metrics.get("fingerprint"):
+        return (
+            f"inconsistent: config.yaml is run {describe_fingerprint(config.get('fingerprint'))}, metrics.json "
+            f"run {describe_fingerprint(metrics.get('fingerprint'))}"
+        )
+    return None
     if not isinstance(listed, dict) or set(listed) != set(HASHED_FILES):
         return metrics, f"inconsistent: metrics.json's files lists {listed!r}, not {', '.join(HASHED_FILES)}"
     changed = [name for name in HASHED_FILES if file_sha256(run_dir / name) != listed[name]]

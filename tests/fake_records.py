@@ -1,4 +1,4 @@
-"""Fabricate run records in the exact format the runner writes (repro.runner.write_record).
+"""Fabricate run records in the exact format the runner writes (repro.run.runner.write_record).
 
 The files come from the real writers (``write_record`` for history, predictions and
 metrics; ``records.write_atomic`` for config.yaml), so a change to the record format
@@ -13,7 +13,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from repro import records
-from repro.runner import write_record
+from repro.run.runner import write_record
 
 SMOKE_LISTOPS = {
     "name": "listops",

@@ -425,7 +425,7 @@ def test_a_smoke_run_trains_with_the_batched_chain(tmp_path, shared_cache):
     from conftest import composed, read_json
     from test_image import make_official
 
-    from repro.runner import execute
+    from repro.run.runner import execute
 
     data = tmp_path / "data"
     make_official(data)

@@ -320,7 +320,7 @@ def test_an_arm_key_that_an_inherited_per_task_block_overrides_is_refused(tmp_pa
 def test_shadowed_arm_keys_are_compared_leaf_by_leaf_on_resolved_values(tmp_path, base, body, task, said):
     from hydra import compose, initialize_config_dir
 
-    from repro.validate import shadowed_arm_keys
+    from repro.run.validate import shadowed_arm_keys
 
     (tmp_path / "arm").mkdir()
     (tmp_path / "arm" / "parent.yaml").write_text(
@@ -353,8 +353,8 @@ def test_every_shipped_arm_and_profile_passes_the_checks():
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from repro import validate
-    from repro.runner import arm_tasks
+    from repro.run import validate
+    from repro.run.settings import arm_tasks
 
     arms = sorted(p.stem for p in (CONF / "arm").glob("*.yaml"))
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
@@ -421,7 +421,7 @@ def test_metrics_json_never_holds_nan(tmp_path):
 
 
 def test_a_run_whose_metrics_hold_nan_is_not_recorded(tmp_path, shared_cache, monkeypatch, capsys):
-    from repro import runner
+    from repro.run import runner
 
     real_train = runner.train
 
@@ -490,7 +490,7 @@ def test_a_damaged_best_checkpoint_is_recovered_without_retraining(
     again = read_json(folder / "metrics.json")
     for key in ("best_val_acc", "best_val_step", "test_acc", "test_loss", "steps"):
         assert again[key] == whole[key], key
-    from repro.checkpoints import load_checkpoint
+    from repro.training.checkpoints import load_checkpoint
 
     assert load_checkpoint(best, "cpu")["step"] == 4  # written again from the copy
 

@@ -1,4 +1,4 @@
-"""Length bucketing (repro/batching.py): same examples, similar lengths, trimmed = padded."""
+"""Length bucketing (repro/training/batching.py): same examples, similar lengths, trimmed = padded."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from repro.batching import batch_widths, bucketed_order, resolve_bucketing, sequence_lengths, trimmed_width
-from repro.checkpoints import load_checkpoint, save_checkpoint
-from repro.model import SequenceClassifier
+from repro.models.model import SequenceClassifier
 from repro.tasks.base import Split, TaskData
 from repro.training import RunInterrupted, TrainSettings, epoch_permutation, evaluate, train
+from repro.training.batching import batch_widths, bucketed_order, resolve_bucketing, sequence_lengths, trimmed_width
+from repro.training.checkpoints import load_checkpoint, save_checkpoint
 
 CONV_CFG = dict(backbone="conv", d_model=8, d_hidden=12, kernel_size=5, depth=2)
 LRA_CFG = dict(

@@ -1,4 +1,4 @@
-"""Example budgets (repro/budget.py): every arm of one protocol trains the same number of examples."""
+"""Example budgets (repro/run/budget.py): every arm of one protocol trains the same number of examples."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from conftest import SHORT_LISTOPS_OVERRIDES, composed, read_json, run_cli
 from test_runner import common
 
 from repro import records
-from repro.budget import apply_example_budget
-from repro.runner import resolve
+from repro.run.budget import apply_example_budget
+from repro.run.settings import resolve
 from repro.tasks.base import Split, TaskData
 
 

@@ -17,9 +17,9 @@ import pytest
 import torch
 from conftest import ROOT, RUN, read_json, run_cli
 
-from repro.checkpoints import load_resume_checkpoint, save_checkpoint
-from repro.distributed import DistContext
 from repro.training import RunInterrupted, TrainSettings, train
+from repro.training.checkpoints import load_resume_checkpoint, save_checkpoint
+from repro.training.distributed import DistContext
 
 ARGS = [
     "arm=locality_k5",
@@ -291,7 +291,7 @@ def test_an_interrupted_run_hands_the_signal_to_a_launcher_handler():
 
 def test_several_slurm_tasks_without_torchrun_are_refused(monkeypatch):
     """Two copies of one run in one Slurm step would race on the same record: refuse, saying what to do."""
-    from repro import distributed
+    from repro.training import distributed
 
     monkeypatch.setattr(distributed, "_CONTEXT", None)
     monkeypatch.delenv("WORLD_SIZE", raising=False)

@@ -3,7 +3,8 @@ fingerprint as it was, so a checkpoint written before the setting existed still 
 
 import pytest
 
-from repro import records, runner
+from repro import records
+from repro.run import runner
 
 RUN = {
     "arm": "lra_transformer",

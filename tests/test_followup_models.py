@@ -19,8 +19,9 @@ from repro.followup.gmlp import GMLPMixer, SpatialGatingUnit
 from repro.followup.mega import MegaFeedForward, MegaMixer, MultiDimEMA, build_mega_layers
 from repro.followup.s4 import S4DMixer, s4d_eigenvalues
 from repro.followup.s5 import S5SSM, S5Mixer, block_hippo_n, hippo_legs, hippo_n_eig, scan_time_invariant
-from repro.model import ResidualSublayer, SequenceClassifier
-from repro.runner import arm_tasks, execute, resolve
+from repro.models.model import ResidualSublayer, SequenceClassifier
+from repro.run.runner import execute
+from repro.run.settings import arm_tasks, resolve
 
 ARMS = ("gmlp", "s4", "s5", "mega")
 TASKS = {"listops", "text", "retrieval", "image", "pathfinder", "pathx"}

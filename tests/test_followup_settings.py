@@ -17,10 +17,10 @@ from torch import nn
 
 from repro.followup.rotary import RotarySelfAttention, rotary_embedding
 from repro.followup.techniques.mlm import MaskedTokenObjective
-from repro.model import SequenceClassifier
-from repro.runner import arm_tasks, resolve
-from repro.schedule import LRController
+from repro.models.model import SequenceClassifier
+from repro.run.settings import arm_tasks, resolve
 from repro.training.loop import StepLoop
+from repro.training.schedule import LRController
 from repro.training.settings import TrainSettings
 from repro.training.state import RunState
 from repro.training.step import make_optimizer, undecayed

@@ -16,8 +16,8 @@ from scipy import stats as sps
 from statsmodels.stats.power import TTestIndPower, TTestPower
 
 from repro import bundle
-from repro.analysis.protocol import paper_protocol
 from repro.paper.cli import make as make_all
+from repro.run.protocol import paper_protocol
 
 ROOT = Path(__file__).resolve().parents[1]
 N_TRAIN = 1000

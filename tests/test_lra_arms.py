@@ -11,13 +11,14 @@ import pytest
 import torch
 from conftest import ROOT, SHORT_LISTOPS_OVERRIDES, composed, read_json, run_cli
 
-from repro.heads import TwoTowerHead, pool
-from repro.model import ResidualSublayer, SequenceClassifier
+from repro.models.heads import TwoTowerHead, pool
+from repro.models.model import ResidualSublayer, SequenceClassifier
 from repro.original.attention import load_all
 from repro.original.encoder import FeedForward, build_lra_layers
-from repro.runner import arm_tasks, execute, implicit_settings, resolve, typed_task_paths
-from repro.schedule import LRController
-from repro.validate import out_of_range
+from repro.run.runner import execute, implicit_settings
+from repro.run.settings import arm_tasks, resolve, typed_task_paths
+from repro.run.validate import out_of_range
+from repro.training.schedule import LRController
 
 ARMS = (
     "transformer",

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from repro.followup.conv import BoundedConvMixer
-from repro.model import SequenceClassifier, sinusoidal_table
+from repro.models.model import SequenceClassifier, sinusoidal_table
 from repro.ops.conv import IMPL_CHOICES, conv1d_same
 from repro.ops.toeplitz import conv1d_same_toeplitz
-from repro.schedule import LRController
 from repro.tasks.base import Split, TaskData
 from repro.training import NonFiniteLoss, TrainSettings, make_optimizer, train
+from repro.training.schedule import LRController
 
 CONV_CFG = dict(backbone="conv", d_model=8, d_hidden=12, kernel_size=5, depth=2)
 
@@ -357,7 +357,7 @@ def test_builtin_auto_rule_follows_the_measured_shapes():
 
 
 def test_a_model_reports_the_conv_impl_it_ran():
-    from repro.model import collect_record_info
+    from repro.models.model import collect_record_info
 
     def resolved_impls(model):  # what the run record gets
         return collect_record_info(model)["conv_impls"]
@@ -423,7 +423,7 @@ def test_a_retired_conv_impl_is_refused_naming_the_valid_ones():
 def test_every_backbone_builder_takes_max_len_and_the_model_config_may_not():
     import inspect
 
-    from repro.model import _BACKBONE_ENTRIES, get_backbone
+    from repro.models.model import _BACKBONE_ENTRIES, get_backbone
 
     for name in _BACKBONE_ENTRIES:
         assert "max_len" in inspect.signature(get_backbone(name)).parameters, name

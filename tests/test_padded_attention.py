@@ -89,10 +89,10 @@ def test_the_attention_backend_is_checked_and_passed_by_the_builder():
 
 
 def _train(compiled: bool, steps: int = 3) -> tuple[list[float], dict]:
-    from repro.distributed import DistContext
-    from repro.model import SequenceClassifier
-    from repro.schedule import LRController
+    from repro.models.model import SequenceClassifier
     from repro.training.batches import Batch
+    from repro.training.distributed import DistContext
+    from repro.training.schedule import LRController
     from repro.training.settings import TrainSettings
     from repro.training.step import TrainStep, make_optimizer
 

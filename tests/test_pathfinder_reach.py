@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from repro.model import SequenceClassifier
+from repro.models.model import SequenceClassifier
 from repro.tasks import pathfinder_render as render
 from repro.tasks.pathfinder_reach import (
     contour_markers,

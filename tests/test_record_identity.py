@@ -461,7 +461,7 @@ HISTORY_CASES = {  # the settings of both runs; the step after which the second 
 def test_class_5_history_after_resume_equals_the_uninterrupted_one(case, tmp_path, shared_cache, monkeypatch):
     """history.csv byte for byte, its elapsed_s column included (on a fake clock: the real one differs between
     any two runs), and the metrics the record is read for."""
-    from repro.runner import execute
+    from repro.run.runner import execute
 
     StepClock(monkeypatch)
     settings, stop_at = HISTORY_CASES[case]
@@ -779,7 +779,8 @@ def test_class_7_a_row_over_max_len_is_refused_unless_truncate_says_so(reader, t
 def test_records_from_before_task_truncate_keep_matching_their_settings():
     """A record written before ``task.truncate`` existed counts with the value it ran with (the task's default
     now), so the runner and the grid still take it as complete; a flipped value is a difference."""
-    from repro.runner import resolve, settings_differences
+    from repro.run.runner import settings_differences
+    from repro.run.settings import resolve
 
     for task in ("listops", "text", "retrieval"):
         run = resolve(composed("arm=lra_transformer", f"task={task}", "profile=paper"))
@@ -804,7 +805,7 @@ def _other_format_checkpoints(root: Path, cache: Path) -> list[str]:
     """An interrupted run whose last.pt and last.prev.pt are in another checkpoint layout."""
     import torch
 
-    from repro.checkpoints import save_checkpoint
+    from repro.training.checkpoints import save_checkpoint
 
     assert run_cli(*smoke("locality_k5", "debug.sigterm_at_step=12"), *common(root, cache)).returncode == 143
     checkpoints = folder_of(root, "locality_k5") / "checkpoints"

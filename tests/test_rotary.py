@@ -10,7 +10,7 @@ import torch
 from rotary_embedding_torch import RotaryEmbedding
 
 from repro.followup.rotary import RotarySelfAttention, build_rotary_transformer_layers, rotary_embedding
-from repro.model import SequenceClassifier
+from repro.models.model import SequenceClassifier
 from repro.original.encoder import FeedForward
 
 
@@ -204,7 +204,8 @@ from conftest import SHORT_LISTOPS_OVERRIDES, composed, read_json, run_cli  # no
 from test_image import make_official as make_cifar  # noqa: E402
 from test_tasks_smoke import make_aan, make_acl_imdb  # noqa: E402
 
-from repro.runner import execute, resolve  # noqa: E402
+from repro.run.runner import execute  # noqa: E402
+from repro.run.settings import resolve  # noqa: E402
 
 TABLE4_ARMS = ("rotary_transformer", "rotary_transformer_notech", "learned_pe", "sinusoidal_pe")
 TABLE4_TASKS = ("listops", "image", "pathfinder", "text", "retrieval")

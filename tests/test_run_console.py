@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import RUN, composed, read_json, run_cli
 
-from repro import validate
+from repro.run import validate
 from repro.training import console
 from repro.training.scalars import TENSORBOARD_DIR
 

@@ -213,7 +213,8 @@ def test_every_arm_declares_the_techniques_its_defaults_pick():
 
 
 def test_a_run_with_other_techniques_gets_its_own_record_folder():
-    from repro.runner import resolve, run_dir_for
+    from repro.run.runner import run_dir_for
+    from repro.run.settings import resolve
 
     def folder(*overrides):
         cfg = composed(*overrides, "task=listops", "profile=smoke")
@@ -230,7 +231,7 @@ def test_a_run_with_other_techniques_gets_its_own_record_folder():
 def test_a_task_setting_typed_on_the_command_line_wins_over_the_techniques():
     """``techniques=followup`` sets Pathfinder's difficulty to all; ``task.difficulty=hard`` typed
     beside it must not be dropped silently."""
-    from repro.runner import resolve
+    from repro.run.settings import resolve
 
     cfg = composed(
         "arm=locality_k61",
@@ -267,7 +268,7 @@ def test_the_runner_reads_the_typed_task_settings_from_hydra(tmp_path, shared_ca
 
 
 def test_a_typed_block_changes_only_the_keys_it_names_and_deletions_and_list_items_are_handled():
-    from repro.runner import resolve, typed_task_paths
+    from repro.run.settings import resolve, typed_task_paths
 
     typed = [
         "task.generate={padding: 2}",
@@ -296,7 +297,7 @@ def test_a_typed_block_changes_only_the_keys_it_names_and_deletions_and_list_ite
 
 
 def test_settings_differences_name_what_shapes_training_and_skip_what_may_change():
-    from repro.runner import settings_differences
+    from repro.run.runner import settings_differences
 
     old = {
         "model": {"kernel_size": 61, "norm": "layer"},

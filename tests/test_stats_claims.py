@@ -17,7 +17,8 @@ from statsmodels.stats.contingency_tables import StratifiedTable
 from statsmodels.stats.power import TTestIndPower, TTestPower
 
 from repro import stats
-from repro.analysis import baselines, listops_roots, protocol
+from repro.analysis import baselines, listops_roots
+from repro.run import protocol
 from repro.stats import Evidence, decide
 
 # ---------------------------------------------------------------- coverage on synthetic records

@@ -18,8 +18,8 @@ from repro.followup.techniques.cifar_autoaugment import CifarAutoAugment
 from repro.followup.techniques.dihedral import DihedralAugment, d4_transform
 from repro.followup.techniques.listops_permute import permute_operands
 from repro.followup.techniques.mlm import corrupt_tokens
-from repro.model import SequenceClassifier
-from repro.runner import resolve
+from repro.models.model import SequenceClassifier
+from repro.run.settings import resolve
 from repro.tasks import listops_trees as trees
 from repro.tasks.base import Split, TaskData
 from repro.tasks.listops import VOCAB, encode

@@ -6,9 +6,9 @@ import pytest
 import torch
 from test_batching import CONV_CFG, bucketing_settings, padded_task
 
-from repro.checkpoints import load_checkpoint, save_checkpoint
-from repro.model import SequenceClassifier
+from repro.models.model import SequenceClassifier
 from repro.training import RunInterrupted, RunState, train
+from repro.training.checkpoints import load_checkpoint, save_checkpoint
 
 CPU = torch.device("cpu")
 

@@ -55,7 +55,7 @@ def baseline_predictions(majority: dict[str, int], test_roots) -> np.ndarray:
 
 def rebuild(config: dict, labels: list[int], data_dir: Path, cache_dir: Path, workers: int) -> tuple[list[dict], dict]:
     """Rebuild a ListOps record's splits: rows (index, root, label) of its test set and the training statistics."""
-    from ..runner import take_subset
+    from ..run.runner import take_subset
     from ..tasks import get_task_builder
     from ..tasks.listops import VOCAB
 

@@ -39,13 +39,13 @@ from contextlib import contextmanager, nullcontext
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..heads import n_outputs
+from ..models.heads import n_outputs
 
 TRAIN_FACTOR = 3  # forward + backward (input and weight gradients)
 
 
 def head_widths(model_cfg: dict, num_classes: int) -> list[int]:
-    """Widths of the one-tower classifier's layers, input first (``repro.heads.classifier``)."""
+    """Widths of the one-tower classifier's layers, input first (``repro.models.heads.classifier``)."""
     hidden = model_cfg.get("head_hidden")
     if hidden == "lra":
         hidden = [model_cfg["d_ff"]]

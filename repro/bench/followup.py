@@ -3,7 +3,7 @@ Transformer shape: ``lra-bench mode=followup`` (``python experiments/bench.py mo
 
 Each row is one (arm, task) at a profile's resolved settings (``profile=paper`` by default: the model,
 batch, sequence length, precision, optimiser and ``train.compile`` of a real run), built with the
-runner's own functions (``repro.runner.resolve``, the task's builder, ``build_train_augment``,
+runner's own functions (``repro.run.settings.resolve``, the task's builder, ``build_train_augment``,
 ``build_model``) and trained by the training loop's own step (``repro.training.step.TrainStep``) on
 batches from its own loader (``TrainBatches``). A row times, after ``warmup`` untimed steps:
 
@@ -51,25 +51,25 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from hydra import compose
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..budget import apply_example_budget
-from ..distributed import DistContext
 from ..followup.techniques import build_train_augment
-from ..model import build_model
+from ..models.model import build_model
 from ..records import write_atomic, write_csv
-from ..runner import resolve, take_subset, typed_task_paths
-from ..schedule import LRController
+from ..run.budget import apply_example_budget
+from ..run.runner import take_subset
+from ..run.settings import compose_run
 from ..tasks import DataMissing, Split, TaskData, get_task_builder
 from ..training.batches import Batch, TrainBatches, TrainingData
+from ..training.distributed import DistContext
 from ..training.loop import configure_device
+from ..training.schedule import LRController
 from ..training.settings import TrainSettings
 from ..training.state import seed_everything
 from ..training.step import TrainStep, make_optimizer
 from ..training.swa import swa_start_epoch
 from .flops import plain_paths
-from .models import arm_names, hydra_context
+from .models import arm_names
 from .report import slug
 from .timing import free_memory, is_out_of_memory, read_peak, reset_peak
 
@@ -208,9 +208,7 @@ def plan_rows(arm_rows: list[RowSpec], arms: list[str], tasks: list[str]) -> lis
 
 
 def is_transformer_arm(arm: str) -> bool:
-    with hydra_context():
-        cfg = compose(config_name="config", overrides=[f"arm={arm}"])
-    return cfg.arm.model.get("backbone") == TRANSFORMER_BACKBONE
+    return compose_run([f"arm={arm}"]).cfg.arm.model.get("backbone") == TRANSFORMER_BACKBONE
 
 
 def resolve_row(spec: RowSpec, profile: str, extra: list[str] | None = None) -> dict:
@@ -222,9 +220,7 @@ def resolve_row(spec: RowSpec, profile: str, extra: list[str] | None = None) -> 
     elif spec.techniques:
         overrides.append(f"techniques={spec.techniques}")
     overrides += list(extra or [])
-    with hydra_context():
-        cfg = compose(config_name="config", overrides=overrides)
-    return resolve(cfg, typed_task_paths(overrides))
+    return compose_run(overrides, typed_task=True).run
 
 
 def cap_generated(task_cfg: dict, cap: int | None) -> tuple[dict, str]:
@@ -553,7 +549,7 @@ def run_followup(
     specs: list[RowSpec], options: Options, device: torch.device, out_dir: Path, meta: dict, clock=time.perf_counter
 ) -> tuple[Path, list[dict]]:
     """Measure ``specs`` in order, writing the record after each row; returns its folder and the rows."""
-    from ..cli.bench import device_name
+    from .timing import device_name
 
     name = device_name(device)
     peak = dense_bf16_peak(name) if device.type == "cuda" else None
@@ -608,7 +604,7 @@ def summary_line(row: dict) -> str:
 
 def options_from(cfg) -> Options:
     """The ``followup`` block of the benchmark's config as Options; a bad value raises with its key."""
-    from ..validate import is_int
+    from ..run.validate import is_int
 
     block = dict(cfg)
     known = {f.name for f in dataclasses.fields(Options)} | {"rows"}
@@ -654,10 +650,9 @@ def main(cfg) -> None:
     """``lra-bench mode=followup``: measure the rows, write the record; exit 1 when a row failed."""
     from omegaconf import OmegaConf
 
-    from ..cli import fail
-    from ..invocation import invoked_as
+    from ..invocation import fail, invoked_as
     from ..records import commit_variable_problem, git_commit
-    from ..runner import pick_device
+    from ..run.runner import pick_device
     from ..tasks import task_names
 
     if problem := commit_variable_problem():

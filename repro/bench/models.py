@@ -6,7 +6,7 @@ model keys changed, declared in ``experiments/conf/bench.yaml`` (the vanilla
 Transformer on its materialised backend, our mechanisms at a peer's settings, and
 the peers themselves, whose ``requires`` names the package they need).
 
-Settings come from the runner's own resolution (``repro.runner.resolve``: arm <
+Settings come from the runner's own resolution (``repro.run.settings.resolve``: arm <
 arm.tasks[task] < profile) for ``task=text`` and ``profile=paper``: the LRA text
 configuration of the arm (Tay et al. 2021, section 3.4, appendix A; for the LRA arms the
 release's 4 layers, width 256, 4 heads, FFN 1024; for the conv arms the follow-up's
@@ -21,20 +21,15 @@ import copy
 import importlib
 import importlib.util
 import re
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from ..model import SequenceClassifier, build_model
-from ..runner import resolve
+from ..models.model import SequenceClassifier, build_model
+from ..run.settings import compose_run, hydra_context
 from ..tasks.byte_text import BYTE_VOCAB_SIZE, PAD_ID
 from ..tasks.text import NUM_CLASSES
-
-CONF_DIR = Path(__file__).resolve().parents[2] / "experiments" / "conf"
 
 
 @dataclass(frozen=True)
@@ -66,16 +61,6 @@ class BenchModel:
         return self.model.get("depth")
 
 
-@contextmanager
-def hydra_context(conf_dir: Path = CONF_DIR):
-    """Hydra's compose API: the running app's search path when there is one, else ``conf_dir``."""
-    if GlobalHydra.instance().is_initialized():
-        yield
-        return
-    with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
-        yield
-
-
 def arm_names() -> list[str]:
     """Every arm YAML Hydra can see (``experiments/conf/arm/`` and any ``--config-dir``)."""
     with hydra_context():
@@ -84,11 +69,10 @@ def arm_names() -> list[str]:
 
 def resolve_arm(arm: str, task: str = "text", profile: str = "paper") -> dict | None:
     """The runner's resolved settings of ``arm`` on ``task``; None if the arm defines no such task."""
-    with hydra_context():
-        cfg = compose(config_name="config", overrides=[f"arm={arm}", f"task={task}", f"profile={profile}"])
-    if task not in cfg.arm.tasks:
+    composed = compose_run([f"arm={arm}", f"task={task}", f"profile={profile}"])
+    if task not in composed.cfg.arm.tasks:
         return None
-    return resolve(cfg)
+    return composed.run
 
 
 def apply_model_changes(model: dict, changes: dict) -> dict:

@@ -206,3 +206,8 @@ def free_memory(device: torch.device) -> None:
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
+
+
+def device_name(device: torch.device) -> str:
+    """The GPU's name as CUDA reports it, or ``cpu``."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"

@@ -16,17 +16,13 @@ import difflib
 import sys
 from pathlib import Path
 
+from ..invocation import fail
+from ..run.settings import CONF_DIR
+
 CHECKOUT = Path(__file__).resolve().parents[2]
-CONF = CHECKOUT / "experiments" / "conf"
 
 
-def fail(message: str) -> None:
-    """One line on stderr, exit status 2 (a setup error, before anything runs)."""
-    print(message, file=sys.stderr)
-    raise SystemExit(2)
-
-
-def config_dir(prog: str, config_name: str, conf: Path = CONF) -> str:
+def config_dir(prog: str, config_name: str, conf: Path = CONF_DIR) -> str:
     """``conf`` as a path for ``hydra.main``; exits 2 naming the fix when it lacks ``<config_name>.yaml``."""
     if not (conf / f"{config_name}.yaml").is_file():
         fail(

@@ -31,7 +31,6 @@ from . import GROUPS, config_dir, config_dirs, fail, group_options, require_same
 from .usage import BENCH, page, wants_help
 
 if TYPE_CHECKING:
-    import torch
     from omegaconf import DictConfig
 
     from ..bench.matrix import Settings
@@ -55,7 +54,7 @@ def as_list(value, key: str) -> list | None:
 
 def count_setting(key: str, value, minimum: int, meaning: str) -> int:
     """``value`` if it is a whole number >= ``minimum``; else a one-line error naming ``key`` and ``meaning``."""
-    from ..validate import is_int
+    from ..run.validate import is_int
 
     if not is_int(value) or value < minimum:
         raise ValueError(f"{key}={value!r} (experiments/conf/bench.yaml): give {meaning}")
@@ -71,19 +70,13 @@ def sync_every_setting(value) -> int:
     return count_setting("sync_every", value, 1, meaning)
 
 
-def device_name(device: torch.device) -> str:
-    import torch
-
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-
-
 def setup(cfg: DictConfig) -> tuple[list, list[str], Settings]:
     """The rows to measure, the lines of skipped rows and the settings; bad keys raise with their name."""
     from omegaconf import OmegaConf
 
     from ..bench.matrix import Settings, modes_for
     from ..bench.models import attention_dropout_setting, plan
-    from ..runner import pick_device
+    from ..run.runner import pick_device
 
     device = pick_device(str(cfg.device))
     variants = OmegaConf.to_container(cfg.variants, resolve=True) or {}
@@ -121,7 +114,7 @@ def bench_app(cfg: DictConfig) -> None:
     from ..bench import report
     from ..bench.matrix import run_matrix
     from ..bench.models import attention_dropout_setting
-    from ..bench.timing import matmul_peak_tflops
+    from ..bench.timing import device_name, matmul_peak_tflops
     from ..records import commit_variable_problem, git_commit
 
     if str(cfg.mode) == "followup":  # the follow-up arms at their protocols' settings (repro/bench/followup.py)

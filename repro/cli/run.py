@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..invocation import invoked_as
-from . import CONF, command_line_problem, config_dir, fail, require_same_checkout
+from ..run.settings import CONF_DIR
+from . import command_line_problem, config_dir, fail, require_same_checkout
 from .usage import RUN, page, wants_help
 
 if TYPE_CHECKING:
@@ -52,22 +53,21 @@ def finish(status: int) -> None:
 
 def each_task(cfg: DictConfig) -> Iterator[tuple[str, DictConfig]]:
     """(task, its composed configuration) for the task ``cfg`` names, or for every task of its arm in turn."""
-    import hydra
     from hydra.core.hydra_config import HydraConfig
 
-    from ..runner import arm_tasks
+    from ..run.settings import arm_tasks, compose_run
 
     if cfg.get("task") is not None:
         yield cfg.task.name, cfg
         return
     overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("task=")]
     for name in arm_tasks(cfg):
-        yield name, hydra.compose(config_name="config", overrides=overrides + [f"task={name}"])
+        yield name, compose_run(overrides + [f"task={name}"]).cfg
 
 
 def run_app(cfg: DictConfig) -> None:
     """One composed configuration: its task, or every task of its arm."""
-    from ..runner import execute
+    from ..run.runner import execute
 
     if cfg.get("task") is not None:
         finish(execute(cfg))
@@ -115,7 +115,7 @@ def take_show_flag(argv: list[str]) -> tuple[list[str], bool]:
 def main(script: str | None = None) -> None:
     """``lra-run``; experiments/run.py passes its own path as ``script`` (it must be this checkout's)."""
     if wants_help(sys.argv[1:]):
-        print(page(RUN, invoked_as("lra-run"), CONF), end="")
+        print(page(RUN, invoked_as("lra-run"), CONF_DIR), end="")
         return
     if script is not None:
         require_same_checkout(script)

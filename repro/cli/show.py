@@ -1,7 +1,7 @@
 """``lra-run ... --cfg run``: a run's resolved settings, as its config.yaml will hold them (less the run's
 fingerprint, which needs the data), and its parameter count, without data, training or writing anything.
 
-The model is built on the CPU as the runner builds it (``repro.runner.execute``: the arm's model sized for the
+The model is built on the CPU as the runner builds it (``repro.run.runner.execute``: the arm's model sized for the
 task, the techniques' extra tokens and modules attached), for a task described by its shape alone
 (``task_shape``: what ``build_model`` reads of a task, from the task's configuration, by the ``shape`` its
 module registers, with empty splits), so no data is read, generated or cached.
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from .. import validate
 from ..followup.techniques import build_train_augment
-from ..model import build_model
-from ..runner import command_line_task_keys, resolve
+from ..models.model import build_model
+from ..run import validate
+from ..run.settings import command_line_task_keys, resolve
 from ..tasks import TaskData, load_all
 
 
@@ -37,14 +37,16 @@ def parameter_count(run: dict) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def described(cfg: DictConfig) -> str:
-    """The run's config.yaml text followed by ``parameters: N`` (one YAML document)."""
-    run = resolve(cfg, command_line_task_keys())
+def described(cfg: DictConfig, run: dict | None = None) -> str:
+    """The run's config.yaml text followed by ``parameters: N`` (one YAML document); ``run``: ``cfg`` resolved
+    (resolved here when not given)."""
+    run = resolve(cfg, command_line_task_keys()) if run is None else run
     return OmegaConf.to_yaml(OmegaConf.create(run)) + f"parameters: {parameter_count(run)}\n"
 
 
 @validate.refusing_bad_input
-def show(cfg: DictConfig) -> int:
-    """Print ``described(cfg)`` after the run's own checks; 0, or 2 (one line) on bad input."""
-    print(described(cfg), end="")
+def show(cfg: DictConfig, run: dict | None = None) -> int:
+    """Print ``described(cfg)`` after the run's own checks (``run``: the run they resolved); 0, or 2 (one line)
+    on bad input."""
+    print(described(cfg, run), end="")
     return 0

@@ -3,7 +3,7 @@
 "Each layer starts with a convolution that maps the input embeddings to H
 channels, with kernel sizes varying between experiments ... After a
 non-linearity, a linear layer returns back to D channels." The residual
-connection and the (pre-)layer norm are the shared block's (``repro.model``).
+connection and the (pre-)layer norm are the shared block's (``repro.models.model``).
 
 The convolution is 'same'-padded and symmetric (K odd), so each output sees
 K//2 tokens to each side: the receptive field per layer of the follow-up study's Table 1.
@@ -26,7 +26,7 @@ class BoundedConvMixer(nn.Module):
     """Conv D->H (kernel K, groups g), activation, linear H->D (the follow-up study, appendix A.2)."""
 
     # Padded positions are zeroed before the convolution and the linear layer is per token, so
-    # trimming trailing padding leaves every real position's output unchanged (repro/batching.py).
+    # trimming trailing padding leaves every real position's output unchanged (repro/training/batching.py).
     length_flexible = True
 
     def __init__(
@@ -63,7 +63,7 @@ class BoundedConvMixer(nn.Module):
         return self.out(h)
 
     def record_info(self) -> dict[str, set[str]]:
-        """For the run record (``repro.model.collect_record_info``): the conv implementations that ran."""
+        """For the run record (``repro.models.model.collect_record_info``): the conv implementations that ran."""
         return {"conv_impls": self.resolved_impls}
 
     def conv_flops(self, batch: int, length: int) -> int:

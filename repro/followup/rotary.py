@@ -1,11 +1,11 @@
 """The follow-up study's Transformer: rotary self-attention and ReLU feed-forward mixers (its section 4, Table 5).
 
-Per layer two pre-norm residual sublayers (the shared ``repro.model`` block): multi-head
+Per layer two pre-norm residual sublayers (the shared ``repro.models.model`` block): multi-head
 softmax self-attention, then a feed-forward network (Linear -> ReLU -> Linear); layer
 norm, no dropout, mean pooling (Table 5). The same backbone serves the positional
 ablation of Table 4: ``model.rotary: true`` rotates queries and keys (Su et al., through
 the ``rotary-embedding-torch`` library); ``rotary: false`` with ``model.positional:
-learned | sinusoidal`` sums positions into the embeddings instead (``repro.model.Embedding``;
+learned | sinusoidal`` sums positions into the embeddings instead (``repro.models.model.Embedding``;
 sinusoidal base frequency = ``positional_base``, 10000 as rotary's, appendix A.2).
 
 Rotary settings (model config keys):

@@ -27,7 +27,7 @@ before the command line's. ``carry_over`` (a block's, true or false): whether it
 when they cannot end before the deadline, to be checkpointed and continued in a later slot
 (``--carry-over`` gives it for blocks without one); false for cells whose checkpoints cannot travel
 between slots. ``gpus`` (a block's, default 1): how many GPUs each of its cells trains on, one
-process a GPU, data-parallel under ``torchrun`` (repro/distributed.py: the same global batch, one
+process a GPU, data-parallel under ``torchrun`` (repro/training/distributed.py: the same global batch, one
 record); such a cell holds its GPUs alone, for a run too long for one GPU within a slot.
 ``stage`` (a block's, a name): the campaign stage its cells belong to, which the ledger totals apart
 (several blocks may share one; a block without one counts as its own ``cells[i]``).
@@ -52,7 +52,6 @@ BLOCK_KEYS = ("arms", "tasks", "seeds", "optional", "per_gpu", "carry_over", "ov
 TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"  # forwarded to every rank, which checkpoints
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RUNNER = REPO_ROOT / "experiments" / "run.py"
-CONF_DIR = REPO_ROOT / "experiments" / "conf"
 
 
 class GridError(ValueError):

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from .. import records, runner
+from .. import records
+from ..run import runner
 from .cells import GridError, command
 from .costs import Cost, cell_seconds, cost_from_run
 from .runs import CellRun, complete_metrics

@@ -1,7 +1,7 @@
 """Where each cell's record and checkpoints live and what they say, resolved as the runner resolves them.
 
 The cells' settings come from Hydra's compose API over ``experiments/conf`` and
-``repro.runner.resolve`` (the runner's own precedence), once per (arm, task): the seed only
+``repro.run.settings`` (the runner's own precedence), once per (arm, task): the seed only
 changes the record folder's last part. So the grid skips, plans and archives exactly the
 folders ``experiments/run.py`` writes.
 """
@@ -11,13 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import records, runner
-from .cells import CONF_DIR, Cell, GridError
+from .. import records
+from ..run import runner
+from ..run.settings import CONF_DIR, compose_run, hydra_context
+from .cells import Cell, GridError
 
 
 @dataclass
 class CellRun:
-    """A cell with its resolved settings (``runner.resolve``) and its record folder."""
+    """A cell with its resolved settings (``settings.resolve``) and its record folder."""
 
     cell: Cell
     run: dict
@@ -28,12 +30,10 @@ class CellRun:
         return self.run["train"]
 
 
-def _compose(arm: str, task: str, overrides: list[str], where: str) -> tuple[dict, Path]:
-    from hydra import compose
-
+def _resolve_cell(arm: str, task: str, overrides: list[str], where: str) -> tuple[dict, Path]:
     try:
-        cfg = compose(config_name="config", overrides=[f"arm={arm}", f"task={task}", "seed=0", *overrides])
-        run = runner.resolve(cfg, runner.typed_task_paths(overrides))
+        composed = compose_run([f"arm={arm}", f"task={task}", "seed=0", *overrides], typed_task=True)
+        cfg, run = composed.cfg, composed.run
     except Exception as err:  # Hydra's and resolve's errors: name the cell and the first line
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise GridError(f"{where}: cell {arm} {task}: cannot resolve its settings: {first}") from err
@@ -45,14 +45,12 @@ def resolve_cells(
 ) -> list[CellRun]:
     """Each cell's resolved settings and record folder: the grid's ``common`` overrides, the cell's block's, then
     the command line's ``extra`` (the order of ``cells.command``)."""
-    from hydra import initialize_config_dir
-
     by_pair: dict[tuple, tuple[dict, Path]] = {}
-    with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
+    with hydra_context(conf_dir):
         for cell in cells:
             key = (cell.arm, cell.task, cell.overrides)
             if key not in by_pair:
-                by_pair[key] = _compose(cell.arm, cell.task, [*common, *cell.overrides, *extra], where)
+                by_pair[key] = _resolve_cell(cell.arm, cell.task, [*common, *cell.overrides, *extra], where)
     out = []
     for cell in cells:
         run, parent = by_pair[cell.arm, cell.task, cell.overrides]

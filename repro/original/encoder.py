@@ -18,7 +18,7 @@ sublayer's). ``nn.gelu`` in Flax is ``jax.nn.gelu`` with ``approximate=True``, h
 that mixer), ``d_model`` (LRA ``emb_dim``), ``qkv_dim`` (LRA ``qkv_dim``, default
 ``d_model``), ``n_heads``, ``depth`` (LRA ``num_layers``), ``d_ff`` (LRA ``mlp_dim``),
 ``activation``, ``dropout`` and ``attention_dropout``; ``max_len`` (from
-``repro.model.Encoder``) is the length of the states, CLS included.
+``repro.models.model.Encoder``) is the length of the states, CLS included.
 
 Per-layer seeds: a mixer whose constructor takes ``seed`` (BigBird's random blocks)
 gets ``attention_params.seed + layer index`` (default offset 0), as LRA draws
@@ -65,7 +65,7 @@ class FeedForward(nn.Module):
     each position alone, so padding never reaches a real token through it.
     """
 
-    RELEASE_ZERO_MASK = "ignored"  # position-wise: no mask to apply (repro.model.release_mask_use)
+    RELEASE_ZERO_MASK = "ignored"  # position-wise: no mask to apply (repro.models.model.release_mask_use)
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "gelu_tanh", dropout: float = 0.0):
         super().__init__()

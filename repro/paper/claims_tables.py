@@ -306,7 +306,7 @@ def shares_table(view: BundleView) -> Table:
             view.profile_note(),
             "Examples trained: steps × batch, mean over seeds. Protocol: the arm's "
             "paper-profile settings (experiments/conf, profile=paper): min(epochs × (n_train // batch), "
-            "max_steps) × batch (repro/analysis/protocol.py). Budget: a record's budget_fraction when it "
+            "max_steps) × batch (repro/run/protocol.py). Budget: a record's budget_fraction when it "
             "has one, else its wall-clock cap.",
         ],
     )

@@ -340,7 +340,7 @@ def out_problem(out: Path) -> str | None:
 
 
 def main(argv: list[str] | None = None, prog: str = "lra-paper") -> int:
-    """The work of ``lra-paper`` (``repro.paper.commands.main``, the entry point, prints the help pages first).
+    """The work of ``lra-paper`` (``repro.paper.entry.main``, the entry point, prints the help pages first).
     Refused input is one line and exit status 2 (``--debug``: its traceback)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv[:1] in (["pathfinder-samples"], ["lra-table1"]) else None
@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None, prog: str = "lra-paper") -> int:
                 study=args.study,
             )
     except USER_ERRORS as err:
-        from ..validate import refused
+        from ..run.validate import refused
 
         return refused(err, args.debug, superseded_source(str(err), leave_out_from))
     for path in written:

@@ -1,13 +1,11 @@
-"""The ``lra-paper`` command line: its parsers and dispatch, light enough that ``--help`` answers before the
-tables' and figures' modules (pandas, scipy, matplotlib, torch) load; the work is ``repro.paper.cli``'s."""
+"""The ``lra-paper`` command line's parsers, light enough that ``--help`` answers before the tables' and
+figures' modules (pandas, scipy, matplotlib, torch) load; the entry point is ``entry.py``, the work
+``repro.paper.cli``'s."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
-
-from ..invocation import invoked_as
 
 PAPER_DIR = Path(__file__).resolve().parents[2] / "paper"  # a checkout's paper/ folder
 DEFAULT_CLAIMS = PAPER_DIR / "claims.yaml"
@@ -115,17 +113,3 @@ def table1_parser(prog: str = "lra-paper") -> argparse.ArgumentParser:
     )
     p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``lra-paper`` (and ``python -m repro.paper``): the help pages here, the work in ``repro.paper.cli``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    prog = invoked_as("lra-paper")
-    asks_help = any(arg in HELP_FLAGS for arg in argv)
-    if asks_help and argv[:1] == ["lra-table1"]:
-        table1_parser(prog).parse_args(argv[1:])  # prints the help page and exits 0
-    elif asks_help and argv[:1] != ["pathfinder-samples"]:
-        parser(prog).parse_args(argv)
-    from .cli import main as run
-
-    return run(argv, prog)

@@ -1,7 +1,7 @@
 """Bundles as the tables read them: a frame of their run records, their predictions, shares and baselines.
 
 Each record's row holds its accuracy, the training examples it ran and their share of the
-protocol's (``repro.analysis.protocol``), its budget and data source; per task, the trivial
+protocol's (``repro.run.protocol``), its budget and data source; per task, the trivial
 baselines of the test set the records were scored on (``repro.analysis.baselines``).
 """
 
@@ -16,9 +16,11 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import baselines as trivial
-from ..analysis import listops_roots, protocol
+from ..analysis import listops_roots
 from ..bundle import BundleError, load_manifest, manifest_hash
 from ..records import read_config
+from ..run import protocol
+from ..run.settings import CONF_DIR
 
 PROFILE_ORDER = ("paper", "budget", "smoke")
 GB = 1e9  # peak memory in GB of 10^9 bytes, as LRA Table 2 and our benchmark report it
@@ -93,7 +95,9 @@ def _row(record: str, metrics: dict, conf_dir: Path, arm_dirs: tuple[str, ...] =
         "budget": protocol.budget_label(metrics),
         "data": data_source(metrics["task"], metrics.get("data") or {}),
         "epochs": _float(metrics.get("epochs")),
-        "parameters": _float(metrics.get("parameters")),  # the parameters of the model the run built (repro/runner.py)
+        "parameters": _float(
+            metrics.get("parameters")
+        ),  # the parameters of the model the run built (repro/run/runner.py)
     }
 
 
@@ -107,7 +111,7 @@ class BundleView:
         self,
         paths: list[Path],
         profile: str | None,
-        conf_dir: Path = protocol.CONF_DIR,
+        conf_dir: Path = CONF_DIR,
         leave_out: list[Path] | None = None,
         arm_dirs: tuple[str, ...] = (),
     ):

@@ -9,7 +9,7 @@ The rules run in this order; the first that applies gives the verdict:
 R1 ``not tested``: an arm has fewer than two seeds (no interval); for an average over tasks, seeds
    with every task, and the rule names the tasks an arm has no record of.
 R2 ``not tested``: an arm's runs got less than half of the protocol's training examples (the mean
-   over its seeds of examples trained / the protocol's, ``repro.analysis.protocol``), or the share
+   over its seeds of examples trained / the protocol's, ``repro.run.protocol``), or the share
    is unknown.
 R3 ``not tested``: every arm's seed mean lies inside the task's trivial baseline's 95% interval
    (``repro.analysis.baselines``): the runs have not left the baseline, so they test no architecture.

@@ -1,5 +1,5 @@
 """The training engine (loop.py's ``train``) and its parts, one module each (listed in loop.py);
-checkpoint files are repro/checkpoints.py's."""
+checkpoint files are repro/training/checkpoints.py's."""
 
 from __future__ import annotations
 

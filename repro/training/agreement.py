@@ -2,7 +2,7 @@
 
 Rank 0's clock decides the budget stop, the time-placed schedule and the time-based
 evaluation and checkpoint intervals; any rank may have caught a stop signal. With several
-processes these decisions travel in one :func:`repro.distributed.agree_max` per step, at the
+processes these decisions travel in one :func:`repro.training.distributed.agree_max` per step, at the
 step's end, on CPU tensors over a gloo group (it never waits on the GPU stream); a rank that
 decided alone would leave the others waiting in a collective. So the budget's clock a step
 reads is rank 0's as it stood before the previous step's evaluation or checkpoint (a budget
@@ -13,8 +13,8 @@ after any evaluation.
 
 from __future__ import annotations
 
-from ..distributed import DistContext, agree_max
 from .clock import RunClock
+from .distributed import DistContext, agree_max
 from .signals import StopSignals
 from .state import RunState
 

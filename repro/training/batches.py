@@ -1,9 +1,9 @@
 """The training batch of each step: which examples, at what width, transformed how.
 
 Epoch ``e`` visits the training set in a permutation drawn from ``(seed, e)``; the last
-partial batch is dropped, as LRA does. With length bucketing (repro/batching.py) the same
+partial batch is dropped, as LRA does. With length bucketing (repro/training/batching.py) the same
 examples are regrouped into batches of similar length, each trimmed to its longest. With
-several processes (repro/distributed.py) every rank walks the same global permutation and
+several processes (repro/training/distributed.py) every rank walks the same global permutation and
 takes its equal slice of each global batch. Training techniques
 (repro/followup/techniques) transform the global batch as one process would, seeded by
 (seed, step), before the slicing, so a resumed or data-parallel run draws what one
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..batching import batch_widths, bucketed_order, resolve_bucketing, sequence_lengths
-from ..distributed import DistContext
 from ..tasks.base import TaskData
+from .batching import batch_widths, bucketed_order, resolve_bucketing, sequence_lengths
+from .distributed import DistContext
 from .settings import TrainSettings
 
 
@@ -43,7 +43,7 @@ class TrainingData:
     splits: dict  # name -> {"x": inputs, "y": labels}, on the device unless train.data_on_device is false
     steps_per_epoch: int  # the last partial batch is dropped, as LRA does
     total_steps: int  # planned: train.epochs, capped by train.max_steps
-    bucketing: bool  # length bucketing used (repro/batching.py)
+    bucketing: bool  # length bucketing used (repro/training/batching.py)
     bucketing_reason: str
     lengths: dict  # name -> sequence lengths (bucketing only), else empty
     batching: dict  # {"bucketing", "pool_batches"}: what a resumed run must match
@@ -128,7 +128,7 @@ class TrainBatches:
     def _epoch_order(self, epoch: int) -> None:
         """The permutation of ``epoch`` (bucketed: regrouped by length, with each batch's trimmed width)."""
         order = epoch_permutation(self.seed, epoch, len(self.y))
-        if self.lengths is not None:  # the same examples as without, regrouped by length (repro/batching.py)
+        if self.lengths is not None:  # the same examples as without, regrouped by length (repro/training/batching.py)
             regroup = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch + 500_009)
             order = bucketed_order(
                 order[: self.steps_per_epoch * self.batch_size],

@@ -60,7 +60,7 @@ class RunClock:
         return None if self.budget_s is None else self.budget_s - self.elapsed(state)
 
     def progress(self, step: int, total_steps: int, elapsed: float) -> float:
-        """Training progress in [0, 1] (repro/schedule.py): steps done over planned, or under a
+        """Training progress in [0, 1] (repro/training/schedule.py): steps done over planned, or under a
         budget the share of its seconds used, whichever is larger."""
         return min(max(step / total_steps, elapsed / self.budget_s if self.budget_s else 0.0), 1.0)
 

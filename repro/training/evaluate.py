@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from .. import records
-from ..batching import trimmed_width
-from ..checkpoints import CHECKPOINT_FORMAT, save_best_checkpoint
-from ..distributed import DistContext, gather_1d, sum_
+from .batching import trimmed_width
+from .checkpoints import CHECKPOINT_FORMAT, save_best_checkpoint
+from .distributed import DistContext, gather_1d, sum_
 from .state import RunState
 
 
@@ -38,7 +38,7 @@ def evaluate(
     predictions are gathered back in order, so every rank returns what one process would
     (each batch holds the same examples as in a one-process run). With ``lengths`` (length
     bucketing, a length-flexible model), examples are scored in order of length, each batch
-    trimmed to its longest (repro/batching.py); predictions come back in the split's order.
+    trimmed to its longest (repro/training/batching.py); predictions come back in the split's order.
     ``progress``: a bar over this rank's batches, with this name (None: none).
     """
     ctx = dist or DistContext()

@@ -15,13 +15,13 @@ for selection). Each part has a module:
 - ``clock.py``: the time budget, throughput, the time-based intervals and the data-wait probe;
 - ``agreement.py``: the per-step decisions every rank must share;
 - ``signals.py``: SIGTERM/SIGINT/SIGUSR1/SIGPIPE as a flag read between steps;
-- ``resume.py`` (with repro/checkpoints.py): ``last.pt``, written and resumed from;
+- ``resume.py`` (with repro/training/checkpoints.py): ``last.pt``, written and resumed from;
 - ``progress.py``: the progress bar, whose time left follows the cap that stops the run;
 - ``scalars.py``: ``logger=tensorboard``'s event files;
 - ``console.py`` (used by the runner): the run's ``log.txt`` and a closed stdout as a stop.
 
 Resuming: a run interrupted by a stop signal and restarted ends with the same metrics as
-one never stopped (resume.py). Data parallel (``torchrun``, repro/distributed.py): every
+one never stopped (resume.py). Data parallel (``torchrun``, repro/training/distributed.py): every
 rank takes its equal slice of each global batch and DistributedDataParallel averages the
 gradients; evaluation batches are dealt out to the ranks and gathered back in order; rank 0
 writes checkpoints and decides the time-based stops, which every rank obeys at the same step.
@@ -39,17 +39,17 @@ from pathlib import Path
 import torch
 
 from .. import records
-from ..checkpoints import load_best_checkpoint, load_on_rank_0
-from ..distributed import DistContext
-from ..schedule import LRController
 from ..tasks.base import TaskData
 from .agreement import StepAgreement
 from .batches import TrainBatches, TrainingData
+from .checkpoints import load_best_checkpoint, load_on_rank_0
 from .clock import DataWaitProbe, RunClock
+from .distributed import DistContext
 from .evaluate import Scorer, validate
 from .progress import RunBar
 from .resume import LastCheckpoint
 from .scalars import ScalarLog, open_scalar_log
+from .schedule import LRController
 from .settings import TrainSettings
 from .signals import StopSignals
 from .state import RunState
@@ -77,7 +77,7 @@ def train(
 
     ``augment`` (a ``repro.followup.techniques.TrainAugment``, or None): training-time
     techniques, applied to each step's batch (batches.py) and perhaps replacing its loss
-    (step.py); evaluation never sees them. ``dist`` (repro.distributed.setup): this process's
+    (step.py); evaluation never sees them. ``dist`` (repro.training.distributed.setup): this process's
     rank in a data-parallel run; None or world 1 trains in this process alone. ``logger``: ``none`` or
     ``tensorboard`` (scalars.py). ``progress``: bars for training, validation and test.
     ``sigterm_at_step``, ``pause_at_step``: test hooks (signals.py). ``fingerprint``
@@ -301,7 +301,7 @@ def run_metrics(
         "steps_per_epoch": data.steps_per_epoch,
         "planned_steps": data.total_steps,
         "budget_minutes": s.budget_minutes,
-        "budget_fraction": s.budget_fraction,  # an example budget (repro/budget.py), or None
+        "budget_fraction": s.budget_fraction,  # an example budget (repro/run/budget.py), or None
         "budget_examples": s.budget_examples,
         "stopped_by": stopped_by(state.step, data.total_steps, s.stop_at_step),
         "train_time_s": state.train_time_s,

@@ -3,7 +3,7 @@
 ``last.pt`` holds everything the next step depends on (weights, optimiser, schedule, the
 run's state, every rank's RNG states), so a run interrupted by SIGTERM/SIGINT/SIGUSR1 and
 restarted ends with the same metrics as one never stopped. Files, checksums and the
-fallback to ``last.prev.pt`` are repro/checkpoints.py's.
+fallback to ``last.prev.pt`` are repro/training/checkpoints.py's.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import torch
 
-from ..batching import check_resume_batching, checkpoint_batching
-from ..checkpoints import (
+from ..records import RunFolderConflict, foreign_checkpoint
+from .batching import check_resume_batching, checkpoint_batching
+from .checkpoints import (
     CHECKPOINT_FORMAT,
     load_on_rank_0,
     load_resume_checkpoint,
@@ -21,9 +22,8 @@ from ..checkpoints import (
     remove_checkpoint,
     save_checkpoint,
 )
-from ..distributed import DistContext, gather_objects
-from ..records import RunFolderConflict, foreign_checkpoint
-from ..schedule import LRController
+from .distributed import DistContext, gather_objects
+from .schedule import LRController
 from .settings import TrainSettings
 from .state import RunState, rng_state, seed_everything, set_rng_state
 

@@ -20,8 +20,8 @@ class TrainSettings:
         None  # end training at this step, the schedule still the planned one (a truncated protocol)
     )
     budget_minutes: float | None = None  # wall-clock cap on training (budget profile)
-    budget_fraction: float | None = None  # train this share of the protocol's examples (repro/budget.py)
-    budget_examples: int | None = None  # train this many examples (repro/budget.py fills it in from the fraction)
+    budget_fraction: float | None = None  # train this share of the protocol's examples (repro/run/budget.py)
+    budget_examples: int | None = None  # train this many examples (repro/run/budget.py fills it in from the fraction)
     schedule: str = "followup"
     warmup_steps: int = 0
     final_fraction: float = 0.1
@@ -50,7 +50,7 @@ class TrainSettings:
     data_on_device: bool = True
     compile: bool = False  # the model's forward (and so its backward) through torch.compile as a whole
     deterministic: bool = False  # torch.use_deterministic_algorithms on CUDA (CPU runs are deterministic)
-    length_bucketing: str = "off"  # off | auto | on: batches of similar length, trimmed (repro/batching.py)
+    length_bucketing: str = "off"  # off | auto | on: batches of similar length, trimmed (repro/training/batching.py)
     bucket_pool_batches: int = 64  # batches sorted together by length before the batches are shuffled
     trim_multiple: int = 128  # trimmed widths are multiples of this (few shapes for cuDNN's autotuner)
 

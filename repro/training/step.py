@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..distributed import DistContext, mean_
-from ..schedule import LRController
 from .batches import Batch
+from .distributed import DistContext, mean_
+from .schedule import LRController
 from .settings import TrainSettings
 from .state import RunState
 

@@ -1,7 +1,7 @@
 """Stochastic weight averaging (Izmailov et al., 2018) through ``torch.optim.swa_utils.AveragedModel``.
 
 With ``train.swa_start`` set, the weights are averaged at the end of every epoch from epoch
-``int(swa_start * epochs)`` on (0-based, counted as the schedule counts them: repro/schedule.py,
+``int(swa_start * epochs)`` on (0-based, counted as the schedule counts them: repro/training/schedule.py,
 which also sets the rate of those epochs); when training ends the model takes the average
 (``test_acc_last`` scores it). Validation during training, and so ``best.pt`` and ``test_acc``,
 sees the weights being trained, not the average. The average is part of ``last.pt``, so a resumed

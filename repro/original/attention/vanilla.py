@@ -12,7 +12,7 @@ Fully padded samples: SDPA would give NaN for a query row with no allowed key, s
 sample with no real token the key mask is opened (its outputs are then zeroed with the
 rest of the padded positions).
 
-``model.release_masking`` (``repro.model``): the LRA release's encoders mask input id 0
+``model.release_masking`` (``repro.models.model``): the LRA release's encoders mask input id 0
 (``src_padding_mask = (inputs > 0)``), which on the pixel tasks makes every black pixel padding.
 Its flax ``SelfAttention`` masks queries and keys with a 0 / -1e10 bias: a real query ignores
 the black keys; a black query's logits are all -1e10 (float32 absorbs ``q.k``), so it attends

@@ -27,8 +27,8 @@ import math
 import torch
 from torch import nn
 
+from ..registry import Registry
 from .heads import OneTowerHead, TwoTowerHead
-from .registry import Registry
 
 BACKBONES: Registry = Registry("backbone")
 _BACKBONE_ENTRIES = {

@@ -1,7 +1,7 @@
 """Refuse bad input before any work: each mistake is one line naming the setting, its value and the fix.
 
-``refusing_bad_input`` wraps ``runner.execute``. Before the run touches data, model or
-records it checks that
+``refusing_bad_input`` wraps ``runner.execute`` (and ``--cfg run``'s ``cli.show.show``), handing it the run
+``check`` resolved. Before the run touches data, model or records it checks that
 
 - every setting typed on the command line under ``model``, ``task``, ``train`` or ``budget``
   names a key the run has without the command line (``train``: ``TrainSettings``' fields;
@@ -38,14 +38,16 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from .checkpoints import CorruptCheckpoint
-from .records import DamagedRecord
-from .tasks import DataError, official_files_missing
-from .training import TrainSettings
-from .training.scalars import logger_problem
+from ..records import DamagedRecord
+from ..tasks import DataError, official_files_missing
+from ..training import TrainSettings
+from ..training.checkpoints import CorruptCheckpoint
+from ..training.scalars import logger_problem
+from .settings import compose_run, resolve, typed_task_paths
 
 GROUPS = ("model", "task", "train", "budget")
 EXIT_STATUS = 2
@@ -186,7 +188,8 @@ def typed_settings(overrides: list[str]) -> list[Typed]:
         if group not in GROUPS or override.is_delete() or (not rest and group == "task"):
             continue
         start = tuple(rest.split(".")) if rest else ()
-        found += [Typed(override.input_line, group, path) for path in _leaf_paths(start, override.value()) if path]
+        line = cast(str, override.input_line)
+        found += [Typed(line, group, path) for path in _leaf_paths(start, override.value()) if path]
     return found
 
 
@@ -206,7 +209,7 @@ def attention_keywords(model: dict) -> list[str] | None:
     """The keyword arguments ``model.attention_params`` may hold for the arm's attention mechanism."""
     if model.get("backbone") != "lra_transformer" or "attention" not in model:
         return None
-    from .original.attention import load_all
+    from ..original.attention import load_all
 
     try:
         cls = load_all().get(model["attention"])
@@ -260,21 +263,18 @@ def base_settings(cfg: DictConfig, overrides: list[str]) -> dict:
 
     Composed again from the same config groups (arm, task, profile, techniques, ...) by Hydra,
     so a key the task's own YAML declares counts as existing even when typed with ``++``."""
-    from hydra import compose
     from hydra.core.hydra_config import HydraConfig
-
-    from .runner import resolve
 
     kept = [o for o in overrides if o.lstrip("+~").split("=")[0].split(".")[0] not in GROUPS or o.startswith("task=")]
     if not any(o.startswith("task=") for o in kept):
         kept.append(f"task={cfg.task.name}")  # a run of each of an arm's tasks in turn
-    name = HydraConfig.get().job.config_name if HydraConfig.initialized() else "config"
-    base = compose(config_name=name, overrides=kept)
-    return {**resolve(base, []), "budget": _plain(base.get("budget"))}
+    name = (HydraConfig.get().job.config_name if HydraConfig.initialized() else None) or "config"
+    base = compose_run(kept, config_name=name)
+    return {**base.run, "budget": _plain(base.cfg.get("budget"))}
 
 
 def _plain(node) -> dict:
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
+    return cast(dict, OmegaConf.to_container(node, resolve=True)) if isinstance(node, DictConfig) else dict(node or {})
 
 
 def data_dir_given(overrides: list[str]) -> bool:
@@ -282,10 +282,9 @@ def data_dir_given(overrides: list[str]) -> bool:
     return bool(os.environ.get("LRA_DATA_DIR")) or any(o.lstrip("+").startswith("data_dir=") for o in overrides)
 
 
-def check(cfg: DictConfig, overrides: list[str] | None = None) -> None:
-    """Raise BadInput (one line per problem) when ``cfg`` (typed as ``overrides``) cannot be run."""
-    from .runner import resolve, typed_task_paths
-
+def check(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
+    """The run ``cfg`` (typed as ``overrides``) resolves to; raise BadInput (one line per problem) when it
+    cannot be run."""
     overrides = typed_overrides() if overrides is None else overrides
     top = {"seed": cfg.get("seed"), "workers": cfg.get("workers"), "budget": _plain(cfg.get("budget"))}
     problems = out_of_range(top)
@@ -308,6 +307,7 @@ def check(cfg: DictConfig, overrides: list[str] | None = None) -> None:
         problems += data_not_there(run, Path(cfg.data_dir))
     if problems:
         raise BadInput("\n".join(problems))
+    return run
 
 
 def arm_file() -> Path | None:
@@ -354,7 +354,7 @@ def shadowed_arm_keys(path: Path | None, arm: DictConfig, task: str) -> list[str
     the file also sets under ``tasks.<task>`` (an interpolated block included) is its own choice."""
     if path is None or task not in arm.tasks:
         return []
-    own = OmegaConf.to_container(OmegaConf.load(path), resolve=False) or {}
+    own = cast(dict, OmegaConf.to_container(OmegaConf.load(path), resolve=False) or {})
     own_tasks = own.get("tasks") or {}
     own_task = own_tasks.get(task) if isinstance(own_tasks, dict) else None
     if not isinstance(own_tasks, dict) or (own_task is not None and not isinstance(own_task, dict)):
@@ -438,14 +438,13 @@ def refused(err: BaseException, traceback: bool = False, suffix: str = "") -> in
 
 
 def refusing_bad_input(execute):
-    """``execute(cfg) -> status`` that first checks ``cfg`` (``check``) and turns refused input into
+    """``execute(cfg, run) -> status`` run on ``cfg`` and the run ``check`` resolved, turning refused input into
     one line per problem on stderr and exit status 2 (``refused``; ``debug.traceback=true``: the traceback)."""
 
     @functools.wraps(execute)
     def checked(cfg: DictConfig) -> int:
         try:
-            check(cfg)
-            return execute(cfg)
+            return execute(cfg, check(cfg))
         except USER_ERRORS as err:
             return refused(err, cfg.get("debug") is not None and bool(cfg.debug.get("traceback")))
 

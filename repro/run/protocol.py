@@ -3,7 +3,7 @@
 The protocol of an (arm, task, techniques) is the arm's ``profile=paper`` settings (the papers'
 epochs, batch and step cap per task: Tay et al. 2021, appendix A and the release configs; the
 follow-up study, Tables 5-7), composed from ``experiments/conf`` and resolved as the runner
-resolves a run (``repro.runner.resolve``). Its training examples are ``steps x batch`` with
+resolves a run (``repro.run.settings``). Its training examples are ``steps x batch`` with
 ``steps = min(epochs x (n_train // batch), max_steps)``, the count ``repro.training`` plans (the
 last partial batch of an epoch is dropped). ``n_train`` is the paper profile's generated
 training-set size for a generated task (``task.generate.n_train``), else the training-set size
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "experiments" / "conf"
+from .settings import CONF_DIR, compose_run
 
 
 class ProtocolUnknown(Exception):
@@ -72,19 +72,12 @@ def _paper_protocol(
         raise ProtocolUnknown(
             f"{conf_dir}/config.yaml not found: the protocol is read from a checkout's experiments/conf"
         )
-    from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
-
-    from ..runner import resolve
 
     overrides = [f"arm={arm}", f"task={task}", "profile=paper", f"techniques={techniques}"]
     search = [f"hydra.searchpath=[{','.join(f'file://{Path(d).resolve()}' for d in arm_dirs)}]"] if arm_dirs else []
-    try:
-        if sources is not None:
-            run = resolve(compose(config_name="config", overrides=overrides))
-        else:
-            with initialize_config_dir(config_dir=str(conf_dir.resolve()), version_base="1.3"):
-                run = resolve(compose(config_name="config", overrides=overrides + search))
+    try:  # inside a run (sources given) arm_dirs is empty and the running app's search path is used
+        run = compose_run(overrides + search, conf_dir=conf_dir).run
     except (HydraException, KeyError) as err:
         raise ProtocolUnknown(f"{' '.join(overrides)}: {str(err).splitlines()[0]}") from None
     train, generate = run["train"], (run["task"].get("generate") or {})

@@ -6,7 +6,7 @@ budget gives every arm the same data:
 
 - ``budget.fraction=F``: F times the protocol's training examples of the arm on the task (the
   paper profile's ``min(epochs x (n_train // batch), max_steps) x batch``,
-  repro/analysis/protocol.py). Arms that share a protocol (every arm of one paper on one task:
+  repro/run/protocol.py). Arms that share a protocol (every arm of one paper on one task:
   Tay et al. 2021 train all models of a task for the same steps; the follow-up study, Tables 5-7,
   the same epochs) get the same number of examples.
 - ``budget.examples=N``: N examples, whatever the protocol: equal across papers too.
@@ -20,16 +20,19 @@ Either replaces the wall-clock cap: the run trains ``round(examples / batch)`` o
 from __future__ import annotations
 
 import math
+from typing import cast
 
-from .analysis.protocol import paper_protocol
-from .tasks.base import TaskData
+from ..tasks.base import TaskData
+from .protocol import paper_protocol
 
 
 def protocol_examples(run: dict, task: TaskData) -> int:
     """The training examples of the protocol of ``run``'s arm on its task (with its techniques)."""
     protocol = paper_protocol(run["arm"], run["task"]["name"], run["techniques"]["name"])
-    generated = task.info.get("source") == "generated" and protocol.generated_n_train is not None
-    return protocol.examples(protocol.generated_n_train if generated else len(task.train))
+    n_train = protocol.generated_n_train  # a generated task's paper-profile size, else the data's
+    if task.info.get("source") != "generated" or n_train is None:
+        n_train = len(task.train)
+    return protocol.examples(n_train)
 
 
 def apply_example_budget(run: dict, task: TaskData) -> dict:
@@ -43,7 +46,7 @@ def apply_example_budget(run: dict, task: TaskData) -> dict:
     if fraction is not None:
         examples = fraction * protocol_examples(run, task)
     batch, steps_per_epoch = int(train["batch_size"]), len(task.train) // int(train["batch_size"])
-    steps = max(1, round(examples / batch))
+    steps = max(1, round(cast(float, examples) / batch))
     train.update(
         max_steps=steps,
         budget_minutes=None,

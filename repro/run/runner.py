@@ -1,16 +1,7 @@
-"""From a composed config to run records: resolve one (arm, task, profile, seed), train it, write it.
+"""From a composed config to a run record: resolve one (arm, task, profile, seed), train it, write it.
 
-Precedence of settings, lowest first (ARCHITECTURE.md, "Configs say deltas"):
-arm defaults < the arm's per-task block < the techniques' per-task block
-(``techniques.tasks.<task>.task`` / ``.train``) < the task YAML's block for the profile run
-(``profiles.<profile>``, not itself recorded) < the profile < the command line's
-top-level ``model`` / ``train`` blocks and its ``task.<key>`` settings. A profile's ``model`` block only
-shrinks keys the arm already has (so ``smoke`` never adds a key a backbone
-does not know).
-
-Techniques (experiments/conf/techniques/): the command line's ``techniques=NAME`` wins;
-otherwise the arm's own choice (an ``override /techniques@_global_.techniques: NAME``
-line in its defaults list); otherwise ``none`` (config.yaml).
+The settings are resolved by ``repro.run.settings`` (their precedence is stated there); this module decides
+what the record folder allows, trains, and writes the record, ``metrics.json`` last.
 """
 
 from __future__ import annotations
@@ -19,152 +10,23 @@ import dataclasses
 import errno
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-from . import distributed, records, validate
+from .. import records
+from ..followup.techniques import build_train_augment
+from ..models.model import build_model, collect_record_info
+from ..tasks import DataMissing, Split, TaskData, get_task_builder
+from ..training import NonFiniteLoss, RunInterrupted, TrainSettings, distributed, seed_everything, train
+from ..training.checkpoints import previous_path
+from ..training.console import LOG_FILE, run_console
+from . import validate
 from .budget import apply_example_budget
-from .checkpoints import previous_path
-from .followup.techniques import build_train_augment
-from .model import build_model, collect_record_info
-from .tasks import DataMissing, Split, TaskData, get_task_builder
-from .training import NonFiniteLoss, RunInterrupted, TrainSettings, seed_everything, train
-from .training.console import LOG_FILE, run_console
-
-
-def _plain(node) -> dict:
-    """A block of settings as a plain dict, its interpolations resolved where it stands in the
-    composed config (``${budget.minutes}``); {} for an absent block."""
-    if node is None:
-        return {}
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
-
-
-def merge_settings(*layers: dict, typed: DictConfig | None = None, typed_paths: Sequence[str] = ()) -> dict:
-    """The one way settings merge: ``layers``, lowest first, merged by OmegaConf (a block merges key
-    by key; a value or a list replaces). Then the command line's typed ``task.<path>`` settings
-    (``typed_paths``, values read from ``typed``, the task block Hydra composed; ``~path``: a deletion)
-    are set again: they win over every layer (module docstring). A typed path must run through blocks.
-    """
-    merged = OmegaConf.to_container(OmegaConf.merge(*(OmegaConf.create(layer or {}) for layer in layers)))
-    for path in typed_paths:
-        delete = path.startswith("~")
-        *parents, leaf = path.lstrip("~").split(".")
-        tree = merged
-        for key in parents:
-            if not isinstance(tree.get(key, {}), dict):
-                raise ValueError(
-                    f"task.{path.lstrip('~')}: {key!r} is not a block of settings; "
-                    f"set the whole value instead (task.{'.'.join(parents)}=...)"
-                )
-            tree = tree.setdefault(key, {})
-        if delete:
-            tree.pop(leaf, None)
-            continue
-        value = OmegaConf.select(typed, path)
-        is_node = isinstance(value, (DictConfig, ListConfig))
-        tree[leaf] = OmegaConf.to_container(value, resolve=True) if is_node else value
-    return merged
-
-
-def arm_tasks(cfg: DictConfig) -> list[str]:
-    return list(cfg.arm.tasks.keys())
-
-
-def typed_task_paths(overrides: list[str]) -> list[str]:
-    """The ``task`` settings named by command-line overrides, as paths below ``task``.
-
-    A block typed as a whole (``task.generate={padding: 2}``) names its leaves
-    (``generate.padding``), so the keys it leaves out keep their merged values; an empty
-    block (``task.generate={}``) names none, as Hydra merges nothing from it; a deletion
-    (``~task.x``) gives ``~x``.
-    """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    def leaves(path: str, value) -> list[str]:
-        if isinstance(value, dict):
-            return [leaf for key, item in value.items() for leaf in leaves(f"{path}.{key}", item)]
-        return [path]
-
-    paths = []
-    for override in OverridesParser.create().parse_overrides(list(overrides)):
-        key = override.key_or_group
-        if not key.startswith("task."):
-            continue
-        path = key[len("task.") :]
-        paths += [f"~{path}"] if override.is_delete() else leaves(path, override.value())
-    return paths
-
-
-def command_line_task_keys() -> list[str]:
-    """``typed_task_paths`` of the command line (Hydra's overrides), when running under Hydra."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return []
-    return typed_task_paths(HydraConfig.get().overrides.task)
-
-
-def resolve(cfg: DictConfig, command_line_task: list[str] | None = None) -> dict:
-    """The full settings of the run ``cfg`` describes (``cfg.task`` selected).
-
-    ``command_line_task``: the ``task.<key>`` paths typed on the command line. They win over
-    every layer (an arm's, the techniques' or the profile's per-task block), so
-    ``task.difficulty=hard techniques=followup`` trains on hard although the techniques say all.
-    """
-    task_name = cfg.task.name
-    arm = cfg.arm
-    if task_name not in arm.tasks:
-        raise KeyError(
-            f"arm {arm.name!r} defines no settings for task {task_name!r}; it defines: {', '.join(arm_tasks(cfg))}"
-        )
-    per_task = _plain(arm.tasks[task_name])
-    profile = cfg.profile
-    arm_model = merge_settings(_plain(arm.model), per_task.get("model", {}))
-    profile_model = {k: v for k, v in _plain(profile.get("model")).items() if k in arm_model}
-    model = merge_settings(arm_model, profile_model, _plain(cfg.get("model")))
-    techniques = _plain(cfg.get("techniques"))
-    technique_task = _plain(techniques.get("tasks", {})).get(task_name) or {}
-    train_cfg = merge_settings(
-        _plain(arm.train),
-        per_task.get("train", {}),
-        technique_task.get("train", {}),
-        _plain(profile.get("train")),
-        _plain(cfg.get("train")),
-    )
-    task_yaml = _plain(cfg.task)
-    own_profile = (task_yaml.pop("profiles", None) or {}).get(profile.name, {})  # the task YAML's own, e.g. smoke
-    task_cfg = merge_settings(
-        task_yaml,
-        per_task.get("task", {}),
-        technique_task.get("task", {}),
-        own_profile,
-        _plain(profile.get("tasks", {})).get(task_name, {}),
-        typed=cfg.task,
-        typed_paths=command_line_task or [],
-    )
-    device = cfg.get("device") or profile.device
-    subset = _plain(profile.get("subset")) or None
-    return {
-        "subset": subset,
-        "arm": arm.name,
-        "task": task_cfg,
-        "profile": profile.name,
-        "seed": int(cfg.seed),
-        "model": model,
-        "train": train_cfg,
-        "device": device,
-        "arm_source": arm.get("source"),
-        "techniques": {
-            "name": techniques.get("name", "none"),
-            "augment": technique_task.get("augment", {}),
-            "arm_default": arm.get("techniques_default", "none"),
-        },
-    }
+from .settings import command_line_task_keys, resolve
 
 
 def take_subset(task: TaskData, sizes: dict, seed: int) -> TaskData:
@@ -176,7 +38,7 @@ def take_subset(task: TaskData, sizes: dict, seed: int) -> TaskData:
         index = np.sort(rng.permutation(len(split))[:n])
         chosen[name] = Split(np.asarray(split.inputs[index]), np.asarray(split.labels[index]))
     info = {**task.info, "subset": {name: len(split) for name, split in chosen.items()}}
-    return dataclasses.replace(task, info=info, **chosen)
+    return dataclasses.replace(task, info=info, **cast(dict[str, Any], chosen))
 
 
 def pick_device(name: str) -> torch.device:
@@ -273,7 +135,7 @@ _ABSENT = "(absent)"
 
 
 def _leaves(tree: dict, prefix: str) -> dict:
-    out = {}
+    out: dict = {}
     for key, value in tree.items():
         path = f"{prefix}.{key}"
         out.update(_leaves(value, path) if isinstance(value, dict) and value else {path: value})
@@ -421,9 +283,10 @@ def cpu_budget_warning(run: dict) -> str:
 
 
 @validate.refusing_bad_input
-def execute(cfg: DictConfig) -> int:
-    """Train the run ``cfg`` describes and write its record; returns a process exit status."""
-    run = resolve(cfg, command_line_task_keys())
+def execute(cfg: DictConfig, run: dict | None = None) -> int:
+    """Train the run ``cfg`` describes and write its record; returns a process exit status. ``run``: ``cfg``
+    resolved with the command line's ``task.<key>`` settings, as ``validate.check`` resolved it."""
+    run = resolve(cfg, command_line_task_keys()) if run is None else run
     task_name = run["task"]["name"]
     if problem := records.commit_variable_problem():  # the record names its commit: refuse a bad one first
         print(f"[{run['arm']}/{task_name}] refused: {problem}", file=sys.stderr)
@@ -462,30 +325,18 @@ def execute(cfg: DictConfig) -> int:
 
 def _execute_in_folder(cfg: DictConfig, run: dict, run_dir: Path, dist, workers: int) -> int:
     """``execute``, once rank 0 holds the run folder's lock."""
-    task_name = run["task"]["name"]
     stop, resume = distributed.broadcast_object(dist, _record_decision(cfg, run, run_dir) if dist.is_main else None)
     if stop is not None:
         return stop
     if dist.is_main and run["profile"] == "budget" and dist.device.type == "cpu":
         print(cpu_budget_warning(run), file=sys.stderr, flush=True)
-    if not dist.is_main:
-        distributed.barrier(dist)
-    try:
-        task = get_task_builder(run["task"].get("builder", task_name))(
-            run["task"], Path(cfg.data_dir), Path(cfg.cache_dir), workers
-        )
-    except DataMissing as err:
-        if dist.is_main:
-            print(f"[{run['arm']}/{task_name}] skipped: data missing: {err}")
+    task = _build_task(cfg, run, dist, workers)
+    if task is None:
         return 3
-    finally:
-        if dist.is_main:
-            distributed.barrier(dist)
     if run["subset"]:
         task = take_subset(task, run["subset"], run["task"].get("data_seed", 0))
     data_digests = records.split_digests({name: (s.inputs, s.labels) for name, s in task.splits().items()})
-    fingerprint = records.run_fingerprint(run, data_digests, FREE_TRAIN_KEYS, fingerprint_neutral(task_name))
-    device = dist.device
+    fingerprint = records.run_fingerprint(run, data_digests, FREE_TRAIN_KEYS, fingerprint_neutral(run["task"]["name"]))
     settings = TrainSettings.from_dict(apply_example_budget(run, task))  # config.yaml keeps the budget as typed
     augment = build_train_augment(run["techniques"], task)
     seed_everything(run["seed"])
@@ -498,25 +349,9 @@ def _execute_in_folder(cfg: DictConfig, run: dict, run_dir: Path, dist, workers:
     with run_console(run_dir / LOG_FILE if dist.is_main else None, fresh=not resume):
         if dist.is_main:
             _start_record(run, run_dir, task, n_params, dist, resume, fingerprint)
-        try:
-            result = train(model, task, settings, run["seed"], run_dir, device, resume=resume,
-                           sigterm_at_step=cfg.debug.sigterm_at_step, progress=cfg.progress, augment=augment,
-                           pause_at_step=cfg.debug.get("pause_at_step"), dist=dist,
-                           logger=cfg.get("logger", "none"), fingerprint=fingerprint)  # fmt: skip
-        except RunInterrupted as err:
-            if dist.is_main:
-                print(f"[{run['arm']}/{task_name}] {err}", file=sys.stderr)
-            err.pass_on()  # e.g. a cluster launcher's requeue handler, now that the checkpoint is written
-            return 128 + err.signum
-        except NonFiniteLoss as err:
-            if dist.is_main:
-                print(f"[{run['arm']}/{task_name}] stopped: {err}", file=sys.stderr)
-            return 1
-        except validate.USER_ERRORS:  # refused before a step was trained: a refused run leaves nothing behind
-            if dist.is_main and first_start and not _has_progress(run_dir):
-                for name in ("config.yaml", records.PROGRESS_FILE, LOG_FILE):
-                    (run_dir / name).unlink(missing_ok=True)
-            raise
+        result = _train(cfg, run, run_dir, model, task, settings, augment, dist, resume, fingerprint, first_start)
+        if isinstance(result, int):
+            return result
         identity = {"fingerprint": fingerprint, "data_digests": data_digests}
         status = 0
         if dist.is_main:
@@ -525,6 +360,47 @@ def _execute_in_folder(cfg: DictConfig, run: dict, run_dir: Path, dist, workers:
     # still ran sometimes aborted in gloo's teardown ("terminate called without an active exception").
     distributed.barrier(dist)
     return status
+
+
+def _build_task(cfg: DictConfig, run: dict, dist, workers: int) -> TaskData | None:
+    """The run's data, built (and cached) by rank 0 first; None (the run is skipped) when it is missing."""
+    if not dist.is_main:
+        distributed.barrier(dist)
+    try:
+        return get_task_builder(run["task"].get("builder", run["task"]["name"]))(
+            run["task"], Path(cfg.data_dir), Path(cfg.cache_dir), workers
+        )
+    except DataMissing as err:
+        if dist.is_main:
+            print(f"[{run['arm']}/{run['task']['name']}] skipped: data missing: {err}")
+        return None
+    finally:
+        if dist.is_main:
+            distributed.barrier(dist)
+
+
+def _train(cfg, run, run_dir, model, task, settings, augment, dist, resume, fingerprint, first_start) -> dict | int:
+    """:func:`repro.training.train`'s result, or the exit status of a run that stopped without one."""
+    task_name = run["task"]["name"]
+    try:
+        return train(model, task, settings, run["seed"], run_dir, dist.device, resume=resume,
+                     sigterm_at_step=cfg.debug.sigterm_at_step, progress=cfg.progress, augment=augment,
+                     pause_at_step=cfg.debug.get("pause_at_step"), dist=dist,
+                     logger=cfg.get("logger", "none"), fingerprint=fingerprint)  # fmt: skip
+    except RunInterrupted as err:
+        if dist.is_main:
+            print(f"[{run['arm']}/{task_name}] {err}", file=sys.stderr)
+        err.pass_on()  # e.g. a cluster launcher's requeue handler, now that the checkpoint is written
+        return 128 + err.signum
+    except NonFiniteLoss as err:
+        if dist.is_main:
+            print(f"[{run['arm']}/{task_name}] stopped: {err}", file=sys.stderr)
+        return 1
+    except validate.USER_ERRORS:  # refused before a step was trained: a refused run leaves nothing behind
+        if dist.is_main and first_start and not _has_progress(run_dir):
+            for name in ("config.yaml", records.PROGRESS_FILE, LOG_FILE):
+                (run_dir / name).unlink(missing_ok=True)
+        raise
 
 
 def _write_run_record(

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
+from ..records import describe_fingerprint, write_atomic
 from .distributed import DistContext, broadcast_object
-from .records import describe_fingerprint, write_atomic
 
 # The layout of ``last.pt`` (repro/training/loop.py: model, optimizer, controller, state, rng, rng_ranks).
 CHECKPOINT_FORMAT = 1
