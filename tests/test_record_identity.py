@@ -149,7 +149,15 @@ def test_class_1_a_run_folder_has_one_owner(case, tmp_path, shared_cache, monkey
 # ---------------------------------------------------------------- class 2: a checkpoint belongs to one run
 
 
-@pytest.mark.parametrize("case", ["another arm", "another seed", "another lr, config.yaml deleted"])
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (the lock file aside) and its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+            and p.name != "run.lock"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "case", ["another arm", "another seed", "another lr, config.yaml deleted", "config.yaml model block edited"]
+)
 def test_class_2_a_foreign_checkpoint_is_refused_in_one_line(case, tmp_path, shared_cache):
     args = common(tmp_path, shared_cache)
     if case == "another arm":  # same parameter shapes: lra_sparse's last.pt in lra_transformer's folder
@@ -158,21 +166,39 @@ def test_class_2_a_foreign_checkpoint_is_refused_in_one_line(case, tmp_path, sha
         mine, theirs = folder_of(tmp_path, "lra_transformer"), folder_of(tmp_path, "lra_sparse")
         shutil.rmtree(mine / "checkpoints")
         shutil.copytree(theirs / "checkpoints", mine / "checkpoints")
+        before = _snapshot(mine)
         done = run_cli(*smoke("lra_transformer"), *args)
     elif case == "another seed":  # seed 0's folder, config.yaml and checkpoints, copied as seed 1's
         assert run_cli(*smoke("locality_k5", "debug.sigterm_at_step=8"), *args).returncode == 143
         mine, theirs = folder_of(tmp_path, "locality_k5", seed=1), folder_of(tmp_path, "locality_k5")
         shutil.copytree(theirs, mine)
+        before = _snapshot(mine)
         done = run_cli(*smoke("locality_k5", "seed=1"), *args)
-    else:  # an interrupted run whose config.yaml was deleted, rerun with another learning rate
+    elif case == "another lr, config.yaml deleted":  # an interrupted run, rerun with another learning rate
         assert run_cli(*smoke("locality_k5", "debug.sigterm_at_step=8"), *args).returncode == 143
         mine = theirs = folder_of(tmp_path, "locality_k5")
         (mine / "config.yaml").unlink()
+        before = _snapshot(mine)
         done = run_cli(*smoke("locality_k5", "++train.lr=0.003"), *args)
+    else:  # a complete record whose config.yaml model block was edited by hand
+        assert run_cli(*smoke("locality_k5"), *args).returncode == 0
+        mine = theirs = folder_of(tmp_path, "locality_k5")
+        _edit_model_block(mine)
+        before = _snapshot(mine)
+        done = run_cli(*smoke("locality_k5"), *args)
+        assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+        assert done.stderr.strip().splitlines() == [  # the refusal alone: no warning about rewriting the record
+            f"error: {mine} holds a run with other settings (model.kernel_size: 7 -> 5); its record and checkpoints "
+            "belong to those. Pass output_dir=<another folder> to keep both, or force=true to start this run over "
+            "in its place"
+        ]
+        assert _snapshot(mine) == before
+        return
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     assert not (mine / "metrics.json").exists() and "resuming" not in done.stdout
     lines = error_lines(done.stderr)
     assert len(lines) == 1, done.stderr
+    assert _snapshot(mine) == before  # a refused run leaves the folder as it found it: config.yaml, log.txt
     if case == "another lr, config.yaml deleted":
         assert lines[0] == (
             f"error: {mine} holds checkpoints or a record but no config.yaml: whose run they are is unknown, so "

@@ -333,7 +333,7 @@ def test_a_record_folder_holding_other_settings_is_refused_and_force_starts_over
     assert done.returncode == 2
     folder = run_folder(tmp_path)
     assert (
-        f"[locality_k61/listops] {folder} holds a run with other settings (train.lr: 0.001 -> 0.002); its record "
+        f"error: {folder} holds a run with other settings (train.lr: 0.001 -> 0.002); its record "
         "and checkpoints belong to those. Pass output_dir=<another folder> to keep both, or force=true to start "
         "this run over in its place"
     ) in done.stderr

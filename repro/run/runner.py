@@ -24,6 +24,7 @@ from ..tasks import DataMissing, Split, TaskData, get_task_builder
 from ..training import NonFiniteLoss, RunInterrupted, TrainSettings, distributed, seed_everything, train
 from ..training.checkpoints import previous_path
 from ..training.console import LOG_FILE, run_console
+from ..training.resume import resume_conflict
 from . import validate
 from .budget import apply_example_budget
 from .settings import command_line_task_keys, resolve
@@ -207,6 +208,15 @@ def _record_decision(cfg: DictConfig, run: dict, run_dir: Path) -> tuple[int | N
         return None, False
     metrics, problem = records.record_problem(run_dir)
     complete = problem is None
+    differences = settings_differences(previous, run, complete) if previous is not None else []
+    if differences and not cfg.force:  # refused in one line, before any warning about what it would rewrite
+        print(
+            f"error: {run_dir} holds a run with other settings ({'; '.join(differences)}); "
+            "its record and checkpoints belong to those. Pass output_dir=<another folder> to keep both, "
+            "or force=true to start this run over in its place",
+            file=sys.stderr,
+        )
+        return validate.EXIT_STATUS, resume
     if problem is not None and (run_dir / "metrics.json").exists():  # one definition of a complete record
         damaged = problem.removeprefix("unreadable metrics.json: ")
         warning = (
@@ -215,16 +225,7 @@ def _record_decision(cfg: DictConfig, run: dict, run_dir: Path) -> tuple[int | N
             else f"{run_dir} holds no complete record ({problem})"
         )
         print(f"warning: {warning} and this run writes it again", file=sys.stderr, flush=True)
-    differences = settings_differences(previous, run, complete) if previous is not None else []
     if differences:
-        if not cfg.force:
-            print(
-                f"[{run['arm']}/{task_name}] {run_dir} holds a run with other settings ({'; '.join(differences)}); "
-                "its record and checkpoints belong to those. Pass output_dir=<another folder> to keep both, "
-                "or force=true to start this run over in its place",
-                file=sys.stderr,
-            )
-            return 2, resume
         print(
             f"[{run['arm']}/{task_name}] force=true: starting over in {run_dir} "
             f"(settings differ: {'; '.join(differences)})"
@@ -344,6 +345,11 @@ def _execute_in_folder(cfg: DictConfig, run: dict, run_dir: Path, dist, workers:
     if augment is not None:
         augment.attach(model)
     n_params = sum(p.numel() for p in model.parameters())
+    # Whose checkpoint this run would continue is known now: another run's is refused before
+    # config.yaml or log.txt is touched (rank 0 reads it; every rank refuses).
+    foreign = resume_conflict(run_dir / "checkpoints" / "last.pt", fingerprint) if resume and dist.is_main else None
+    if foreign := distributed.broadcast_object(dist, foreign):
+        raise records.RunFolderConflict(foreign)
     first_start = not (run_dir / "config.yaml").exists()
     # What the run prints from here on also goes to its log.txt (training/console.py; appended on resume).
     with run_console(run_dir / LOG_FILE if dist.is_main else None, fresh=not resume):

@@ -16,6 +16,8 @@ from ..records import RunFolderConflict, foreign_checkpoint
 from .batching import check_resume_batching, checkpoint_batching
 from .checkpoints import (
     CHECKPOINT_FORMAT,
+    CorruptCheckpoint,
+    load_checkpoint,
     load_on_rank_0,
     load_resume_checkpoint,
     previous_path,
@@ -26,6 +28,22 @@ from .distributed import DistContext, gather_objects
 from .schedule import LRController
 from .settings import TrainSettings
 from .state import RunState, rng_state, seed_everything, set_rng_state
+
+
+def resume_conflict(last_path: Path, fingerprint: dict) -> str | None:
+    """Why the checkpoint a resumed run would continue from is another run's, in one line (None: it is this
+    run's, or none is readable). The same file ``load_resume_checkpoint`` would choose, read quietly on the
+    CPU, so that the runner refuses before it writes anything into the folder."""
+    for path in (last_path, previous_path(last_path)):
+        if not path.exists():
+            continue
+        try:
+            ckpt = load_checkpoint(path, torch.device("cpu"))
+        except CorruptCheckpoint:
+            continue  # the loader warns about it and falls back, as here
+        if isinstance(ckpt, dict) and ckpt.get("format") == CHECKPOINT_FORMAT:
+            return foreign_checkpoint(path, ckpt.get("fingerprint"), fingerprint)
+    return None
 
 
 class LastCheckpoint:
