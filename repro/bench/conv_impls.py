@@ -116,3 +116,4 @@ def conv_main(argv=None) -> int:
             f"fastest for {shape}: {best['impl']} ({best['fwd_bwd_tflops']:.0f} TFLOP/s fwd+bwd, "
             f"{best['fwd_bwd_tflops'] / peak:.0%} of the bf16 matmul peak)"
         )
+    return 0
