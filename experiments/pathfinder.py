@@ -5,7 +5,8 @@
     python experiments/pathfinder.py control ...   # a 2-D CNN control: is the label in the pixels at all?
 
 ``python experiments/pathfinder.py COMMAND --help`` lists a command's options; each command's docstring
-(``STATS_DOC``, ``REACH_DOC``, ``CONTROL_DOC`` below) says what it measures.
+(``STATS_DOC``, ``REACH_DOC``, ``CONTROL_DOC`` below) says what it measures. Needs the checkout installed
+(``pip install -e .``).
 """
 
 from __future__ import annotations
@@ -20,29 +21,35 @@ from pathlib import Path
 import numpy as np
 import torch
 import yaml
+from omegaconf import OmegaConf
 from torch import nn
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+try:
+    from repro.cli import dispatch
+    from repro.reference import published
+    from repro.run.settings import CONF_DIR
+    from repro.tasks import pathfinder as pf
+    from repro.tasks.pathfinder import CHUNK, render
+    from repro.tasks.pathfinder import stats as st
+    from repro.tasks.pathfinder.reach import reach_rows
+except ModuleNotFoundError as err:
+    if err.name != "repro":
+        raise
+    print(
+        "experiments/pathfinder.py: cannot import the repro package: run `pip install -e .` in this checkout",
+        file=sys.stderr,
+    )
+    sys.exit(2)
 
-from omegaconf import OmegaConf  # noqa: E402
-
-from repro.cli import dispatch  # noqa: E402
-from repro.reference import published  # noqa: E402
-from repro.tasks import pathfinder as pf  # noqa: E402
-from repro.tasks import pathfinder_render as render  # noqa: E402
-from repro.tasks import pathfinder_stats as st  # noqa: E402
-from repro.tasks.pathfinder import CHUNK  # noqa: E402
-from repro.tasks.pathfinder_reach import reach_rows  # noqa: E402
-
-TASK_CONFIG = Path(__file__).resolve().parent / "conf" / "task" / "pathfinder.yaml"
+TASK_CONFIG = CONF_DIR / "task" / "pathfinder.yaml"
 
 
 # =====================================================================================================================
 # stats
 # =====================================================================================================================
 
-STATS_DOC = """Statistics of Pathfinder images, to compare a render with the LRA release (repro/tasks/pathfinder_stats).
+STATS_DOC = """Statistics of Pathfinder images against the LRA release's (repro/tasks/pathfinder/stats.py).
 
     # a folder of PNGs (e.g. official images)
     python experiments/pathfinder.py stats --folder DIR [--json out.json]
@@ -188,7 +195,7 @@ REACH_DOC = """How much of a generated Pathfinder image can one receptive field 
 ``python experiments/pathfinder.py reach --difficulty hard --kernels 61 --depths 6 12 24``
 
 For each difficulty and (kernel, depth), prints the share of images whose label one window of
-the model can decide (repro/tasks/pathfinder_reach.py) and the accuracy of deciding those and
+the model can decide (repro/tasks/pathfinder/reach.py) and the accuracy of deciding those and
 guessing the rest. Reads the generator's geometry (the images a run trains on come from the same
 generator and seed: chunks are seeded by (seed, difficulty, resolution, chunk)). Writes a JSON
 record to ``--out``.

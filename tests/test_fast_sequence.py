@@ -476,18 +476,12 @@ def test_mega_initialisation_is_the_releases():
     assert close(m.ema.eta, 0.0, 1.0) and close(m.omega, 0.0, 1.0)
 
 
-def test_every_arm_the_variant_check_orders_has_one_auto_row(monkeypatch):
+def test_every_arm_the_variant_check_orders_has_one_auto_row():
     """``experiments/check_fast.py variants`` times each arm's ``auto`` path (group 0) first."""
-    import importlib.util
-    import sys
-    from pathlib import Path
     from types import SimpleNamespace
 
-    path = Path(__file__).resolve().parents[1] / "experiments" / "check_fast.py"
-    spec = importlib.util.spec_from_file_location("check_fast_under_test", path)
-    check_fast = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, check_fast)  # its dataclasses look their module up
-    spec.loader.exec_module(check_fast)
-    rows = check_fast.ordered_variants(SimpleNamespace(only=None, variants=None))
+    from repro.bench import fast_variants
+
+    rows = fast_variants.ordered_variants(SimpleNamespace(only=None, variants=None))
     auto_arms = [v.arm for v in rows if v.group == 0]
-    assert sorted(auto_arms) == sorted(check_fast.AUTO_ORDER)
+    assert sorted(auto_arms) == sorted(fast_variants.AUTO_ORDER)

@@ -11,7 +11,7 @@ from scipy import ndimage
 
 from repro.tasks import DataError, DataMissing
 from repro.tasks import pathfinder as pf
-from repro.tasks import pathfinder_render as render
+from repro.tasks.pathfinder import render
 
 SPEC32 = render.lra_spec(32, "hard")
 SPEC128 = render.lra_spec(128, "hard")

@@ -1,4 +1,4 @@
-"""The receptive-field geometry of Pathfinder images (repro/tasks/pathfinder_reach.py)."""
+"""The receptive-field geometry of Pathfinder images (repro/tasks/pathfinder/reach.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from repro.models.model import SequenceClassifier
-from repro.tasks import pathfinder_render as render
-from repro.tasks.pathfinder_reach import (
+from repro.tasks.pathfinder import render
+from repro.tasks.pathfinder.reach import (
     contour_markers,
     contour_span,
     deciding_span,

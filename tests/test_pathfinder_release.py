@@ -1,4 +1,4 @@
-"""Render ``release`` (repro/tasks/pathfinder_release.py): determinism, label geometry by flood fill,
+"""Render ``release`` (repro/tasks/pathfinder/release.py): determinism, label geometry by flood fill,
 the release's drawing rules, the fast paths against plain computations, settings and cache keys."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from scipy import ndimage
 
 from repro.tasks import pathfinder as pf
-from repro.tasks import pathfinder_release as rel
-from repro.tasks import pathfinder_release_draw as draw
+from repro.tasks.pathfinder import release as rel
+from repro.tasks.pathfinder import release_draw as draw
 
 SPEC32 = rel.release_spec(32, "hard")
 SPEC128 = rel.release_spec(128, "hard")

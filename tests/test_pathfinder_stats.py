@@ -1,4 +1,4 @@
-"""Pathfinder statistics (repro/tasks/pathfinder_stats.py, ``experiments/pathfinder.py stats``) on hand-made images."""
+"""Pathfinder statistics (repro/tasks/pathfinder/stats.py, ``experiments/pathfinder.py stats``) on hand-made images."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from repro.tasks import pathfinder_release_draw as draw
-from repro.tasks import pathfinder_stats as st
+from repro.tasks.pathfinder import release_draw as draw
+from repro.tasks.pathfinder import stats as st
 
 ROOT = Path(__file__).resolve().parents[1]
 

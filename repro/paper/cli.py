@@ -52,7 +52,7 @@ whichever bundle holds the analysis of the records' test set.
 ``pathfinder-samples`` needs no bundle: it writes ``<out>/figures/pathfinder32_samples.png`` and
 ``pathx128_samples.png``, 8 positive and 8 negative generated images of Pathfinder (32x32) and Path-X
 (128x128), drawn by ``--render`` (``release``, the default of the task configs:
-``repro.tasks.pathfinder_release``; ``contour_v3``: ``repro.tasks.pathfinder_render``) exactly as the model
+``repro.tasks.pathfinder.release``; ``contour_v3``: ``repro.tasks.pathfinder.render``) exactly as the model
 sees them.
 
 Only records of one profile are shown (``--profile``; default the largest present: paper, then
@@ -71,7 +71,7 @@ from ..bundle import BundleError, require_intact
 from ..grid.cells import GridError, superseded_records, superseded_source
 from ..reference import LRA_MODEL_ARMS
 from ..tasks import pathfinder as pf
-from ..tasks import pathfinder_render as render
+from ..tasks.pathfinder import render
 from . import claims as claims_file
 from . import plots
 from .accuracy import followup_tables, lra_table1, runs_table, tasks_run

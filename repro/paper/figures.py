@@ -11,7 +11,7 @@ import pandas as pd
 
 from ..reference import LRA_MODEL_ARMS, published
 from ..tasks import pathfinder as pf
-from ..tasks import pathfinder_render as render
+from ..tasks.pathfinder import render
 from .names import FOLLOWUP_TASKS, LRA_AVG_TASKS
 from .view import BundleView
 

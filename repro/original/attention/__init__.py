@@ -7,7 +7,7 @@ Every mechanism is a token mixer with one interface::
 
 Modules in this package register themselves in ``ATTENTION``; ``load_all``
 imports them, so the table is filled only when asked for. The building blocks other
-packages reuse (the rotary Transformer, the LRA encoder, the benchmark's peers) are
+packages reuse (the rotary Transformer, the LRA encoder, the benchmark's peers and fast-path checks) are
 exported here; ``_common`` and ``_lowrank_common`` stay this package's own modules.
 """
 
@@ -17,10 +17,25 @@ import importlib
 import pkgutil
 
 from ...registry import Registry
-from ._common import AttentionMixer, QKVOut, full_mask, sdpa_key_mask
+from ._common import AttentionMixer, FlexPatternMixin, QKVOut, full_mask, sdpa_key_mask
+from ._flex import dense_dropout_reference, draw_dropout_keys, dropout_threshold, keep_mask, keep_probability
 from ._lowrank_common import HeadedMixer
 
-__all__ = ["ATTENTION", "AttentionMixer", "HeadedMixer", "QKVOut", "full_mask", "load_all", "sdpa_key_mask"]
+__all__ = [
+    "ATTENTION",
+    "AttentionMixer",
+    "FlexPatternMixin",
+    "HeadedMixer",
+    "QKVOut",
+    "dense_dropout_reference",
+    "draw_dropout_keys",
+    "dropout_threshold",
+    "full_mask",
+    "keep_mask",
+    "keep_probability",
+    "load_all",
+    "sdpa_key_mask",
+]
 
 ATTENTION: Registry = Registry("attention")
 

@@ -27,7 +27,7 @@ import numpy as np
 from PIL import Image
 from scipy import ndimage
 
-from .pathfinder_release_draw import grey_levels
+from .release_draw import grey_levels
 
 STRONG = 64  # "strong" pixels: components and touching
 SEPARABLE_FROM = 32  # separability counts pixels at or above this grey level

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .pathfinder_render import Sample
+from .render import Sample
 
 TARGET_CONTOURS = (0, 1)  # Sample.contour_ids of the two target contours; distractors are 2, 3, ...
 

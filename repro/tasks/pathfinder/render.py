@@ -1,4 +1,9 @@
-"""Pathfinder images (Linsley et al. 2018; Tay et al. 2021, section 2.2.5): contours of dashes and two markers.
+"""The retired contour renderer (``generate.render=contour_v3``) of Pathfinder images (Linsley et al. 2018; Tay
+et al. 2021, section 2.2.5): contours of dashes and two markers.
+
+Retired: ``release`` (``release.py``) is the default render. This one is kept because the frozen bundles
+``results/v0.1-pathfinder-contour`` and ``results/v0.2-pathfinder-reference`` hold records trained on its
+images, and because the other modules share its sample type, difficulties and chunk seeding.
 
 Written from the published description and the LRA generator settings in the
 LRA release's ``lra_benchmarks/data/pathfinder.py`` docstrings; no generator code is

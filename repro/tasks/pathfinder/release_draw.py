@@ -1,4 +1,4 @@
-"""Drawing primitives of the release render (``pathfinder_release``): dash and marker patches.
+"""Drawing primitives of the release render (``release``): dash and marker patches.
 
 Facts taken from the published Pathfinder generator (Linsley et al. 2018; Kim et al. 2020;
 drewlinsley/pathfinder ``snakes.py``, ``snakes2.py``); the code is our own.
@@ -187,7 +187,7 @@ def byte_scale(image: np.ndarray, rounding: str = "floor") -> tuple[float, float
 
     ``rounding`` "half" adds half a unit before flooring (the published generator's PNG writer,
     scipy's ``bytescale``), "floor" truncates (the official 64x64 and 128x128 images:
-    pathfinder_release.ReleaseSpec.rounding).
+    release.ReleaseSpec.rounding).
     """
     if rounding not in ROUNDING:
         raise ValueError(f"rounding={rounding!r}: use one of {sorted(ROUNDING)}")

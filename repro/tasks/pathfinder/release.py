@@ -3,7 +3,7 @@
 Written from the published generator's rules (Linsley et al. 2018, Kim et al. 2020:
 drewlinsley/pathfinder ``snakes.py`` / ``snakes2.py``, run by LRA with the settings its
 ``lra_benchmarks/data/pathfinder.py`` lists); no generator code is reused. Drawing
-primitives: ``pathfinder_release_draw``. One image:
+primitives: ``release_draw``. One image:
 
 1. label: a coin flip; paddle margin: one of ``paddle_margins``.
 2. two target contours of ``contour_length`` dashes. The first seed's tail is a random free
@@ -51,8 +51,8 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 from scipy import ndimage
 
-from . import pathfinder_release_draw as draw
-from .pathfinder_render import CONTOUR_LENGTH, DIFFICULTIES, chunk_rng
+from . import release_draw as draw
+from .render import CONTOUR_LENGTH, DIFFICULTIES, chunk_rng
 
 RENDER_NAME = "release"
 RENDER_VERSION = 1  # bump when the images a seed gives change; part of cache keys

@@ -11,8 +11,8 @@ token, and 0 is black, not padding):
   images (LRA filtered them) are dropped and counted.
 * our seeded generator, in fixed-size chunks seeded by (seed, difficulty,
   resolution, chunk), so the images do not depend on how many processes make
-  them. ``generate.render`` picks how it draws: ``release`` (``pathfinder_release``:
-  as the LRA release drew its images) or ``contour_v3`` (``pathfinder_render``,
+  them. ``generate.render`` picks how it draws: ``release`` (``release``:
+  as the LRA release drew its images) or ``contour_v3`` (``render``,
   render version 3: the earlier renderer, real-valued geometry and exact clearances).
 
 Each difficulty is split 80/10/10 into train/val/test in a seeded shuffled
@@ -20,6 +20,11 @@ order (LRA splits each difficulty 80/10/10). ``difficulty=hard``
 uses hard only; ``difficulty=all`` is the follow-up's technique (the follow-up study
 section 3 and appendix C): train on easy + intermediate + hard with equal-size
 parts, three times the hard training set, and validate and test on hard only.
+
+This package is the task: this module reads, generates and splits its data and registers it in ``TASKS``;
+``release.py`` (with ``release_draw.py``, its drawing primitives) and ``render.py`` (the retired renderer)
+draw the images; ``stats.py`` (image statistics against the release) and ``reach.py`` (what a receptive
+field can decide) analyse them (``experiments/pathfinder.py``).
 """
 
 from __future__ import annotations
@@ -35,11 +40,10 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 from tqdm import tqdm
 
-from . import TASKS
-from . import pathfinder_release as release
-from . import pathfinder_render as render
-from .base import DataError, DataMissing, Split, TaskData, TaskEntry, empty_task
-from .cache import cached_arrays
+from .. import TASKS
+from ..base import DataError, DataMissing, Split, TaskData, TaskEntry, empty_task
+from ..cache import cached_arrays
+from . import release, render
 
 NUM_CLASSES = 2
 VOCAB_SIZE = 256  # pixel intensities
