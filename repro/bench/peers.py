@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..models.mixer import TokenMixer
 from ..original.attention import ATTENTION, QKVOut, full_mask
 
 PEER_PACKAGES = {  # row's attention name -> (import name, PyPI name)
@@ -41,7 +42,7 @@ def _zero_padded(y: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask[..., None], y, torch.zeros((), dtype=y.dtype, device=y.device))
 
 
-class PeerPerformer(nn.Module):
+class PeerPerformer(TokenMixer):
     """performer-pytorch ``SelfAttention``: FAVOR+ with ``nb_features`` random features.
 
     ``kernel="relu"`` is its ``generalized_attention`` with a ReLU kernel (our
@@ -79,7 +80,7 @@ class PeerPerformer(nn.Module):
         return _zero_padded(self.attn(x, mask=mask), mask)
 
 
-class PeerLinformer(nn.Module):
+class PeerLinformer(TokenMixer):
     """linformer ``LinformerSelfAttention``: keys and values projected along the sequence to ``k``."""
 
     def __init__(
@@ -97,7 +98,7 @@ class PeerLinformer(nn.Module):
         return _zero_padded(self.attn(x), mask)
 
 
-class PeerReformer(nn.Module):
+class PeerReformer(TokenMixer):
     """reformer-pytorch ``LSHSelfAttention`` with our arm's bucketing: ``n_buckets`` chunks of the sequence.
 
     The package hashes into ``seq_len / bucket_size`` buckets and needs the length to
@@ -128,7 +129,7 @@ class PeerReformer(nn.Module):
         return _zero_padded(y, mask)
 
 
-class PeerLocal(nn.Module):
+class PeerLocal(TokenMixer):
     """local-attention ``LocalAttention``: windows of ``window_size``, each seeing ``look_backward``
     windows before and ``look_forward`` after it; our q/k/v and output projections around it."""
 

@@ -8,9 +8,9 @@ use, so importing this module builds nothing). A builder is called as
 mixers see (the task's length, plus one with ``cls_token``), which comes from the
 data, never from the model config.
 
-A mixer may report facts for the run record through a ``record_info()`` method
-(name -> values, e.g. the convolution implementations that ran);
-``collect_record_info`` merges them over the model.
+Every mixer is a ``TokenMixer`` (``mixer.py``), whose typed fields say what it supports; its
+``record_info()`` reports facts for the run record (name -> values, e.g. the convolution
+implementations that ran), which ``collect_record_info`` merges over the model.
 
 ``cls_token: true`` prepends a learned vector (zero-initialised) to the embedded
 tokens before the positional embedding, as LRA's encoders do for
@@ -29,6 +29,7 @@ from torch import nn
 
 from ..registry import Registry
 from .heads import OneTowerHead, TwoTowerHead
+from .mixer import TokenMixer
 
 BACKBONES: Registry = Registry("backbone")
 _BACKBONE_ENTRIES = {
@@ -144,7 +145,9 @@ def make_norm(kind: str, d_model: int) -> nn.Module:
 class ResidualSublayer(nn.Module):
     """``x + drop(mixer(norm(x)))`` (pre-norm) or ``norm(x + drop(mixer(x)))`` (post-norm)."""
 
-    def __init__(self, mixer: nn.Module, d_model: int, prenorm: bool = True, dropout: float = 0.0, norm: str = "layer"):
+    def __init__(
+        self, mixer: TokenMixer, d_model: int, prenorm: bool = True, dropout: float = 0.0, norm: str = "layer"
+    ):
         super().__init__()
         self.mixer = mixer
         self.norm = make_norm(norm, d_model)
@@ -157,7 +160,7 @@ class ResidualSublayer(nn.Module):
         return self.norm(x + self.drop(self.mixer(x, mask)))
 
 
-def release_mask_use(mixer: nn.Module) -> bool:
+def release_mask_use(mixer: TokenMixer) -> bool:
     """Under ``model.release_masking``: does ``mixer`` get the ``(ids > 0)`` mask? As in the LRA release,
     whose encoders all pass ``(inputs > 0)`` to their attention (padding on text and ListOps, black pixels
     on the pixel tasks): a mixer whose release code used it
@@ -165,7 +168,7 @@ def release_mask_use(mixer: nn.Module) -> bool:
     masking is this package's padding convention (``"padding"``: BigBird) gets the mask as padding, one
     whose release code ignored it (``"ignored"``: Linformer, Reformer, linear attention, Performer, the
     feed-forward layer) gets no mask; any other mixer is refused, naming what is implemented."""
-    mode = getattr(mixer, "RELEASE_ZERO_MASK", None)
+    mode = mixer.RELEASE_ZERO_MASK
     if mode == "uniform_rows":
         mixer.release_masking = True
         return True
@@ -208,6 +211,12 @@ class Encoder(nn.Module):
                 "remove it from the model config and set task.max_len"
             )
         mixers = get_backbone(cfg["backbone"])(cfg, max_len=seq_len)
+        for mixer in mixers:
+            if not isinstance(mixer, TokenMixer):
+                raise TypeError(
+                    f"model.backbone={cfg['backbone']!r} built a {type(mixer).__name__}, which is not a token mixer: "
+                    "derive it from repro.models.mixer.TokenMixer"
+                )
         self.release_masking = bool(cfg.get("release_masking", False))
         self.takes_mask = [release_mask_use(m) if self.release_masking else True for m in mixers]
         self.sublayers = nn.ModuleList(
@@ -310,13 +319,12 @@ def build_model(cfg: dict, task) -> SequenceClassifier:
 
 
 def collect_record_info(model: nn.Module) -> dict[str, list | None]:
-    """What the model's mixers report for the run record: every module with a ``record_info()``
-    (a dict of name -> collection of values) contributes; a name's values are merged over the
-    modules and sorted, None when none ran (the bounded convolution's ``conv_impls``)."""
+    """What the model's mixers report for the run record: every mixer's ``TokenMixer.record_info()``
+    (name -> collection of values); a name's values are merged over the mixers and sorted, None when
+    none ran (the bounded convolution's ``conv_impls``)."""
     merged: dict[str, set] = {}
     for module in model.modules():
-        report = getattr(module, "record_info", None)
-        if callable(report):
-            for name, values in report().items():
+        if isinstance(module, TokenMixer):
+            for name, values in module.record_info().items():
                 merged.setdefault(name, set()).update(values)
     return {name: sorted(values) or None for name, values in merged.items()}

@@ -41,6 +41,7 @@ import inspect
 import torch
 from torch import nn
 
+from ..models.mixer import TokenMixer
 from .attention import HeadedMixer, QKVOut, load_all
 
 ACTIVATIONS = {
@@ -58,7 +59,7 @@ def _xavier(d_in: int, d_out: int, bias: bool) -> nn.Linear:
     return layer
 
 
-class FeedForward(nn.Module):
+class FeedForward(TokenMixer):
     """LRA's ``MlpBlock`` as a token mixer: Linear(d_model, d_ff) -> activation -> dropout -> Linear(d_ff, d_model).
 
     Xavier-uniform kernels and zero biases (LRA: ``bias_init=normal(1e-6)``). Acts on
@@ -115,7 +116,7 @@ def widen_projections(mixer: nn.Module, d_model: int, qkv_dim: int) -> nn.Module
     return mixer
 
 
-def build_lra_layers(cfg: dict, max_len: int) -> list[nn.Module]:
+def build_lra_layers(cfg: dict, max_len: int) -> list[TokenMixer]:
     """[attention, feed-forward] per layer, ``cfg['depth']`` layers (see the module docstring)."""
     registry = load_all()
     cls = registry.get(cfg["attention"])
@@ -126,9 +127,9 @@ def build_lra_layers(cfg: dict, max_len: int) -> list[nn.Module]:
     params = dict(cfg.get("attention_params") or {})
     takes_seed = "seed" in inspect.signature(cls).parameters
     seed_offset = int(params.pop("seed", 0)) if takes_seed else 0
-    layers: list[nn.Module] = []
+    layers: list[TokenMixer] = []
     # The release's Reformer takes its width from its input, whatever qkv_dim says (reformer_attention.py)
-    width = d_model if params.get("release") and getattr(cls, "RELEASE_WIDTH_IS_INPUT", False) else qkv_dim
+    width = d_model if params.get("release") and cls.RELEASE_WIDTH_IS_INPUT else qkv_dim
     for index in range(int(cfg["depth"])):
         extra = {"seed": seed_offset + index} if takes_seed else {}
         mixer = cls(
