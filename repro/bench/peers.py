@@ -28,8 +28,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..models.mixer import TokenMixer
-from ..original.attention import ATTENTION, QKVOut, full_mask
+from ..original.attention import QKVOut, full_mask
+from ..original.encoder import build_lra_layers
+from ..registry import Registry
 
+PEERS: Registry[type[TokenMixer]] = Registry("peer attention")
 PEER_PACKAGES = {  # row's attention name -> (import name, PyPI name)
     "peer_performer": ("performer_pytorch", "performer-pytorch"),
     "peer_linformer": ("linformer", "linformer"),
@@ -42,6 +45,7 @@ def _zero_padded(y: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask[..., None], y, torch.zeros((), dtype=y.dtype, device=y.device))
 
 
+@PEERS.register("peer_performer")
 class PeerPerformer(TokenMixer):
     """performer-pytorch ``SelfAttention``: FAVOR+ with ``nb_features`` random features.
 
@@ -80,6 +84,7 @@ class PeerPerformer(TokenMixer):
         return _zero_padded(self.attn(x, mask=mask), mask)
 
 
+@PEERS.register("peer_linformer")
 class PeerLinformer(TokenMixer):
     """linformer ``LinformerSelfAttention``: keys and values projected along the sequence to ``k``."""
 
@@ -98,6 +103,7 @@ class PeerLinformer(TokenMixer):
         return _zero_padded(self.attn(x), mask)
 
 
+@PEERS.register("peer_reformer")
 class PeerReformer(TokenMixer):
     """reformer-pytorch ``LSHSelfAttention`` with our arm's bucketing: ``n_buckets`` chunks of the sequence.
 
@@ -129,6 +135,7 @@ class PeerReformer(TokenMixer):
         return _zero_padded(y, mask)
 
 
+@PEERS.register("peer_local")
 class PeerLocal(TokenMixer):
     """local-attention ``LocalAttention``: windows of ``window_size``, each seeing ``look_backward``
     windows before and ``look_forward`` after it; our q/k/v and output projections around it."""
@@ -163,16 +170,7 @@ class PeerLocal(TokenMixer):
         return _zero_padded(self.proj.output(ctx), mask)
 
 
-PEERS = {
-    "peer_performer": PeerPerformer,
-    "peer_linformer": PeerLinformer,
-    "peer_reformer": PeerReformer,
-    "peer_local": PeerLocal,
-}
-
-
-def register_peers() -> None:
-    """Add the wrappers to the attention registry (once), so ``model.attention: peer_*`` builds them."""
-    for name, cls in PEERS.items():
-        if name not in ATTENTION:
-            ATTENTION.register(name)(cls)
+def build_peer_layers(cfg: dict, max_len: int) -> list[TokenMixer]:
+    """The LRA encoder's layers with the peer ``cfg["attention"]`` as attention (``model.attention: peer_*``),
+    found in this module's own table: the package's attention registry is left as it is."""
+    return build_lra_layers(cfg, max_len, mechanisms=PEERS)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib
 import math
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -31,7 +32,8 @@ from ..registry import Registry
 from .heads import OneTowerHead, TwoTowerHead
 from .mixer import TokenMixer
 
-BACKBONES: Registry = Registry("backbone")
+BackboneBuilder = Callable[..., Sequence[TokenMixer]]  # builder(cfg, max_len=...) -> the mixers, in order
+BACKBONES: Registry[BackboneBuilder] = Registry("backbone")
 _BACKBONE_ENTRIES = {
     "conv": "repro.followup.conv:build_conv_layers",
     "gmlp": "repro.followup.gmlp:build_gmlp_layers",
@@ -186,9 +188,12 @@ def release_mask_use(mixer: TokenMixer) -> bool:
 
 
 class Encoder(nn.Module):
-    """Embedding -> residual sublayers -> final norm (pre-norm) -> token states [B, L, D]."""
+    """Embedding -> residual sublayers -> final norm (pre-norm) -> token states [B, L, D].
 
-    def __init__(self, cfg: dict, vocab_size: int, max_len: int):
+    ``backbone``: the builder of the mixers, ``builder(cfg, max_len=...)``; by default the one
+    ``BACKBONES`` holds under ``cfg["backbone"]`` (the benchmark passes its peers' builder)."""
+
+    def __init__(self, cfg: dict, vocab_size: int, max_len: int, backbone: BackboneBuilder | None = None):
         super().__init__()
         d_model = cfg["d_model"]
         norm = cfg.get("norm", "layer")
@@ -210,7 +215,7 @@ class Encoder(nn.Module):
                 f"model.max_len={cfg['max_len']}: the sequence length comes from the task; "
                 "remove it from the model config and set task.max_len"
             )
-        mixers = get_backbone(cfg["backbone"])(cfg, max_len=seq_len)
+        mixers = (backbone or get_backbone(cfg["backbone"]))(cfg, max_len=seq_len)
         for mixer in mixers:
             if not isinstance(mixer, TokenMixer):
                 raise TypeError(
@@ -252,6 +257,7 @@ class SequenceClassifier(nn.Module):
         pad_id: int | None,
         two_tower: bool,
         combine: str = "concat_prod_diff",
+        backbone: BackboneBuilder | None = None,
     ):
         super().__init__()
         if cfg.get("token_encoding", "embedding") == "intensity" and pad_id is not None:
@@ -264,7 +270,7 @@ class SequenceClassifier(nn.Module):
                 f"model.norm=batch takes its statistics over every position, but this task pads with id {pad_id}: "
                 "padding would enter them; use model.norm=layer"
             )
-        self.encoder = Encoder(cfg, vocab_size, max_len)
+        self.encoder = Encoder(cfg, vocab_size, max_len, backbone)
         self.pad_id = pad_id
         self.two_tower = two_tower
         hidden = cfg.get("head_hidden")
@@ -305,8 +311,8 @@ class SequenceClassifier(nn.Module):
         return self.head(vectors[:, 0], vectors[:, 1]), states
 
 
-def build_model(cfg: dict, task) -> SequenceClassifier:
-    """The model ``cfg`` describes, sized for ``task`` (a TaskData)."""
+def build_model(cfg: dict, task, backbone: BackboneBuilder | None = None) -> SequenceClassifier:
+    """The model ``cfg`` describes, sized for ``task`` (a TaskData); ``backbone`` as for ``Encoder``."""
     return SequenceClassifier(
         cfg,
         vocab_size=task.vocab_size,
@@ -315,6 +321,7 @@ def build_model(cfg: dict, task) -> SequenceClassifier:
         pad_id=task.pad_id,
         two_tower=task.two_tower,
         combine=cfg.get("two_tower_combine", "concat_prod_diff"),
+        backbone=backbone,
     )
 
 

@@ -14,8 +14,8 @@ sublayer's). ``nn.gelu`` in Flax is ``jax.nn.gelu`` with ``approximate=True``, h
 ``activation: gelu_tanh`` in the LRA arms.
 
 ``build_lra_layers(cfg, max_len)`` reads from the model config: ``attention`` (a name in
-``repro.original.attention.ATTENTION``), ``attention_params`` (keyword arguments of
-that mixer), ``d_model`` (LRA ``emb_dim``), ``qkv_dim`` (LRA ``qkv_dim``, default
+``repro.original.attention.ATTENTION``, or in the table ``mechanisms`` names), ``attention_params``
+(keyword arguments of that mixer), ``d_model`` (LRA ``emb_dim``), ``qkv_dim`` (LRA ``qkv_dim``, default
 ``d_model``), ``n_heads``, ``depth`` (LRA ``num_layers``), ``d_ff`` (LRA ``mlp_dim``),
 ``activation``, ``dropout`` and ``attention_dropout``; ``max_len`` (from
 ``repro.models.model.Encoder``) is the length of the states, CLS included.
@@ -42,6 +42,7 @@ import torch
 from torch import nn
 
 from ..models.mixer import TokenMixer
+from ..registry import Registry
 from .attention import HeadedMixer, QKVOut, load_all
 
 ACTIVATIONS = {
@@ -116,10 +117,10 @@ def widen_projections(mixer: nn.Module, d_model: int, qkv_dim: int) -> nn.Module
     return mixer
 
 
-def build_lra_layers(cfg: dict, max_len: int) -> list[TokenMixer]:
-    """[attention, feed-forward] per layer, ``cfg['depth']`` layers (see the module docstring)."""
-    registry = load_all()
-    cls = registry.get(cfg["attention"])
+def build_lra_layers(cfg: dict, max_len: int, mechanisms: Registry | None = None) -> list[TokenMixer]:
+    """[attention, feed-forward] per layer, ``cfg['depth']`` layers (see the module docstring); the attention
+    is looked up in ``mechanisms`` when given (the benchmark's peers), else in the attention registry."""
+    cls = (load_all() if mechanisms is None else mechanisms).get(cfg["attention"])
     d_model, n_heads = int(cfg["d_model"]), int(cfg["n_heads"])
     qkv_dim = int(cfg.get("qkv_dim") or d_model)
     if qkv_dim % n_heads:
