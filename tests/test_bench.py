@@ -288,6 +288,35 @@ def test_every_row_of_the_default_benchmark_builds():
     assert failed == {}
 
 
+def test_a_peer_row_is_built_from_the_benchmarks_own_table(monkeypatch):
+    """A peer's attention comes from repro.bench.peers' table; the package's attention registry stays as it is."""
+    from repro.bench import peers
+    from repro.models.mixer import TokenMixer
+    from repro.original.attention import load_all
+    from repro.registry import Registry
+
+    class Zeros(TokenMixer):
+        def __init__(self, d_model, n_heads, max_len, dropout=0.0):
+            super().__init__()
+
+        def forward(self, x, mask=None):
+            return torch.zeros_like(x)
+
+    table = Registry("peer attention")
+    table.register("peer_zeros")(Zeros)
+    monkeypatch.setattr(peers, "PEERS", table)
+    before = load_all().names()
+    model = {"backbone": "lra_transformer", "attention": "peer_zeros", "d_model": 8, "n_heads": 2, "depth": 2}
+    spec = BenchModel(name="peer_zeros", arm="lra_transformer", kind="peer", model={**model, "d_ff": 16}, train={})
+    built = build(spec, 16, torch.device("cpu"))
+    assert [type(s.mixer).__name__ for s in built.encoder.sublayers] == ["Zeros", "FeedForward"] * 2
+    assert load_all().names() == before and "peer_zeros" not in before
+    monkeypatch.undo()
+    assert peers.PEERS.names() == sorted(peers.PEER_PACKAGES)
+    with pytest.raises(KeyError, match="unknown attention 'peer_zeros'"):
+        build(BenchModel("x", "lra_transformer", "arm", {**model, "d_ff": 16}, {}), 16, torch.device("cpu"))
+
+
 def synthetic_rows() -> list[dict]:
     rows = []
     for model, speed, mem in [("lra_transformer", 10.0, 1.0), ("lra_performer", 25.0, 0.5)]:

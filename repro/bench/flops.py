@@ -40,6 +40,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..models.heads import n_outputs
+from ..models.mixer import TokenMixer
 
 TRAIN_FACTOR = 3  # forward + backward (input and weight gradients)
 
@@ -97,10 +98,12 @@ def analytic_forward_flops(model_cfg: dict, batch: int, seq_len: int, num_classe
 
 @contextmanager
 def plain_paths(model: torch.nn.Module):
-    """Every mixer that declares ``PLAIN_PATH = {attribute: value, ...}`` set to its plain path meanwhile."""
+    """Every mixer set to its plain path (``TokenMixer.PLAIN_PATH``, attribute -> value) meanwhile."""
     saved = []
     for module in model.modules():
-        for name, value in getattr(type(module), "PLAIN_PATH", {}).items():
+        if not isinstance(module, TokenMixer):
+            continue
+        for name, value in type(module).PLAIN_PATH.items():
             saved.append((module, name, getattr(module, name)))
             setattr(module, name, value)
     try:

@@ -196,17 +196,18 @@ def plan(
                 compare_with=list((variant or {}).get("compare_with") or []),
             )
         )
-    if any(s.kind == "peer" for s in specs):
-        from .peers import register_peers
-
-        register_peers()
     return sorted(specs, key=_sort_key), skipped
 
 
 def build(spec: BenchModel, length: int, device: torch.device, seed: int = 0) -> SequenceClassifier:
     """``spec``'s model for ``length``-byte texts, initialised from ``seed``, on ``device``."""
     torch.manual_seed(seed)
-    return build_model(spec.model, TextShape(max_len=int(length))).to(device)
+    backbone = None
+    if spec.kind == "peer":
+        from .peers import build_peer_layers  # the peers' own table; their packages load when one is built
+
+        backbone = build_peer_layers
+    return build_model(spec.model, TextShape(max_len=int(length)), backbone).to(device)
 
 
 def sequence_length(spec: BenchModel, length: int) -> int:

@@ -27,8 +27,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..original.attention import ATTENTION, QKVOut, full_mask
+from ..models.mixer import TokenMixer
+from ..original.attention import QKVOut, full_mask
+from ..original.encoder import build_lra_layers
+from ..registry import Registry
 
+PEERS: Registry[type[TokenMixer]] = Registry("peer attention")
 PEER_PACKAGES = {  # row's attention name -> (import name, PyPI name)
     "peer_performer": ("performer_pytorch", "performer-pytorch"),
     "peer_linformer": ("linformer", "linformer"),
@@ -41,7 +45,8 @@ def _zero_padded(y: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask[..., None], y, torch.zeros((), dtype=y.dtype, device=y.device))
 
 
-class PeerPerformer(nn.Module):
+@PEERS.register("peer_performer")
+class PeerPerformer(TokenMixer):
     """performer-pytorch ``SelfAttention``: FAVOR+ with ``nb_features`` random features.
 
     ``kernel="relu"`` is its ``generalized_attention`` with a ReLU kernel (our
@@ -79,7 +84,8 @@ class PeerPerformer(nn.Module):
         return _zero_padded(self.attn(x, mask=mask), mask)
 
 
-class PeerLinformer(nn.Module):
+@PEERS.register("peer_linformer")
+class PeerLinformer(TokenMixer):
     """linformer ``LinformerSelfAttention``: keys and values projected along the sequence to ``k``."""
 
     def __init__(
@@ -97,7 +103,8 @@ class PeerLinformer(nn.Module):
         return _zero_padded(self.attn(x), mask)
 
 
-class PeerReformer(nn.Module):
+@PEERS.register("peer_reformer")
+class PeerReformer(TokenMixer):
     """reformer-pytorch ``LSHSelfAttention`` with our arm's bucketing: ``n_buckets`` chunks of the sequence.
 
     The package hashes into ``seq_len / bucket_size`` buckets and needs the length to
@@ -128,7 +135,8 @@ class PeerReformer(nn.Module):
         return _zero_padded(y, mask)
 
 
-class PeerLocal(nn.Module):
+@PEERS.register("peer_local")
+class PeerLocal(TokenMixer):
     """local-attention ``LocalAttention``: windows of ``window_size``, each seeing ``look_backward``
     windows before and ``look_forward`` after it; our q/k/v and output projections around it."""
 
@@ -162,16 +170,7 @@ class PeerLocal(nn.Module):
         return _zero_padded(self.proj.output(ctx), mask)
 
 
-PEERS = {
-    "peer_performer": PeerPerformer,
-    "peer_linformer": PeerLinformer,
-    "peer_reformer": PeerReformer,
-    "peer_local": PeerLocal,
-}
-
-
-def register_peers() -> None:
-    """Add the wrappers to the attention registry (once), so ``model.attention: peer_*`` builds them."""
-    for name, cls in PEERS.items():
-        if name not in ATTENTION:
-            ATTENTION.register(name)(cls)
+def build_peer_layers(cfg: dict, max_len: int) -> list[TokenMixer]:
+    """The LRA encoder's layers with the peer ``cfg["attention"]`` as attention (``model.attention: peer_*``),
+    found in this module's own table: the package's attention registry is left as it is."""
+    return build_lra_layers(cfg, max_len, mechanisms=PEERS)

@@ -17,12 +17,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..models.mixer import TokenMixer
 from ..ops.conv import IMPL_CHOICES, choose_impl, conv1d_same, ran_as
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
 
 
-class BoundedConvMixer(nn.Module):
+class BoundedConvMixer(TokenMixer):
     """Conv D->H (kernel K, groups g), activation, linear H->D (the follow-up study, appendix A.2)."""
 
     # Padded positions are zeroed before the convolution and the linear layer is per token, so
@@ -72,7 +73,7 @@ class BoundedConvMixer(nn.Module):
         return 2 * batch * length * c_out * c_in_per_group * k
 
 
-def build_conv_layers(cfg: dict, max_len: int) -> list[nn.Module]:
+def build_conv_layers(cfg: dict, max_len: int) -> list[TokenMixer]:
     """``depth`` bounded-conv mixers, one residual sublayer each (the follow-up study, Table 7).
 
     ``max_len`` is unused: no parameter of the layer depends on the sequence length."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..models.mixer import TokenMixer
 from .fftconv import fft_conv
 
 ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU, "silu": nn.SiLU}
@@ -68,7 +69,7 @@ class SpatialGatingUnit(nn.Module):
         return z1 * self.spatial(z2).to(z1.dtype)
 
 
-class GMLPMixer(nn.Module):
+class GMLPMixer(TokenMixer):
     """One gMLP block's token mixer: U (D -> 2H), activation, spatial gating, V (H -> D)."""
 
     def __init__(
@@ -95,7 +96,7 @@ class GMLPMixer(nn.Module):
         return self.proj_out(self.drop(self.sgu(z, mask)))
 
 
-def build_gmlp_layers(cfg: dict, max_len: int) -> list[nn.Module]:
+def build_gmlp_layers(cfg: dict, max_len: int) -> list[TokenMixer]:
     """``depth`` gMLP mixers (the follow-up study, Table 6); the shared block adds the residual and the norm."""
     # techniques: see the techniques config group
     return [

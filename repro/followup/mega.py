@@ -75,6 +75,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..models.mixer import TokenMixer
 from ..original.attention._common import fold_key_mask, open_fully_masked
 from ..original.attention._flex import FlexSettings, flex_pattern_attention
 from ..original.attention.fast_defaults import check_choice, choose
@@ -139,7 +140,7 @@ class RelativePositionBias(nn.Module):
         return offsets.unfold(0, length, 1).flip(0)  # row i = offsets[L-1-i : 2L-1-i]
 
 
-class MegaMixer(nn.Module):
+class MegaMixer(TokenMixer):
     """Mega's moving-average gated attention sublayer; returns phi * (H - X) (see the module doc)."""
 
     PLAIN_PATH = {"attention_impl": "materialized"}  # what FLOP counting runs (repro/bench/flops.py)
@@ -296,7 +297,7 @@ def materialized_attention(
     return torch.matmul(F.dropout(torch.softmax(scores, dim=-1), dropout), v)
 
 
-class MegaFeedForward(nn.Module):
+class MegaFeedForward(TokenMixer):
     """Mega's normalised FFN body: Linear(D, d_ff) -> SiLU -> dropout -> Linear(d_ff, D)."""
 
     def __init__(self, d_model: int, d_ff: int, hidden_dropout: float = 0.0):
@@ -309,14 +310,14 @@ class MegaFeedForward(nn.Module):
         return self.fc2(self.drop(F.silu(self.fc1(x))))
 
 
-def build_mega_layers(cfg: dict, max_len: int) -> list[nn.Module]:
+def build_mega_layers(cfg: dict, max_len: int) -> list[TokenMixer]:
     """``depth`` Mega blocks: gated-attention sublayer then FFN sublayer, each in the shared residual block."""
     # techniques: see the techniques config group
     if cfg.get("attention", "softmax") != "softmax":
         raise ValueError(
             f"model.attention={cfg.get('attention')!r}: the follow-up study restricts MEGA to softmax (appendix A.2)"
         )
-    layers: list[nn.Module] = []
+    layers: list[TokenMixer] = []
     for _ in range(cfg["depth"]):
         layers.append(
             MegaMixer(

@@ -54,8 +54,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from rotary_embedding_torch import RotaryEmbedding
-from torch import Tensor, nn
+from torch import Tensor
 
+from ..models.mixer import TokenMixer
 from ..original.attention._common import AttentionMixer, QKVOut, sdpa_key_mask, split_heads
 from ..original.attention._flex import padded_flex_attention
 from ..original.encoder import FeedForward
@@ -209,7 +210,7 @@ class RotarySelfAttention(AttentionMixer):
         )
 
 
-def build_rotary_transformer_layers(cfg: dict, max_len: int) -> list[nn.Module]:
+def build_rotary_transformer_layers(cfg: dict, max_len: int) -> list[TokenMixer]:
     """[attention, feed-forward] per layer, ``cfg['depth']`` layers (the follow-up study, Table 5)."""
     if cfg.get("dropout", 0.0):
         raise ValueError(
@@ -224,7 +225,7 @@ def build_rotary_transformer_layers(cfg: dict, max_len: int) -> list[nn.Module]:
             f"model.rotary=true with model.positional={cfg['positional']!r}: choose one positional "
             "scheme (rotary, or rotary=false with summed learned/sinusoidal positions)"
         )
-    layers: list[nn.Module] = []
+    layers: list[TokenMixer] = []
     for _ in range(int(cfg["depth"])):
         layers.append(
             RotarySelfAttention(

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..models.mixer import TokenMixer
 from .fftconv import compute_dtype, fft_conv, two_sided
 
 INITS = ("lin", "inv")
@@ -104,7 +105,7 @@ class S4DKernel(nn.Module):
             return 2 * torch.einsum("chn,hnl->chl", cb, vandermonde).real
 
 
-class S4DMixer(nn.Module):
+class S4DMixer(TokenMixer):
     """S4D layer as a token mixer: SSM convolution + D skip, GELU, Linear(H, 2H), GLU."""
 
     def __init__(

@@ -72,6 +72,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..models.mixer import TokenMixer
 from ..ops.fft import fft_size
 from ..original.attention.fast_defaults import check_choice, choose
 
@@ -290,7 +291,7 @@ class S5SSM(nn.Module):
         return states.to(mm_dtype) @ weight.flatten(1).T.to(mm_dtype)
 
 
-class S5Mixer(nn.Module):
+class S5Mixer(TokenMixer):
     """S5 layer as a token mixer: the SSM, then S5's output activation (dropout inside as S5)."""
 
     def __init__(self, d_model: int, d_state: int, activation: str = "half_glu1", dropout: float = 0.0, **ssm_args):

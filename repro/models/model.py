@@ -8,9 +8,9 @@ use, so importing this module builds nothing). A builder is called as
 mixers see (the task's length, plus one with ``cls_token``), which comes from the
 data, never from the model config.
 
-A mixer may report facts for the run record through a ``record_info()`` method
-(name -> values, e.g. the convolution implementations that ran);
-``collect_record_info`` merges them over the model.
+Every mixer is a ``TokenMixer`` (``mixer.py``), whose typed fields say what it supports; its
+``record_info()`` reports facts for the run record (name -> values, e.g. the convolution
+implementations that ran), which ``collect_record_info`` merges over the model.
 
 ``cls_token: true`` prepends a learned vector (zero-initialised) to the embedded
 tokens before the positional embedding, as LRA's encoders do for
@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import importlib
 import math
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
 
 from ..registry import Registry
 from .heads import OneTowerHead, TwoTowerHead
+from .mixer import TokenMixer
 
-BACKBONES: Registry = Registry("backbone")
+BackboneBuilder = Callable[..., Sequence[TokenMixer]]  # builder(cfg, max_len=...) -> the mixers, in order
+BACKBONES: Registry[BackboneBuilder] = Registry("backbone")
 _BACKBONE_ENTRIES = {
     "conv": "repro.followup.conv:build_conv_layers",
     "gmlp": "repro.followup.gmlp:build_gmlp_layers",
@@ -144,7 +147,9 @@ def make_norm(kind: str, d_model: int) -> nn.Module:
 class ResidualSublayer(nn.Module):
     """``x + drop(mixer(norm(x)))`` (pre-norm) or ``norm(x + drop(mixer(x)))`` (post-norm)."""
 
-    def __init__(self, mixer: nn.Module, d_model: int, prenorm: bool = True, dropout: float = 0.0, norm: str = "layer"):
+    def __init__(
+        self, mixer: TokenMixer, d_model: int, prenorm: bool = True, dropout: float = 0.0, norm: str = "layer"
+    ):
         super().__init__()
         self.mixer = mixer
         self.norm = make_norm(norm, d_model)
@@ -157,7 +162,7 @@ class ResidualSublayer(nn.Module):
         return self.norm(x + self.drop(self.mixer(x, mask)))
 
 
-def release_mask_use(mixer: nn.Module) -> bool:
+def release_mask_use(mixer: TokenMixer) -> bool:
     """Under ``model.release_masking``: does ``mixer`` get the ``(ids > 0)`` mask? As in the LRA release,
     whose encoders all pass ``(inputs > 0)`` to their attention (padding on text and ListOps, black pixels
     on the pixel tasks): a mixer whose release code used it
@@ -165,7 +170,7 @@ def release_mask_use(mixer: nn.Module) -> bool:
     masking is this package's padding convention (``"padding"``: BigBird) gets the mask as padding, one
     whose release code ignored it (``"ignored"``: Linformer, Reformer, linear attention, Performer, the
     feed-forward layer) gets no mask; any other mixer is refused, naming what is implemented."""
-    mode = getattr(mixer, "RELEASE_ZERO_MASK", None)
+    mode = mixer.RELEASE_ZERO_MASK
     if mode == "uniform_rows":
         mixer.release_masking = True
         return True
@@ -183,9 +188,12 @@ def release_mask_use(mixer: nn.Module) -> bool:
 
 
 class Encoder(nn.Module):
-    """Embedding -> residual sublayers -> final norm (pre-norm) -> token states [B, L, D]."""
+    """Embedding -> residual sublayers -> final norm (pre-norm) -> token states [B, L, D].
 
-    def __init__(self, cfg: dict, vocab_size: int, max_len: int):
+    ``backbone``: the builder of the mixers, ``builder(cfg, max_len=...)``; by default the one
+    ``BACKBONES`` holds under ``cfg["backbone"]`` (the benchmark passes its peers' builder)."""
+
+    def __init__(self, cfg: dict, vocab_size: int, max_len: int, backbone: BackboneBuilder | None = None):
         super().__init__()
         d_model = cfg["d_model"]
         norm = cfg.get("norm", "layer")
@@ -207,7 +215,13 @@ class Encoder(nn.Module):
                 f"model.max_len={cfg['max_len']}: the sequence length comes from the task; "
                 "remove it from the model config and set task.max_len"
             )
-        mixers = get_backbone(cfg["backbone"])(cfg, max_len=seq_len)
+        mixers = (backbone or get_backbone(cfg["backbone"]))(cfg, max_len=seq_len)
+        for mixer in mixers:
+            if not isinstance(mixer, TokenMixer):
+                raise TypeError(
+                    f"model.backbone={cfg['backbone']!r} built a {type(mixer).__name__}, which is not a token mixer: "
+                    "derive it from repro.models.mixer.TokenMixer"
+                )
         self.release_masking = bool(cfg.get("release_masking", False))
         self.takes_mask = [release_mask_use(m) if self.release_masking else True for m in mixers]
         self.sublayers = nn.ModuleList(
@@ -243,6 +257,7 @@ class SequenceClassifier(nn.Module):
         pad_id: int | None,
         two_tower: bool,
         combine: str = "concat_prod_diff",
+        backbone: BackboneBuilder | None = None,
     ):
         super().__init__()
         if cfg.get("token_encoding", "embedding") == "intensity" and pad_id is not None:
@@ -255,7 +270,7 @@ class SequenceClassifier(nn.Module):
                 f"model.norm=batch takes its statistics over every position, but this task pads with id {pad_id}: "
                 "padding would enter them; use model.norm=layer"
             )
-        self.encoder = Encoder(cfg, vocab_size, max_len)
+        self.encoder = Encoder(cfg, vocab_size, max_len, backbone)
         self.pad_id = pad_id
         self.two_tower = two_tower
         hidden = cfg.get("head_hidden")
@@ -296,8 +311,8 @@ class SequenceClassifier(nn.Module):
         return self.head(vectors[:, 0], vectors[:, 1]), states
 
 
-def build_model(cfg: dict, task) -> SequenceClassifier:
-    """The model ``cfg`` describes, sized for ``task`` (a TaskData)."""
+def build_model(cfg: dict, task, backbone: BackboneBuilder | None = None) -> SequenceClassifier:
+    """The model ``cfg`` describes, sized for ``task`` (a TaskData); ``backbone`` as for ``Encoder``."""
     return SequenceClassifier(
         cfg,
         vocab_size=task.vocab_size,
@@ -306,17 +321,17 @@ def build_model(cfg: dict, task) -> SequenceClassifier:
         pad_id=task.pad_id,
         two_tower=task.two_tower,
         combine=cfg.get("two_tower_combine", "concat_prod_diff"),
+        backbone=backbone,
     )
 
 
 def collect_record_info(model: nn.Module) -> dict[str, list | None]:
-    """What the model's mixers report for the run record: every module with a ``record_info()``
-    (a dict of name -> collection of values) contributes; a name's values are merged over the
-    modules and sorted, None when none ran (the bounded convolution's ``conv_impls``)."""
+    """What the model's mixers report for the run record: every mixer's ``TokenMixer.record_info()``
+    (name -> collection of values); a name's values are merged over the mixers and sorted, None when
+    none ran (the bounded convolution's ``conv_impls``)."""
     merged: dict[str, set] = {}
     for module in model.modules():
-        report = getattr(module, "record_info", None)
-        if callable(report):
-            for name, values in report().items():
+        if isinstance(module, TokenMixer):
+            for name, values in module.record_info().items():
                 merged.setdefault(name, set()).update(values)
     return {name: sorted(values) or None for name, values in merged.items()}

@@ -14,8 +14,8 @@ sublayer's). ``nn.gelu`` in Flax is ``jax.nn.gelu`` with ``approximate=True``, h
 ``activation: gelu_tanh`` in the LRA arms.
 
 ``build_lra_layers(cfg, max_len)`` reads from the model config: ``attention`` (a name in
-``repro.original.attention.ATTENTION``), ``attention_params`` (keyword arguments of
-that mixer), ``d_model`` (LRA ``emb_dim``), ``qkv_dim`` (LRA ``qkv_dim``, default
+``repro.original.attention.ATTENTION``, or in the table ``mechanisms`` names), ``attention_params``
+(keyword arguments of that mixer), ``d_model`` (LRA ``emb_dim``), ``qkv_dim`` (LRA ``qkv_dim``, default
 ``d_model``), ``n_heads``, ``depth`` (LRA ``num_layers``), ``d_ff`` (LRA ``mlp_dim``),
 ``activation``, ``dropout`` and ``attention_dropout``; ``max_len`` (from
 ``repro.models.model.Encoder``) is the length of the states, CLS included.
@@ -41,6 +41,8 @@ import inspect
 import torch
 from torch import nn
 
+from ..models.mixer import TokenMixer
+from ..registry import Registry
 from .attention import HeadedMixer, QKVOut, load_all
 
 ACTIVATIONS = {
@@ -58,7 +60,7 @@ def _xavier(d_in: int, d_out: int, bias: bool) -> nn.Linear:
     return layer
 
 
-class FeedForward(nn.Module):
+class FeedForward(TokenMixer):
     """LRA's ``MlpBlock`` as a token mixer: Linear(d_model, d_ff) -> activation -> dropout -> Linear(d_ff, d_model).
 
     Xavier-uniform kernels and zero biases (LRA: ``bias_init=normal(1e-6)``). Acts on
@@ -115,10 +117,10 @@ def widen_projections(mixer: nn.Module, d_model: int, qkv_dim: int) -> nn.Module
     return mixer
 
 
-def build_lra_layers(cfg: dict, max_len: int) -> list[nn.Module]:
-    """[attention, feed-forward] per layer, ``cfg['depth']`` layers (see the module docstring)."""
-    registry = load_all()
-    cls = registry.get(cfg["attention"])
+def build_lra_layers(cfg: dict, max_len: int, mechanisms: Registry | None = None) -> list[TokenMixer]:
+    """[attention, feed-forward] per layer, ``cfg['depth']`` layers (see the module docstring); the attention
+    is looked up in ``mechanisms`` when given (the benchmark's peers), else in the attention registry."""
+    cls = (load_all() if mechanisms is None else mechanisms).get(cfg["attention"])
     d_model, n_heads = int(cfg["d_model"]), int(cfg["n_heads"])
     qkv_dim = int(cfg.get("qkv_dim") or d_model)
     if qkv_dim % n_heads:
@@ -126,9 +128,9 @@ def build_lra_layers(cfg: dict, max_len: int) -> list[nn.Module]:
     params = dict(cfg.get("attention_params") or {})
     takes_seed = "seed" in inspect.signature(cls).parameters
     seed_offset = int(params.pop("seed", 0)) if takes_seed else 0
-    layers: list[nn.Module] = []
+    layers: list[TokenMixer] = []
     # The release's Reformer takes its width from its input, whatever qkv_dim says (reformer_attention.py)
-    width = d_model if params.get("release") and getattr(cls, "RELEASE_WIDTH_IS_INPUT", False) else qkv_dim
+    width = d_model if params.get("release") and cls.RELEASE_WIDTH_IS_INPUT else qkv_dim
     for index in range(int(cfg["depth"])):
         extra = {"seed": seed_offset + index} if takes_seed else {}
         mixer = cls(

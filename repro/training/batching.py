@@ -10,7 +10,7 @@ makes batches of similar lengths, and each is trimmed to its longest sequence ro
 
 Trimming changes nothing a model computes only if the model is *length-flexible*: padded
 positions must not reach the real positions' outputs, and no weight may be tied to the padded
-length. A mixer says so with a class attribute ``length_flexible = True`` (the bounded
+length. A mixer says so with its field ``TokenMixer.length_flexible = True`` (the bounded
 convolution zeroes padded positions before each convolution); tests check trimmed equals padded
 for each model that claims it. LRA pads every batch to the task length (Tay et al. 2021, section 2.2),
 so the paper profile keeps ``train.length_bucketing=off``; the budget profile uses ``auto``.
@@ -22,6 +22,8 @@ import math
 
 import numpy as np
 import torch
+
+from ..models.mixer import TokenMixer
 
 MODES = ("off", "auto", "on")
 
@@ -78,7 +80,7 @@ def model_is_length_flexible(model: torch.nn.Module) -> bool:
         return False
     if getattr(getattr(model, "head", None), "pooling", None) == "mean_all":
         return False
-    return all(getattr(sub.mixer, "length_flexible", False) for sub in sublayers)
+    return all(isinstance(sub.mixer, TokenMixer) and sub.mixer.length_flexible for sub in sublayers)
 
 
 def mode_name(mode) -> str:

@@ -26,13 +26,15 @@ cached block mask, LRA's attention dropout exact), or at short lengths through o
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from ...models.mixer import TokenMixer
 from ._flex import FlexSettings, flex_pattern_attention, tile_block_mask
 from ._pad import pad_dim
 from .fast_defaults import FAST_DEFAULTS, check_choice, choose
@@ -306,7 +308,7 @@ class QKVOut(nn.Module):
         return self.out(merge_heads(ctx))
 
 
-class AttentionMixer(nn.Module):
+class AttentionMixer(TokenMixer):
     """Base of the softmax-attention mixers: owns ``self.proj`` (q/k/v/out) and the
     padding convention; subclasses implement ``attend(q, k, v, mask) -> ctx``."""
 
@@ -368,8 +370,8 @@ class FlexPatternMixin:
     slower than blockwise (no tensor cores).
     """
 
-    PLAIN_PATH = {"backend": "blockwise"}  # what FLOP counting runs (repro/bench/flops.py)
-    FLEX_MECHANISM = ""  # the mechanism's row of fast_defaults.FAST_DEFAULTS
+    PLAIN_PATH: ClassVar[Mapping[str, object]] = {"backend": "blockwise"}  # TokenMixer.PLAIN_PATH
+    FLEX_MECHANISM: ClassVar[str] = ""  # the mechanism's row of fast_defaults.FAST_DEFAULTS ("": none)
 
     def init_flex(self, backend: str, flex_block="auto", flex_global_rows="auto", flex_lse_pass="auto") -> None:
         """Check and keep the backend and the flex options (constructor arguments)."""

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from ...models.mixer import TokenMixer
 from ._common import full_mask, merge_heads, split_heads  # noqa: F401 (re-exported for the six mixers)
 from ._flex import raise_recompile_limit
 
@@ -82,7 +83,7 @@ def pad_to_multiple(x: torch.Tensor, mask: torch.Tensor, multiple: int) -> tuple
     return x, mask
 
 
-class HeadedMixer(nn.Module):
+class HeadedMixer(TokenMixer):
     """Base of the six mixers: input projections, head split, output projection.
 
     Subclasses implement ``attend(q, k, v, mask) -> [B, H, L, dh]`` on
