@@ -422,11 +422,16 @@ def test_a_retired_conv_impl_is_refused_naming_the_valid_ones():
 
 def test_every_backbone_builder_takes_max_len_and_the_model_config_may_not():
     import inspect
+    import re
 
-    from repro.models.model import _BACKBONE_ENTRIES, get_backbone
+    from repro.models.model import load_backbones
+    from repro.run.settings import CONF_DIR
 
-    for name in _BACKBONE_ENTRIES:
-        assert "max_len" in inspect.signature(get_backbone(name)).parameters, name
+    backbones = load_backbones()
+    named = {m for f in CONF_DIR.rglob("*.yaml") for m in re.findall(r"^\s*backbone: (\w+)", f.read_text(), re.M)}
+    assert named and named <= set(backbones.names())  # every backbone a configuration names registered itself
+    for name in backbones.names():
+        assert "max_len" in inspect.signature(backbones.get(name)).parameters, name
     with pytest.raises(
         ValueError,
         match=r"^model.max_len=64: the sequence length comes from the task; remove it from "

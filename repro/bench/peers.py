@@ -22,6 +22,7 @@ padded positions are set to 0, our convention.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -170,7 +171,7 @@ class PeerLocal(TokenMixer):
         return _zero_padded(self.proj.output(ctx), mask)
 
 
-def build_peer_layers(cfg: dict, max_len: int) -> list[TokenMixer]:
+def build_peer_layers(cfg: dict, max_len: int) -> Sequence[TokenMixer]:
     """The LRA encoder's layers with the peer ``cfg["attention"]`` as attention (``model.attention: peer_*``),
     found in this module's own table: the package's attention registry is left as it is."""
     return build_lra_layers(cfg, max_len, mechanisms=PEERS)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..models.mixer import TokenMixer
+from ..models.mixer import BACKBONES, TokenMixer
 from ..ops.conv import IMPL_CHOICES, choose_impl, conv1d_same, ran_as
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
@@ -73,6 +73,7 @@ class BoundedConvMixer(TokenMixer):
         return 2 * batch * length * c_out * c_in_per_group * k
 
 
+@BACKBONES.register("conv")
 def build_conv_layers(cfg: dict, max_len: int) -> list[TokenMixer]:
     """``depth`` bounded-conv mixers, one residual sublayer each (the follow-up study, Table 7).
 

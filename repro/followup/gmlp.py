@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..models.mixer import TokenMixer
+from ..models.mixer import BACKBONES, TokenMixer
 from .fftconv import fft_conv
 
 ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU, "silu": nn.SiLU}
@@ -96,6 +96,7 @@ class GMLPMixer(TokenMixer):
         return self.proj_out(self.drop(self.sgu(z, mask)))
 
 
+@BACKBONES.register("gmlp")
 def build_gmlp_layers(cfg: dict, max_len: int) -> list[TokenMixer]:
     """``depth`` gMLP mixers (the follow-up study, Table 6); the shared block adds the residual and the norm."""
     # techniques: see the techniques config group

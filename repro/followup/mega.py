@@ -75,7 +75,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..models.mixer import TokenMixer
+from ..models.mixer import BACKBONES, TokenMixer
 from ..original.attention._common import fold_key_mask, open_fully_masked
 from ..original.attention._flex import FlexSettings, flex_pattern_attention
 from ..original.attention.fast_defaults import check_choice, choose
@@ -310,6 +310,7 @@ class MegaFeedForward(TokenMixer):
         return self.fc2(self.drop(F.silu(self.fc1(x))))
 
 
+@BACKBONES.register("mega")
 def build_mega_layers(cfg: dict, max_len: int) -> list[TokenMixer]:
     """``depth`` Mega blocks: gated-attention sublayer then FFN sublayer, each in the shared residual block."""
     # techniques: see the techniques config group

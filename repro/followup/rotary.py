@@ -56,7 +56,7 @@ import torch.nn.functional as F
 from rotary_embedding_torch import RotaryEmbedding
 from torch import Tensor
 
-from ..models.mixer import TokenMixer
+from ..models.mixer import BACKBONES, TokenMixer
 from ..original.attention._common import AttentionMixer, QKVOut, sdpa_key_mask, split_heads
 from ..original.attention._flex import padded_flex_attention
 from ..original.encoder import FeedForward
@@ -210,6 +210,7 @@ class RotarySelfAttention(AttentionMixer):
         )
 
 
+@BACKBONES.register("rotary_transformer")
 def build_rotary_transformer_layers(cfg: dict, max_len: int) -> list[TokenMixer]:
     """[attention, feed-forward] per layer, ``cfg['depth']`` layers (the follow-up study, Table 5)."""
     if cfg.get("dropout", 0.0):

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..models.mixer import TokenMixer
+from ..models.mixer import BACKBONES, TokenMixer
 from .fftconv import compute_dtype, fft_conv, two_sided
 
 INITS = ("lin", "inv")
@@ -146,6 +146,7 @@ class S4DMixer(TokenMixer):
         return F.glu(self.out(y), dim=-1)
 
 
+@BACKBONES.register("s4")
 def build_s4_layers(cfg: dict, max_len: int) -> list[nn.Module]:
     """``depth`` S4D layers (S4D paper's LRA models); the shared block adds residual and norm."""
     # techniques: see the techniques config group

@@ -72,7 +72,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..models.mixer import TokenMixer
+from ..models.mixer import BACKBONES, TokenMixer
 from ..ops.fft import fft_size
 from ..original.attention.fast_defaults import check_choice, choose
 
@@ -317,6 +317,7 @@ class S5Mixer(TokenMixer):
         return (g if self.activation == "half_glu1" else y.to(gate.dtype)) * gate
 
 
+@BACKBONES.register("s5")
 def build_s5_layers(cfg: dict, max_len: int) -> list[nn.Module]:
     """``depth`` S5 layers (S5 paper Table 11 settings; the follow-up study's appendix A.2 exceptions in the arm)."""
     # techniques: see the techniques config group

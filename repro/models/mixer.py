@@ -13,10 +13,12 @@ fields directly: the shared encoder (``repro/models/model.py``), the LRA encoder
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import ClassVar, Literal
 
 from torch import nn
+
+from ..registry import Registry
 
 ReleaseZeroMask = Literal["uniform_rows", "padding", "ignored"]
 
@@ -48,3 +50,10 @@ class TokenMixer(nn.Module):
         """Facts for the run record, name -> values (e.g. the convolution implementations that ran); merged
         over the model by ``repro.models.model.collect_record_info``. None by default."""
         return {}
+
+
+BackboneBuilder = Callable[..., Sequence[TokenMixer]]  # builder(cfg, max_len=...) -> the mixers, in order
+BACKBONES: Registry[BackboneBuilder] = Registry("backbone")
+"""The backbones by name (a model config's ``backbone``): each builder module registers its own with
+``@BACKBONES.register(name)``, as attention mechanisms and tasks do; ``repro.models.model.get_backbone``
+imports the modules of the packages that hold them."""

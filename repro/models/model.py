@@ -2,8 +2,8 @@
 
 A backbone is a list of token mixers ``mixer(x [B,L,D], mask [B,L]) -> [B,L,D]``;
 each is wrapped in the same residual sublayer (pre- or post-norm). Backbones
-register by name in ``BACKBONES`` (``module:function`` entries imported on first
-use, so importing this module builds nothing). A builder is called as
+register themselves by name in ``BACKBONES`` (``mixer.py``); their modules are imported on
+first use, so importing this module builds nothing. A builder is called as
 ``builder(cfg, max_len=...)``: the model config, and the length of the states the
 mixers see (the task's length, plus one with ``cls_token``), which comes from the
 data, never from the model config.
@@ -23,35 +23,30 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable, Sequence
+import pkgutil
 
 import torch
 from torch import nn
 
 from ..registry import Registry
 from .heads import OneTowerHead, TwoTowerHead
-from .mixer import TokenMixer
+from .mixer import BACKBONES, BackboneBuilder, TokenMixer
 
-BackboneBuilder = Callable[..., Sequence[TokenMixer]]  # builder(cfg, max_len=...) -> the mixers, in order
-BACKBONES: Registry[BackboneBuilder] = Registry("backbone")
-_BACKBONE_ENTRIES = {
-    "conv": "repro.followup.conv:build_conv_layers",
-    "gmlp": "repro.followup.gmlp:build_gmlp_layers",
-    "s4": "repro.followup.s4:build_s4_layers",
-    "s5": "repro.followup.s5:build_s5_layers",
-    "mega": "repro.followup.mega:build_mega_layers",
-    "lra_transformer": "repro.original.encoder:build_lra_layers",
-    "rotary_transformer": "repro.followup.rotary:build_rotary_transformer_layers",
-}
+BACKBONE_PACKAGES = ("repro.original", "repro.followup")  # the packages whose modules register backbones
 
 
-def get_backbone(name: str):
-    if name not in BACKBONES and name in _BACKBONE_ENTRIES:
-        module, function = _BACKBONE_ENTRIES[name].split(":")
-        BACKBONES.register(name)(getattr(importlib.import_module(module), function))
-    if name not in BACKBONES:
-        raise KeyError(f"unknown backbone {name!r}; available: {', '.join(sorted(_BACKBONE_ENTRIES))}")
-    return BACKBONES.get(name)
+def load_backbones() -> Registry[BackboneBuilder]:
+    """Import every module of the backbone packages (each builder module registers its own) and return the table."""
+    for package in BACKBONE_PACKAGES:
+        for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
+            if not module.name.startswith("_"):
+                importlib.import_module(f"{package}.{module.name}")
+    return BACKBONES
+
+
+def get_backbone(name: str) -> BackboneBuilder:
+    """The builder registered as ``name`` (a model config's ``backbone``); an unknown name lists the known ones."""
+    return load_backbones().get(name)
 
 
 def sinusoidal_table(length: int, dim: int, base: float = 10000.0) -> torch.Tensor:

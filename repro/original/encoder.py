@@ -41,7 +41,7 @@ import inspect
 import torch
 from torch import nn
 
-from ..models.mixer import TokenMixer
+from ..models.mixer import BACKBONES, TokenMixer
 from ..registry import Registry
 from .attention import HeadedMixer, QKVOut, load_all
 
@@ -117,6 +117,7 @@ def widen_projections(mixer: nn.Module, d_model: int, qkv_dim: int) -> nn.Module
     return mixer
 
 
+@BACKBONES.register("lra_transformer")
 def build_lra_layers(cfg: dict, max_len: int, mechanisms: Registry | None = None) -> list[TokenMixer]:
     """[attention, feed-forward] per layer, ``cfg['depth']`` layers (see the module docstring); the attention
     is looked up in ``mechanisms`` when given (the benchmark's peers), else in the attention registry."""
