@@ -579,9 +579,10 @@ def _misspelt_arm_model_key(tmp_path: Path, cache: Path, block: str, where: str,
     done = run_script("experiments/run.py", "--config-dir", str(path.parents[1]), "arm=mine", *smoke()[1:],
                       *common(tmp_path, cache))  # fmt: skip
     assert done.returncode == 2, done.stderr[-3000:]
-    from repro.cli import CONF, block_keys
+    from repro.cli import block_keys
+    from repro.run.settings import CONF_DIR
 
-    known = ", ".join(sorted(block_keys([CONF])["model"]))
+    known = ", ".join(sorted(block_keys([CONF_DIR])["model"]))
     key = where.rsplit(".", 1)[1]
     assert done.stderr.splitlines() == [
         f"experiments/run.py: error: {path}: {where}: no model setting {key!r}; did you mean {close}? correct the "
@@ -592,7 +593,9 @@ def _misspelt_arm_model_key(tmp_path: Path, cache: Path, block: str, where: str,
 
 def _user_errors_exit_2(tmp_path: Path, command: list[str], said: str) -> None:
     """``lra-bundle`` and ``lra-paper`` answer refused input as the runner does: one line, exit status 2;
-    ``--debug`` shows the traceback instead (an exception that ends the process: exit status 1)."""
+    ``--debug`` shows the traceback instead (an exception that ends the process: exit status 1). The bundle
+    named is a folder that is not a bundle."""
+    (tmp_path / "v9").mkdir()
     done = run_script(*command)
     assert done.returncode == 2 and done.stderr.splitlines() == [said], done.stderr[-3000:]
     debug = run_script(*command, "--debug")
