@@ -440,3 +440,27 @@ def test_every_backbone_builder_takes_max_len_and_the_model_config_may_not():
         SequenceClassifier(
             {**CONV_CFG, "max_len": 64}, vocab_size=16, max_len=64, num_classes=2, pad_id=0, two_tower=False
         )
+
+
+@pytest.mark.parametrize("two_tower", [False, True])
+def test_an_omitted_encoder_key_means_its_default_and_a_set_one_is_read(two_tower):
+    """A model config that omits every shared key builds the model one that sets each to its
+    ``EncoderSettings`` default builds (same parameters, same outputs); setting a key changes it."""
+    from repro.models.settings import EncoderSettings, encoder_defaults
+
+    explicit = {**encoder_defaults(), **CONV_CFG}
+    ids = torch.randint(1, 16, (3, 2, 20) if two_tower else (3, 20))
+
+    def built(cfg):
+        torch.manual_seed(0)
+        model = SequenceClassifier(cfg, vocab_size=16, max_len=20, num_classes=3, pad_id=0, two_tower=two_tower)
+        return model.double().eval()
+
+    plain, spelt = built(CONV_CFG), built(explicit)
+    assert {k: v.shape for k, v in plain.state_dict().items()} == {k: v.shape for k, v in spelt.state_dict().items()}
+    torch.testing.assert_close(plain(ids), spelt(ids), rtol=0, atol=0)
+    assert EncoderSettings.from_model_config(CONV_CFG) == EncoderSettings.from_model_config(explicit)
+    changed = built({**CONV_CFG, "cls_token": True, "final_norm": False})
+    assert changed.encoder.cls is not None and isinstance(changed.encoder.final_norm, torch.nn.Identity)
+    with pytest.raises(ValueError, match=r"^model.d_model is not set: every model config names its width$"):
+        EncoderSettings.from_model_config({"backbone": "conv"})

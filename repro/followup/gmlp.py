@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from ..models.mixer import BACKBONES, TokenMixer
+from ..models.settings import encoder_setting
 from .fftconv import fft_conv
 
 ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU, "silu": nn.SiLU}
@@ -108,7 +109,7 @@ def build_gmlp_layers(cfg: dict, max_len: int) -> list[TokenMixer]:
             channels=cfg.get("channels", 1),
             activation=cfg.get("activation", "gelu"),
             sgu_norm=cfg.get("sgu_norm", True),
-            dropout=cfg.get("dropout", 0.0),
+            dropout=encoder_setting(cfg, "dropout"),
         )
         for _ in range(cfg["depth"])
     ]

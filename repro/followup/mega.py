@@ -76,6 +76,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models.mixer import BACKBONES, TokenMixer
+from ..models.settings import encoder_setting
 from ..original.attention._common import fold_key_mask, open_fully_masked
 from ..original.attention._flex import FlexSettings, flex_pattern_attention
 from ..original.attention.fast_defaults import check_choice, choose
@@ -330,7 +331,7 @@ def build_mega_layers(cfg: dict, max_len: int) -> list[TokenMixer]:
                 bidirectional=cfg.get("bidirectional", True),
                 ema_truncation=cfg.get("ema_truncation"),
                 chunk_size=cfg.get("chunk_size"),
-                dropout=cfg.get("dropout", 0.0),
+                dropout=encoder_setting(cfg, "dropout"),
                 attention_dropout=cfg.get("attention_dropout", 0.0),
                 hidden_dropout=cfg.get("hidden_dropout", 0.0),
                 attention_impl=cfg.get("attention_impl", "auto"),

@@ -57,6 +57,7 @@ from rotary_embedding_torch import RotaryEmbedding
 from torch import Tensor
 
 from ..models.mixer import BACKBONES, TokenMixer
+from ..models.settings import encoder_setting
 from ..original.attention._common import AttentionMixer, QKVOut, sdpa_key_mask, split_heads
 from ..original.attention._flex import padded_flex_attention
 from ..original.encoder import FeedForward
@@ -210,18 +211,30 @@ class RotarySelfAttention(AttentionMixer):
         )
 
 
+# The rotary keys of a model config and the value a config that omits one gets (read only here).
+ROTARY_DEFAULTS = {
+    "rotary": True,
+    "rotary_base": 10000.0,
+    "rotary_disable_half": False,
+    "rotary_impl": "auto",
+    "attention_backend": "auto",
+    "rotary_layout": "per_head",
+    "rotary_disable": "lower_half",
+}
+
+
 @BACKBONES.register("rotary_transformer")
 def build_rotary_transformer_layers(cfg: dict, max_len: int) -> list[TokenMixer]:
     """[attention, feed-forward] per layer, ``cfg['depth']`` layers (the follow-up study, Table 5)."""
-    if cfg.get("dropout", 0.0):
+    if encoder_setting(cfg, "dropout"):
         raise ValueError(
             f"model.dropout={cfg['dropout']}: the follow-up Transformer has no dropout (Table 5); set it to 0"
         )
     d_model, n_heads = int(cfg["d_model"]), int(cfg["n_heads"])
     if d_model % n_heads:
         raise ValueError(f"model.d_model={d_model} is not divisible by model.n_heads={n_heads}")
-    rotary = bool(cfg.get("rotary", True))
-    if rotary and cfg.get("positional", "none") != "none":
+    rotary = bool(cfg.get("rotary", ROTARY_DEFAULTS["rotary"]))
+    if rotary and encoder_setting(cfg, "positional") != "none":
         raise ValueError(
             f"model.rotary=true with model.positional={cfg['positional']!r}: choose one positional "
             "scheme (rotary, or rotary=false with summed learned/sinusoidal positions)"
@@ -234,12 +247,12 @@ def build_rotary_transformer_layers(cfg: dict, max_len: int) -> list[TokenMixer]
                 n_heads,
                 max_len,
                 rotary=rotary,
-                base=float(cfg.get("rotary_base", 10000.0)),
-                disable_half=bool(cfg.get("rotary_disable_half", False)),
-                impl=str(cfg.get("rotary_impl", "auto")),
-                attention_backend=str(cfg.get("attention_backend", "auto")),
-                layout=str(cfg.get("rotary_layout", "per_head")),
-                disable=str(cfg.get("rotary_disable", "lower_half")),
+                base=float(cfg.get("rotary_base", ROTARY_DEFAULTS["rotary_base"])),
+                disable_half=bool(cfg.get("rotary_disable_half", ROTARY_DEFAULTS["rotary_disable_half"])),
+                impl=str(cfg.get("rotary_impl", ROTARY_DEFAULTS["rotary_impl"])),
+                attention_backend=str(cfg.get("attention_backend", ROTARY_DEFAULTS["attention_backend"])),
+                layout=str(cfg.get("rotary_layout", ROTARY_DEFAULTS["rotary_layout"])),
+                disable=str(cfg.get("rotary_disable", ROTARY_DEFAULTS["rotary_disable"])),
             )
         )
         layers.append(FeedForward(d_model, int(cfg["d_ff"]), cfg.get("activation", "relu")))

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models.mixer import BACKBONES, TokenMixer
+from ..models.settings import encoder_setting
 from .fftconv import compute_dtype, fft_conv, two_sided
 
 INITS = ("lin", "inv")
@@ -158,7 +159,7 @@ def build_s4_layers(cfg: dict, max_len: int) -> list[nn.Module]:
             bidirectional=cfg.get("bidirectional", True),
             dt_min=cfg.get("dt_min", 0.001),
             dt_max=cfg.get("dt_max", 0.1),
-            dropout=cfg.get("dropout", 0.0),
+            dropout=encoder_setting(cfg, "dropout"),
             ssm_lr=cfg.get("ssm_lr", 0.001),
         )
         for _ in range(cfg["depth"])

@@ -73,6 +73,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models.mixer import BACKBONES, TokenMixer
+from ..models.settings import encoder_setting
 from ..ops.fft import fft_size
 from ..original.attention.fast_defaults import check_choice, choose
 
@@ -326,7 +327,7 @@ def build_s5_layers(cfg: dict, max_len: int) -> list[nn.Module]:
             d_model=cfg["d_model"],
             d_state=cfg["d_state"],
             activation=cfg.get("activation", "half_glu1"),
-            dropout=cfg.get("dropout", 0.0),
+            dropout=encoder_setting(cfg, "dropout"),
             blocks=cfg.get("blocks", 1),
             c_init=cfg.get("c_init", "trunc_standard_normal"),
             bidirectional=cfg.get("bidirectional", True),

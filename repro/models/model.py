@@ -31,6 +31,7 @@ from torch import nn
 from ..registry import Registry
 from .heads import OneTowerHead, TwoTowerHead
 from .mixer import BACKBONES, BackboneBuilder, TokenMixer
+from .settings import EncoderSettings
 
 BACKBONE_PACKAGES = ("repro.original", "repro.followup")  # the packages whose modules register backbones
 
@@ -190,40 +191,35 @@ class Encoder(nn.Module):
 
     def __init__(self, cfg: dict, vocab_size: int, max_len: int, backbone: BackboneBuilder | None = None):
         super().__init__()
-        d_model = cfg["d_model"]
-        norm = cfg.get("norm", "layer")
+        settings = EncoderSettings.from_model_config(cfg)
+        d_model, norm = settings.d_model, settings.norm
         make_norm(norm, d_model)  # an unknown kind fails here, before the backbone is built
-        self.cls = nn.Parameter(torch.zeros(1, 1, d_model)) if cfg.get("cls_token", False) else None
+        self.cls = nn.Parameter(torch.zeros(1, 1, d_model)) if settings.cls_token else None
         seq_len = max_len + (1 if self.cls is not None else 0)
         self.embed = Embedding(
-            vocab_size,
-            d_model,
-            seq_len,
-            cfg.get("positional", "none"),
-            cfg.get("positional_base", 10000.0),
-            cfg.get("token_encoding", "embedding"),
+            vocab_size, d_model, seq_len, settings.positional, settings.positional_base, settings.token_encoding
         )
-        self.embed_drop = nn.Dropout(cfg.get("dropout", 0.0))
-        prenorm = cfg.get("prenorm", True)
+        self.embed_drop = nn.Dropout(settings.dropout)
         if "max_len" in cfg:
             raise ValueError(
                 f"model.max_len={cfg['max_len']}: the sequence length comes from the task; "
                 "remove it from the model config and set task.max_len"
             )
-        mixers = (backbone or get_backbone(cfg["backbone"]))(cfg, max_len=seq_len)
+        mixers = (backbone or get_backbone(settings.backbone))(cfg, max_len=seq_len)
         for mixer in mixers:
             if not isinstance(mixer, TokenMixer):
                 raise TypeError(
-                    f"model.backbone={cfg['backbone']!r} built a {type(mixer).__name__}, which is not a token mixer: "
+                    f"model.backbone={settings.backbone!r} built a {type(mixer).__name__}, which is not a token mixer: "
                     "derive it from repro.models.mixer.TokenMixer"
                 )
-        self.release_masking = bool(cfg.get("release_masking", False))
+        self.release_masking = bool(settings.release_masking)
         self.takes_mask = [release_mask_use(m) if self.release_masking else True for m in mixers]
         self.sublayers = nn.ModuleList(
-            ResidualSublayer(m, d_model, prenorm, cfg.get("dropout", 0.0), norm) for m in mixers
+            ResidualSublayer(m, d_model, settings.prenorm, settings.dropout, norm) for m in mixers
         )
         # model.final_norm: false leaves the pre-norm stack's output unnormalised (the follow-up's code)
-        self.final_norm = make_norm(norm, d_model) if prenorm and cfg.get("final_norm", True) else nn.Identity()
+        final = settings.prenorm and settings.final_norm
+        self.final_norm = make_norm(norm, d_model) if final else nn.Identity()
 
     def state_mask(self, mask: torch.Tensor | None) -> torch.Tensor | None:
         """The padding mask aligned with the encoder's output states (CLS included)."""
@@ -251,16 +247,17 @@ class SequenceClassifier(nn.Module):
         num_classes: int,
         pad_id: int | None,
         two_tower: bool,
-        combine: str = "concat_prod_diff",
+        combine: str | None = None,
         backbone: BackboneBuilder | None = None,
     ):
         super().__init__()
-        if cfg.get("token_encoding", "embedding") == "intensity" and pad_id is not None:
+        settings = EncoderSettings.from_model_config(cfg)
+        if settings.token_encoding == "intensity" and pad_id is not None:
             raise ValueError(
                 f"model.token_encoding=intensity reads token ids as pixel intensities, but this task pads "
                 f"with id {pad_id} (a vocabulary of symbols, not pixels): use model.token_encoding=embedding"
             )
-        if cfg.get("norm", "layer") == "batch" and pad_id is not None:
+        if settings.norm == "batch" and pad_id is not None:
             raise ValueError(
                 f"model.norm=batch takes its statistics over every position, but this task pads with id {pad_id}: "
                 "padding would enter them; use model.norm=layer"
@@ -268,18 +265,20 @@ class SequenceClassifier(nn.Module):
         self.encoder = Encoder(cfg, vocab_size, max_len, backbone)
         self.pad_id = pad_id
         self.two_tower = two_tower
-        hidden = cfg.get("head_hidden")
+        hidden = settings.head_hidden
         if hidden == "lra":
             # LRA's common_layers.classifier_head: Dense(mlp_dim) -> ReLU -> logits; the dual
             # (two-tower) head adds Dense(mlp_dim // 2) -> ReLU. mlp_dim is the FFN width d_ff.
-            hidden = [cfg["d_ff"], cfg["d_ff"] // 2] if two_tower else [cfg["d_ff"]]
+            d_ff = int(cfg["d_ff"])
+            hidden = [d_ff, d_ff // 2] if two_tower else [d_ff]
         head_args = dict(
-            d_model=cfg["d_model"],
+            d_model=settings.d_model,
             num_classes=num_classes,
-            pooling=cfg.get("pooling", "mean"),
+            pooling=settings.pooling,
             hidden=hidden,
-            single_logit=bool(cfg.get("single_logit", False)),
+            single_logit=bool(settings.single_logit),
         )
+        combine = settings.two_tower_combine if combine is None else combine
         self.head = TwoTowerHead(**head_args, combine=combine) if two_tower else OneTowerHead(**head_args)
 
     def padding_mask(self, ids: torch.Tensor) -> torch.Tensor | None:
@@ -315,7 +314,6 @@ def build_model(cfg: dict, task, backbone: BackboneBuilder | None = None) -> Seq
         num_classes=task.num_classes,
         pad_id=task.pad_id,
         two_tower=task.two_tower,
-        combine=cfg.get("two_tower_combine", "concat_prod_diff"),
         backbone=backbone,
     )
 

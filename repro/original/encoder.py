@@ -42,6 +42,7 @@ import torch
 from torch import nn
 
 from ..models.mixer import BACKBONES, TokenMixer
+from ..models.settings import encoder_setting
 from ..registry import Registry
 from .attention import HeadedMixer, QKVOut, load_all
 
@@ -146,6 +147,6 @@ def build_lra_layers(cfg: dict, max_len: int, mechanisms: Registry | None = None
             widen_projections(mixer, d_model, width)
         layers.append(mixer)
         layers.append(
-            FeedForward(d_model, int(cfg["d_ff"]), cfg.get("activation", "gelu_tanh"), float(cfg.get("dropout", 0.0)))
+            FeedForward(d_model, int(cfg["d_ff"]), cfg.get("activation", "gelu_tanh"), encoder_setting(cfg, "dropout"))
         )
     return layers

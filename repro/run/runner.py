@@ -18,8 +18,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from .. import records
+from ..followup.rotary import ROTARY_DEFAULTS
 from ..followup.techniques import build_train_augment
 from ..models.model import build_model, collect_record_info
+from ..models.settings import encoder_defaults
 from ..tasks import DataMissing, Split, TaskData, get_task_builder
 from ..training import NonFiniteLoss, RunInterrupted, TrainSettings, distributed, seed_everything, train
 from ..training.checkpoints import previous_path
@@ -96,19 +98,14 @@ FREE_TRAIN_KEYS = frozenset(
     }
 )
 FREE_UNTIL_COMPLETE = frozenset({"budget_minutes", "max_steps", "stop_at_step"})
-# Model keys records written before the key existed lack, with the value those records had
-# (training keys take TrainSettings' defaults).
+# Keys records written before the key existed lack, with the value those records had: a model key
+# the encoder or the rotary backbone reads takes its default there (``EncoderSettings``,
+# ``ROTARY_DEFAULTS``), a training key TrainSettings' default.
+_IMPLICIT_MODEL_KEYS = ("norm", "token_encoding", "cls_token", "positional_base", "two_tower_combine",
+                        "release_masking", "final_norm", "single_logit")  # fmt: skip
 IMPLICIT_SETTINGS = {
-    "model.norm": "layer",
-    "model.token_encoding": "embedding",
-    "model.cls_token": False,
-    "model.positional_base": 10000,
-    "model.two_tower_combine": "concat_prod_diff",
-    "model.release_masking": False,
-    "model.final_norm": True,
-    "model.rotary_layout": "per_head",
-    "model.rotary_disable": "lower_half",
-    "model.single_logit": False,
+    **{f"model.{key}": encoder_defaults()[key] for key in _IMPLICIT_MODEL_KEYS},
+    **{f"model.{key}": ROTARY_DEFAULTS[key] for key in ("rotary_layout", "rotary_disable")},
     # Records from before it augmented image by image; auto keeps them resumable (repro/tasks/image.py).
     "task.augment_on": "auto",
 }
