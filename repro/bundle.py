@@ -598,14 +598,16 @@ def verify(bundle: Path) -> list[str]:
     entries = manifest.get("files") if isinstance(manifest.get("files"), list) else None
     if entries is None:
         return problems + [f"{MANIFEST}: no list of files (key 'files'); freeze the bundle again"]
-    listed = {}
+    listed, named = {}, set()  # the entries to check; every path the manifest names (an entry lacking a key too)
     for i, entry in enumerate(entries):
         lacking = [k for k in ("path", "sha256", "size") if not isinstance(entry, dict) or k not in entry]
+        if isinstance(entry, dict) and "path" in entry:
+            named.add(str(entry["path"]))
         if lacking:
             problems.append(f"{MANIFEST}: files[{i}] lacks {', '.join(lacking)}; freeze the bundle again")
         else:
             listed[str(entry["path"])] = entry
-    problems += _file_problems(bundle, listed)
+    problems += _file_problems(bundle, listed, named)
     for run in [] if problems else manifest.get("runs", []):  # intact files: each record complete, as the runner says
         rel = str(run.get("path"))
         if _outside(bundle, rel) is None and (bundle / rel).is_dir():
@@ -627,8 +629,9 @@ def _manifest_hash_problems(bundle: Path) -> list[str]:
     return []
 
 
-def _file_problems(bundle: Path, listed: dict) -> list[str]:
-    """``verify``: each file the manifest lists (``listed``: path -> entry) present and unchanged, none extra."""
+def _file_problems(bundle: Path, listed: dict, named: set[str]) -> list[str]:
+    """``verify``: each file the manifest lists (``listed``: path -> entry) present and unchanged, none extra
+    (a file is extra when no entry names it: ``named``)."""
     problems = []
     for rel, entry in sorted(listed.items()):
         path = bundle / rel
@@ -638,7 +641,7 @@ def _file_problems(bundle: Path, listed: dict) -> list[str]:
             problems.append(f"missing: {rel}")
         elif path.stat().st_size != entry["size"] or sha256_file(path) != entry["sha256"]:
             problems.append(f"changed: {rel}")
-    return problems + [f"extra: {rel}" for rel in bundle_files(bundle) if rel not in listed]
+    return problems + [f"extra: {rel}" for rel in bundle_files(bundle) if rel not in named]
 
 
 def _outside(bundle: Path, rel: str) -> str | None:

@@ -830,6 +830,14 @@ def _file_size_limit() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))  # config.yaml fits, a checkpoint does not
 
 
+def _cache_built(root: Path, cache: Path) -> list[str]:
+    """The run's data already cached (by a run elsewhere), so that the limit meets the run's own first
+    checkpoint, not the cache's entry."""
+    done = run_cli(*smoke(), *common(root / "elsewhere", cache), "+train.max_steps=1")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return []
+
+
 def _other_format_checkpoints(root: Path, cache: Path) -> list[str]:
     """An interrupted run whose last.pt and last.prev.pt are in another checkpoint layout."""
     import torch
@@ -868,7 +876,7 @@ ONE_LINE_CASES = {
         "error: cache_dir={root}/a_file: {root}/a_file is a file, not a folder; point cache_dir at a folder",
     ),
     "file-size limit": (
-        lambda root, cache: [],
+        lambda root, cache: _cache_built(root, cache),
         "error: cannot write {root}/out/runs/locality_k5/listops/smoke/seed0: File too large; free space, lift the "
         "limit or give write permission there, or pass output_dir=<another folder> (cache_dir=<another folder> "
         "for the data cache)",
@@ -892,10 +900,15 @@ def test_class_6_an_error_of_input_or_machine_is_one_line(case, tmp_path, shared
         manifest = read_json(frozen / "MANIFEST.json")
         del manifest["files"][0]["sha256"]
         (frozen / "MANIFEST.json").write_text(json.dumps(manifest))
-        assert "MANIFEST.json: files[0] lacks sha256; freeze the bundle again" in bundle.verify(frozen)
+        assert bundle.verify(frozen) == [  # the edit, and the manifest's own checksum: no file counted as extra
+            "changed: MANIFEST.json (its sha256 differs from MANIFEST.sha256)",
+            "MANIFEST.json: files[0] lacks sha256; freeze the bundle again",
+        ]
         return
     make, expected = ONE_LINE_CASES[case]
     extra = make(tmp_path, shared_cache)
+    folder = tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / "seed0"
+    before = _snapshot(folder) if folder.is_dir() else {}
     limit = _file_size_limit if case == "file-size limit" else None
     done = subprocess.run(
         [sys.executable, "experiments/run.py", *smoke(), *common(tmp_path, shared_cache), *extra],
@@ -907,7 +920,10 @@ def test_class_6_an_error_of_input_or_machine_is_one_line(case, tmp_path, shared
     )
     assert done.returncode == 2, done.stderr[-3000:]
     assert error_lines(done.stderr) == [expected.replace("{root}", str(tmp_path))]
-    assert "Traceback" not in done.stderr
+    assert "Traceback" not in done.stderr and "warning:" not in done.stderr  # that line alone
+    # Nothing written: a first start stopped before its first checkpoint leaves no config.yaml or log.txt,
+    # and a refused resume leaves the interrupted run's folder as it was.
+    assert (_snapshot(folder) if folder.is_dir() else {}) == before
 
 
 CONFIG_OR_FOLDER_CASES = {  # (the command's arguments, given the arm file's path and a file's; its one line)

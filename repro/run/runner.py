@@ -342,27 +342,39 @@ def _execute_in_folder(cfg: DictConfig, run: dict, run_dir: Path, dist, workers:
     if augment is not None:
         augment.attach(model)
     n_params = sum(p.numel() for p in model.parameters())
-    # Whose checkpoint this run would continue is known now: another run's is refused before
-    # config.yaml or log.txt is touched (rank 0 reads it; every rank refuses).
-    foreign = resume_conflict(run_dir / "checkpoints" / "last.pt", fingerprint) if resume and dist.is_main else None
-    if foreign := distributed.broadcast_object(dist, foreign):
-        raise records.RunFolderConflict(foreign)
+    _refuse_checkpoints_not_this_runs(run_dir, fingerprint, resume, dist)
     first_start = not (run_dir / "config.yaml").exists()
-    # What the run prints from here on also goes to its log.txt (training/console.py; appended on resume).
-    with run_console(run_dir / LOG_FILE if dist.is_main else None, fresh=not resume):
-        if dist.is_main:
-            _start_record(run, run_dir, task, n_params, dist, resume, fingerprint)
-        result = _train(cfg, run, run_dir, model, task, settings, augment, dist, resume, fingerprint, first_start)
-        if isinstance(result, int):
-            return result
-        identity = {"fingerprint": fingerprint, "data_digests": data_digests}
-        status = 0
-        if dist.is_main:
-            status = _write_run_record(run, run_dir, result, model, task, augment, n_params, identity)
+    try:
+        # What the run prints from here on also goes to its log.txt (training/console.py; appended on resume).
+        with run_console(run_dir / LOG_FILE if dist.is_main else None, fresh=not resume):
+            if dist.is_main:
+                _start_record(run, run_dir, task, n_params, dist, resume, fingerprint)
+            result = _train(cfg, run, run_dir, model, task, settings, augment, dist, resume, fingerprint)
+            if isinstance(result, int):
+                return result
+            identity = {"fingerprint": fingerprint, "data_digests": data_digests}
+            status = 0
+            if dist.is_main:
+                status = _write_run_record(run, run_dir, result, model, task, augment, n_params, identity)
+    except (OSError, *validate.USER_ERRORS):
+        # Refused, or stopped by the machine (a full disk, a file-size limit), before a checkpoint was written:
+        # a first start leaves nothing behind, so the folder is as it was.
+        if dist.is_main and first_start and not _has_progress(run_dir):
+            for name in ("config.yaml", records.PROGRESS_FILE, LOG_FILE):
+                (run_dir / name).unlink(missing_ok=True)
+        raise
     # The ranks leave together, once rank 0 has written the record: a rank that exited while the other
     # still ran sometimes aborted in gloo's teardown ("terminate called without an active exception").
     distributed.barrier(dist)
     return status
+
+
+def _refuse_checkpoints_not_this_runs(run_dir: Path, fingerprint: dict, resume: bool, dist) -> None:
+    """Whose checkpoint a resumed run would continue is known once its fingerprint is: another run's, or one
+    of another layout, is refused before config.yaml or log.txt is touched (rank 0 reads; every rank raises)."""
+    problem = resume_conflict(run_dir / "checkpoints" / "last.pt", fingerprint) if resume and dist.is_main else None
+    if problem := distributed.broadcast_object(dist, problem):
+        raise records.RunFolderConflict(problem)
 
 
 def _build_task(cfg: DictConfig, run: dict, dist, workers: int) -> TaskData | None:
@@ -382,7 +394,7 @@ def _build_task(cfg: DictConfig, run: dict, dist, workers: int) -> TaskData | No
             distributed.barrier(dist)
 
 
-def _train(cfg, run, run_dir, model, task, settings, augment, dist, resume, fingerprint, first_start) -> dict | int:
+def _train(cfg, run, run_dir, model, task, settings, augment, dist, resume, fingerprint) -> dict | int:
     """:func:`repro.training.train`'s result, or the exit status of a run that stopped without one."""
     task_name = run["task"]["name"]
     try:
@@ -399,11 +411,6 @@ def _train(cfg, run, run_dir, model, task, settings, augment, dist, resume, fing
         if dist.is_main:
             print(f"[{run['arm']}/{task_name}] stopped: {err}", file=sys.stderr)
         return 1
-    except validate.USER_ERRORS:  # refused before a step was trained: a refused run leaves nothing behind
-        if dist.is_main and first_start and not _has_progress(run_dir):
-            for name in ("config.yaml", records.PROGRESS_FILE, LOG_FILE):
-                (run_dir / name).unlink(missing_ok=True)
-        raise
 
 
 def _write_run_record(

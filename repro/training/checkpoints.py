@@ -74,31 +74,48 @@ def load_checkpoint(path: Path, device: torch.device) -> dict:
         raise CorruptCheckpoint(f"{path}: cannot be loaded ({type(err).__name__}: {first_line})") from err
 
 
+def other_format_problem(last_path: Path, other_format: list[str]) -> str:
+    """The one line refusing a folder whose every readable checkpoint is in another layout (``other_format``:
+    ``"<name> has format <f>"`` each): starting over would discard them."""
+    return (
+        f"{last_path.parent}: no checkpoint in format {CHECKPOINT_FORMAT} ({', '.join(other_format)}: written "
+        "by another version of repro); delete the folder's checkpoints or pass force=true to start this run over"
+    )
+
+
 def load_resume_checkpoint(last_path: Path, device: torch.device) -> tuple[dict | None, Path | None]:
     """The newest readable of ``last.pt`` and ``last.prev.pt`` in this version's layout (``CHECKPOINT_FORMAT``),
-    warning (on stderr) about each unreadable one. When every one reads but none is in this layout (written
-    by another version of repro), CorruptCheckpoint says so in one line: starting over would discard them."""
+    warning (on stderr) about each one passed over. When every one reads but none is in this layout (written
+    by another version of repro), CorruptCheckpoint says so in one line (``other_format_problem``), with a
+    warning only for a file that could not be read at all."""
     candidates = [p for p in (last_path, previous_path(last_path)) if p.exists()]
-    other_format = []
+    other_format: list[str] = []
+    passed_over: list[tuple[bool, str]] = []  # (unreadable, warning), printed once the outcome is known
+
+    def warn(unreadable_only: bool = False) -> None:
+        for unreadable, line in passed_over:
+            if unreadable or not unreadable_only:
+                print(line, file=sys.stderr, flush=True)
+
     for i, path in enumerate(candidates):
         try:
             ckpt = load_checkpoint(path, device)
         except CorruptCheckpoint as err:
-            problem = str(err)
+            problem, unreadable = str(err), True
         else:
             if isinstance(ckpt, dict) and ckpt.get("format") == CHECKPOINT_FORMAT:
+                warn()
                 return ckpt, path
             found = ckpt.get("format") if isinstance(ckpt, dict) else type(ckpt).__name__
             other_format.append(f"{path.name} has format {found}")
-            problem = f"{path}: checkpoint format {found} is not {CHECKPOINT_FORMAT}"
+            problem, unreadable = f"{path}: checkpoint format {found} is not {CHECKPOINT_FORMAT}", False
         later = i + 1 < len(candidates)
         then = f"falling back to {candidates[i + 1]}" if later else "no earlier checkpoint is readable"
-        print(f"warning: checkpoint {problem}; {then}", file=sys.stderr, flush=True)
+        passed_over.append((unreadable, f"warning: checkpoint {problem}; {then}"))
     if other_format:
-        raise CorruptCheckpoint(
-            f"{last_path.parent}: no checkpoint in format {CHECKPOINT_FORMAT} ({', '.join(other_format)}: written "
-            "by another version of repro); delete the folder's checkpoints or pass force=true to start this run over"
-        )
+        warn(unreadable_only=True)
+        raise CorruptCheckpoint(other_format_problem(last_path, other_format))
+    warn()
     if candidates:
         print(
             f"warning: no readable checkpoint among {', '.join(p.name for p in candidates)} in {last_path.parent}; "

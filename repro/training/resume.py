@@ -20,6 +20,7 @@ from .checkpoints import (
     load_checkpoint,
     load_on_rank_0,
     load_resume_checkpoint,
+    other_format_problem,
     previous_path,
     remove_checkpoint,
     save_checkpoint,
@@ -31,9 +32,11 @@ from .state import RunState, rng_state, seed_everything, set_rng_state
 
 
 def resume_conflict(last_path: Path, fingerprint: dict) -> str | None:
-    """Why the checkpoint a resumed run would continue from is another run's, in one line (None: it is this
-    run's, or none is readable). The same file ``load_resume_checkpoint`` would choose, read quietly on the
-    CPU, so that the runner refuses before it writes anything into the folder."""
+    """Why a resumed run may not continue from the folder's checkpoints, in one line (None: it may, or there
+    is none to read): the checkpoint ``load_resume_checkpoint`` would choose is another run's, or every
+    readable one is in another layout. Read quietly on the CPU, so that the runner refuses before it writes
+    anything into the folder."""
+    other_format = []
     for path in (last_path, previous_path(last_path)):
         if not path.exists():
             continue
@@ -43,7 +46,9 @@ def resume_conflict(last_path: Path, fingerprint: dict) -> str | None:
             continue  # the loader warns about it and falls back, as here
         if isinstance(ckpt, dict) and ckpt.get("format") == CHECKPOINT_FORMAT:
             return foreign_checkpoint(path, ckpt.get("fingerprint"), fingerprint)
-    return None
+        found = ckpt.get("format") if isinstance(ckpt, dict) else type(ckpt).__name__
+        other_format.append(f"{path.name} has format {found}")
+    return other_format_problem(last_path, other_format) if other_format else None
 
 
 class LastCheckpoint:
