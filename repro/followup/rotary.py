@@ -61,6 +61,7 @@ from ..models.settings import encoder_setting
 from ..original.attention._common import AttentionMixer, QKVOut, sdpa_key_mask, split_heads
 from ..original.attention._flex import padded_flex_attention
 from ..original.encoder import FeedForward
+from .rotary_settings import ROTARY_DEFAULTS
 
 ROTARY_IMPLS = ("auto", "fused", "library")
 ATTENTION_BACKENDS = ("auto", "flex", "sdpa")
@@ -209,18 +210,6 @@ class RotarySelfAttention(AttentionMixer):
             super().extra_repr() + f", rotary={self.rotary is not None}, disable_half={self.disable_half}, "
             f"impl={self.impl!r}, layout={self.layout!r}, attention_backend={self.attention_backend!r}"
         )
-
-
-# The rotary keys of a model config and the value a config that omits one gets (read only here).
-ROTARY_DEFAULTS = {
-    "rotary": True,
-    "rotary_base": 10000.0,
-    "rotary_disable_half": False,
-    "rotary_impl": "auto",
-    "attention_backend": "auto",
-    "rotary_layout": "per_head",
-    "rotary_disable": "lower_half",
-}
 
 
 @BACKBONES.register("rotary_transformer")

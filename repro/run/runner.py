@@ -18,7 +18,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from .. import records
-from ..followup.rotary import ROTARY_DEFAULTS
+from ..followup.rotary_settings import ROTARY_DEFAULTS
 from ..followup.techniques import build_train_augment
 from ..models.model import build_model, collect_record_info
 from ..models.settings import encoder_defaults
