@@ -215,6 +215,50 @@ def test_class_2_a_foreign_checkpoint_is_refused_in_one_line(case, tmp_path, sha
                              "output_dir=<another folder>")  # fmt: skip
 
 
+def test_class_2_force_true_trains_this_run_in_place_of_a_foreign_checkpoint(tmp_path, shared_cache):
+    """The refusal's advice holds: with force=true, seed 1 trains from step 0 where seed 0's checkpoint was,
+    and its record equals a seed-1 run's in a folder of its own."""
+    args = common(tmp_path, shared_cache)
+    assert run_cli(*smoke("locality_k5", "debug.sigterm_at_step=8"), *args).returncode == 143
+    mine, theirs = folder_of(tmp_path, "locality_k5", seed=1), folder_of(tmp_path, "locality_k5")
+    shutil.copytree(theirs, mine)
+    done = run_cli(*smoke("locality_k5", "seed=1", "force=true"), *args)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (
+        f"[locality_k5/listops] force=true: starting over in {mine} (its checkpoints are not this run's to continue)"
+    ) in done.stdout and "resuming" not in done.stdout
+    solo = tmp_path / "solo"
+    assert run_cli(*smoke("locality_k5", "seed=1"), *common(solo, shared_cache)).returncode == 0
+    alone = folder_of(solo, "locality_k5", seed=1)
+    ours, theirs_alone = read_json(mine / "metrics.json"), read_json(alone / "metrics.json")
+    assert ours["fingerprint"] == theirs_alone["fingerprint"] and ours["fingerprint"]["seed"] == 1
+    assert (ours["steps"], ours["test_acc"]) == (theirs_alone["steps"], theirs_alone["test_acc"])
+    assert (mine / "predictions.csv").read_bytes() == (alone / "predictions.csv").read_bytes()
+
+
+@pytest.mark.parametrize("wrote_weights", [False, True])
+def test_class_8_a_first_start_stopped_by_the_machine_keeps_its_files_once_it_wrote_weights(
+    wrote_weights, tmp_path, shared_cache, monkeypatch
+):
+    """A full disk before any checkpoint: the first start leaves nothing. After ``best.pt`` was written (at a
+    validation, before the first ``last.pt``), config.yaml and log.txt stay, naming whose weights they are."""
+    import errno
+
+    from repro.run import runner
+
+    def stopped(model, task, settings, seed, run_dir, device, **kwargs):
+        if wrote_weights:
+            (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+            (run_dir / "checkpoints" / "best.pt").write_bytes(b"weights")
+        raise OSError(errno.ENOSPC, "No space left on device", str(run_dir / "checkpoints" / "last.pt"))
+
+    monkeypatch.setattr(runner, "train", stopped)
+    assert runner.execute(composed(*smoke(), *common(tmp_path, shared_cache))) == 2
+    folder = folder_of(tmp_path, "locality_k5")
+    left = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and p.name != "run.lock")
+    assert left == (["checkpoints/best.pt", "config.yaml", "log.txt"] if wrote_weights else [])
+
+
 def read_json_yaml(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
 

@@ -342,7 +342,7 @@ def _execute_in_folder(cfg: DictConfig, run: dict, run_dir: Path, dist, workers:
     if augment is not None:
         augment.attach(model)
     n_params = sum(p.numel() for p in model.parameters())
-    _refuse_checkpoints_not_this_runs(run_dir, fingerprint, resume, dist)
+    resume = _checkpoints_to_resume(cfg, run, run_dir, fingerprint, resume, dist)
     first_start = not (run_dir / "config.yaml").exists()
     try:
         # What the run prints from here on also goes to its log.txt (training/console.py; appended on resume).
@@ -357,9 +357,9 @@ def _execute_in_folder(cfg: DictConfig, run: dict, run_dir: Path, dist, workers:
             if dist.is_main:
                 status = _write_run_record(run, run_dir, result, model, task, augment, n_params, identity)
     except (OSError, *validate.USER_ERRORS):
-        # Refused, or stopped by the machine (a full disk, a file-size limit), before a checkpoint was written:
+        # Refused, or stopped by the machine (a full disk, a file-size limit), before any checkpoint was written:
         # a first start leaves nothing behind, so the folder is as it was.
-        if dist.is_main and first_start and not _has_progress(run_dir):
+        if dist.is_main and first_start and not _wrote_weights(run_dir):
             for name in ("config.yaml", records.PROGRESS_FILE, LOG_FILE):
                 (run_dir / name).unlink(missing_ok=True)
         raise
@@ -369,12 +369,24 @@ def _execute_in_folder(cfg: DictConfig, run: dict, run_dir: Path, dist, workers:
     return status
 
 
-def _refuse_checkpoints_not_this_runs(run_dir: Path, fingerprint: dict, resume: bool, dist) -> None:
-    """Whose checkpoint a resumed run would continue is known once its fingerprint is: another run's, or one
-    of another layout, is refused before config.yaml or log.txt is touched (rank 0 reads; every rank raises)."""
+def _checkpoints_to_resume(cfg: DictConfig, run: dict, run_dir: Path, fingerprint: dict, resume: bool, dist) -> bool:
+    """Whether the run resumes, once its fingerprint says whose checkpoint it may continue: another run's, or
+    checkpoints of another layout, are refused before config.yaml or log.txt is touched (rank 0 reads; every
+    rank raises), unless ``force=true`` starts this run over from step 0 in their place."""
     problem = resume_conflict(run_dir / "checkpoints" / "last.pt", fingerprint) if resume and dist.is_main else None
-    if problem := distributed.broadcast_object(dist, problem):
+    if not (problem := distributed.broadcast_object(dist, problem)):
+        return resume
+    if not cfg.force:
         raise records.RunFolderConflict(problem)
+    if dist.is_main:
+        print(f"[{run['arm']}/{run['task']['name']}] force=true: starting over in {run_dir} (its checkpoints "
+              "are not this run's to continue)")  # fmt: skip
+    return False
+
+
+def _wrote_weights(run_dir: Path) -> bool:
+    """Whether the run wrote any checkpoint (``best.pt`` at a validation comes before the first ``last.pt``)."""
+    return _has_progress(run_dir) or any((run_dir / "checkpoints").glob("*.pt"))
 
 
 def _build_task(cfg: DictConfig, run: dict, dist, workers: int) -> TaskData | None:
