@@ -635,6 +635,34 @@ def _misspelt_arm_model_key(tmp_path: Path, cache: Path, block: str, where: str,
     assert not (tmp_path / "out").exists()
 
 
+STANDALONE_ARMS = {  # an arm of one's own with no base (a new backbone's), lacking what every arm names
+    "no tasks block": (
+        "model: {backbone: conv, d_model: 16, d_hidden: 16, kernel_size: 3, depth: 1}\n"
+        "train: {lr: 0.001, weight_decay: 0.0, batch_size: 8, epochs: 1}\n",
+        "error: arm 'solo' defines no settings for task 'listops'; it defines: none (each task an arm runs has a "
+        "tasks.<task> block, {} at least)",
+    ),
+    "no train.weight_decay": (
+        "model: {backbone: conv, d_model: 16, d_hidden: 16, kernel_size: 3, depth: 1}\n"
+        "train: {lr: 0.001, batch_size: 8, epochs: 1}\ntasks: {listops: {}}\n",
+        "error: train.weight_decay is not set: an arm's train block names lr, weight_decay, batch_size, epochs "
+        "(missing here: weight_decay); set them in the arm's file or its per-task block",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(STANDALONE_ARMS))
+def test_class_6_a_standalone_arm_lacking_a_block_is_one_line(case, tmp_path, shared_cache):
+    body, said = STANDALONE_ARMS[case]
+    path = tmp_path / "my_conf" / "arm" / "solo.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text("# @package arm\nname: solo\n" + body)
+    done = run_script("experiments/run.py", "--config-dir", str(path.parents[1]), "arm=solo", *smoke()[1:],
+                      *common(tmp_path, shared_cache))  # fmt: skip
+    assert done.returncode == 2 and done.stderr.splitlines() == [said], done.stderr[-3000:]
+    assert not (tmp_path / "out").exists()
+
+
 def _user_errors_exit_2(tmp_path: Path, command: list[str], said: str) -> None:
     """``lra-bundle`` and ``lra-paper`` answer refused input as the runner does: one line, exit status 2;
     ``--debug`` shows the traceback instead (an exception that ends the process: exit status 1). The bundle

@@ -116,7 +116,8 @@ def merge_settings(*layers: dict, typed: DictConfig | None = None, typed_paths: 
 
 
 def arm_tasks(cfg: DictConfig) -> list[str]:
-    return list(cfg.arm.tasks.keys())
+    """The tasks the arm has a ``tasks.<task>`` block for (none when it has no ``tasks`` block)."""
+    return list((cfg.arm.get("tasks") or {}).keys())
 
 
 def typed_task_paths(overrides: list[str]) -> list[str]:
@@ -162,9 +163,10 @@ def resolve(cfg: DictConfig, command_line_task: list[str] | None = None) -> dict
     """
     task_name = cfg.task.name
     arm = cfg.arm
-    if task_name not in arm.tasks:
+    if task_name not in arm_tasks(cfg):
         raise KeyError(
-            f"arm {arm.name!r} defines no settings for task {task_name!r}; it defines: {', '.join(arm_tasks(cfg))}"
+            f"arm {arm.name!r} defines no settings for task {task_name!r}; it defines: "
+            f"{', '.join(arm_tasks(cfg)) or 'none'} (each task an arm runs has a tasks.<task> block, {{}} at least)"
         )
     per_task = _plain(arm.tasks[task_name])
     profile = cfg.profile

@@ -300,6 +300,8 @@ def check(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     if typed:
         where = f"(arm {run['arm']}, task {run['task']['name']}, profile {run['profile']})"
         problems += unknown_typed_keys(typed, valid_keys(base_settings(cfg, overrides)), where)
+    if missing := TrainSettings.missing_keys_problem(run["train"]):
+        raise BadInput(missing)  # the checks below read those keys
     problems += out_of_range({**run, "budget": top["budget"]})
     problems += budget_not_read(cfg, run, typed)
     problems += shadowed_arm_keys(arm_file(), cfg.arm, run["task"]["name"])
@@ -352,7 +354,7 @@ def shadowed_arm_keys(path: Path | None, arm: DictConfig, task: str) -> list[str
     block the arm inherits (from its defaults list) sets to another value on ``task``: the file's value
     would never train. Compared leaf by leaf on the resolved settings, as blocks merge key by key; what
     the file also sets under ``tasks.<task>`` (an interpolated block included) is its own choice."""
-    if path is None or task not in arm.tasks:
+    if path is None or task not in (arm.get("tasks") or {}):
         return []
     own = cast(dict, OmegaConf.to_container(OmegaConf.load(path), resolve=False) or {})
     own_tasks = own.get("tasks") or {}

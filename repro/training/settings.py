@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 
 PRECISIONS = ("bf16", "fp32")  # train.precision: bf16 autocast on CUDA, or none (float32)
 
@@ -55,11 +55,24 @@ class TrainSettings:
     trim_multiple: int = 128  # trimmed widths are multiples of this (few shapes for cuDNN's autotuner)
 
     @classmethod
+    def missing_keys_problem(cls, cfg: dict) -> str | None:
+        """The one line naming the keys without a default that ``cfg`` lacks (None: it has them all)."""
+        required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+        if not (missing := [name for name in required if name not in cfg]):
+            return None
+        return (
+            f"train.{missing[0]} is not set: an arm's train block names {', '.join(required)} "
+            f"(missing here: {', '.join(missing)}); set them in the arm's file or its per-task block"
+        )
+
+    @classmethod
     def from_dict(cls, cfg: dict) -> TrainSettings:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(cfg) - known)
         if unknown:
             raise ValueError(f"unknown key(s) under train: {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        if problem := cls.missing_keys_problem(cfg):
+            raise ValueError(problem)
         cfg = dict(cfg)
         if cfg.get("precision", "bf16") not in PRECISIONS:
             raise ValueError(
