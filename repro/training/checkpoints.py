@@ -83,20 +83,15 @@ def other_format_problem(last_path: Path, other_format: list[str]) -> str:
     )
 
 
-def load_resume_checkpoint(last_path: Path, device: torch.device) -> tuple[dict | None, Path | None]:
-    """The newest readable of ``last.pt`` and ``last.prev.pt`` in this version's layout (``CHECKPOINT_FORMAT``),
-    warning (on stderr) about each one passed over. When every one reads but none is in this layout (written
-    by another version of repro), CorruptCheckpoint says so in one line (``other_format_problem``), with a
-    warning only for a file that could not be read at all."""
+def pick_resume_checkpoint(last_path: Path, device: torch.device):
+    """``(ckpt, path, passed_over, other_format)``, printing nothing: the newest readable of ``last.pt`` and
+    ``last.prev.pt`` in this version's layout (``CHECKPOINT_FORMAT``; ``(None, None)`` when none is), the
+    files passed over on the way as ``(unreadable, warning line)``, and ``"<name> has format <f>"`` for each
+    one that read but is in another layout. ``load_resume_checkpoint`` and the runner's check before it
+    writes (``repro.training.resume.resume_conflict``) decide from it."""
     candidates = [p for p in (last_path, previous_path(last_path)) if p.exists()]
+    passed_over: list[tuple[bool, str]] = []
     other_format: list[str] = []
-    passed_over: list[tuple[bool, str]] = []  # (unreadable, warning), printed once the outcome is known
-
-    def warn(unreadable_only: bool = False) -> None:
-        for unreadable, line in passed_over:
-            if unreadable or not unreadable_only:
-                print(line, file=sys.stderr, flush=True)
-
     for i, path in enumerate(candidates):
         try:
             ckpt = load_checkpoint(path, device)
@@ -104,26 +99,36 @@ def load_resume_checkpoint(last_path: Path, device: torch.device) -> tuple[dict 
             problem, unreadable = str(err), True
         else:
             if isinstance(ckpt, dict) and ckpt.get("format") == CHECKPOINT_FORMAT:
-                warn()
-                return ckpt, path
+                return ckpt, path, passed_over, other_format
             found = ckpt.get("format") if isinstance(ckpt, dict) else type(ckpt).__name__
             other_format.append(f"{path.name} has format {found}")
             problem, unreadable = f"{path}: checkpoint format {found} is not {CHECKPOINT_FORMAT}", False
         later = i + 1 < len(candidates)
         then = f"falling back to {candidates[i + 1]}" if later else "no earlier checkpoint is readable"
         passed_over.append((unreadable, f"warning: checkpoint {problem}; {then}"))
-    if other_format:
-        warn(unreadable_only=True)
+    return None, None, passed_over, other_format
+
+
+def load_resume_checkpoint(last_path: Path, device: torch.device) -> tuple[dict | None, Path | None]:
+    """The checkpoint ``pick_resume_checkpoint`` picks, warning (on stderr) about each one passed over. When
+    every one reads but none is in this layout (written by another version of repro), CorruptCheckpoint says
+    so in one line (``other_format_problem``), with a warning only for a file that could not be read at all."""
+    ckpt, path, passed_over, other_format = pick_resume_checkpoint(last_path, device)
+    refused = ckpt is None and bool(other_format)
+    for unreadable, line in passed_over:
+        if unreadable or not refused:
+            print(line, file=sys.stderr, flush=True)
+    if refused:
         raise CorruptCheckpoint(other_format_problem(last_path, other_format))
-    warn()
-    if candidates:
+    if ckpt is None and passed_over:
+        names = [p.name for p in (last_path, previous_path(last_path)) if p.exists()]
         print(
-            f"warning: no readable checkpoint among {', '.join(p.name for p in candidates)} in {last_path.parent}; "
+            f"warning: no readable checkpoint among {', '.join(names)} in {last_path.parent}; "
             f"starting this run from step 0",
             file=sys.stderr,
             flush=True,
         )
-    return None, None
+    return ckpt, path
 
 
 def load_on_rank_0(ctx: DistContext, load, path: Path, device: torch.device):

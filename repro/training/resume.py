@@ -16,11 +16,10 @@ from ..records import RunFolderConflict, foreign_checkpoint
 from .batching import check_resume_batching, checkpoint_batching
 from .checkpoints import (
     CHECKPOINT_FORMAT,
-    CorruptCheckpoint,
-    load_checkpoint,
     load_on_rank_0,
     load_resume_checkpoint,
     other_format_problem,
+    pick_resume_checkpoint,
     previous_path,
     remove_checkpoint,
     save_checkpoint,
@@ -34,20 +33,11 @@ from .state import RunState, rng_state, seed_everything, set_rng_state
 def resume_conflict(last_path: Path, fingerprint: dict) -> str | None:
     """Why a resumed run may not continue from the folder's checkpoints, in one line (None: it may, or there
     is none to read): the checkpoint ``load_resume_checkpoint`` would choose is another run's, or every
-    readable one is in another layout. Read quietly on the CPU, so that the runner refuses before it writes
-    anything into the folder."""
-    other_format = []
-    for path in (last_path, previous_path(last_path)):
-        if not path.exists():
-            continue
-        try:
-            ckpt = load_checkpoint(path, torch.device("cpu"))
-        except CorruptCheckpoint:
-            continue  # the loader warns about it and falls back, as here
-        if isinstance(ckpt, dict) and ckpt.get("format") == CHECKPOINT_FORMAT:
-            return foreign_checkpoint(path, ckpt.get("fingerprint"), fingerprint)
-        found = ckpt.get("format") if isinstance(ckpt, dict) else type(ckpt).__name__
-        other_format.append(f"{path.name} has format {found}")
+    readable one is in another layout. Picked quietly on the CPU (``pick_resume_checkpoint``), so that the
+    runner refuses before it writes anything into the folder."""
+    ckpt, path, _, other_format = pick_resume_checkpoint(last_path, torch.device("cpu"))
+    if ckpt is not None:
+        return foreign_checkpoint(path, ckpt.get("fingerprint"), fingerprint)
     return other_format_problem(last_path, other_format) if other_format else None
 
 
