@@ -239,3 +239,33 @@ def test_a_flop_count_that_fails_keeps_the_row_s_timing_and_says_so(tmp_path, mo
         row = followup.measure(followup.RowSpec("locality_k5", "listops"), options, followup.torch.device("cpu"), 989.0)
     assert row["status"] == "ok" and row["real_examples_per_s"] > 0 and "tflops" not in row
     assert row["data_note"] == "FLOPs not counted (RuntimeError: no formula for this kernel)"
+
+
+def test_profile_steps_run_that_many_more_staged_steps_after_the_timed_ones(tmp_path, monkeypatch):
+    """Off CUDA the profile counts no kernels and says so; the step indices continue past the timed ones."""
+    profiled, profile = [], followup.kernel_profile
+
+    def count_steps(step, steps, device):
+        for _ in range(steps):
+            step()
+        profiled.append(steps)
+        return profile(lambda: None, steps, device)
+
+    monkeypatch.setattr(followup, "kernel_profile", count_steps)
+    seen = []
+    original = followup.TrainStep.__call__
+
+    def spy(self, batch, i, progress):
+        seen.append(i)
+        return original(self, batch, i, progress)
+
+    monkeypatch.setattr(followup.TrainStep, "__call__", spy)
+    options = followup.Options(
+        profile="smoke", warmup=1, steps=2, staged_batches=1, profile_steps=3, cache_dir=tmp_path,
+        overrides={"listops": SHORT_LISTOPS},
+    )  # fmt: skip
+    with hydra_context():
+        row = followup.measure(followup.RowSpec("locality_k5", "listops"), options, followup.torch.device("cpu"), None)
+    assert profiled == [3] and seen == list(range(1 + 2 + 2 + 3))
+    assert row["kernel_ms_per_step"] is None and "gpu_busy_share" not in row
+    assert row["top_kernels"] == "not profiled: kernels are counted on CUDA only"

@@ -20,7 +20,10 @@ training step (forward and backward; the optimiser's update not counted) are cou
 ``torch.utils.flop_counter.FlopCounterMode`` on the device, on the mixers' plain paths (``flops.plain_paths``:
 fused and flex kernels run no counter formula, so padded positions count as the plain path computes
 them); achieved TFLOP/s is that count over the staged step time, set against the device's dense bf16
-peak (``DENSE_BF16_PEAK_TFLOPS``; an unknown device: n/a).
+peak (``DENSE_BF16_PEAK_TFLOPS``; an unknown device: n/a). With ``profile_steps`` > 0, that many more staged
+steps run under ``torch.profiler`` (``timing.kernel_profile``; CUDA only): the kernels' milliseconds a step
+against the staged step's wall time (the share the GPU was busy; the rest is the host launching kernels),
+kernel launches a step, and the kernels and operators that took most.
 
 The **reference** row of each Transformer shape (``rotary_transformer``'s model on the task) is the
 project's own plain training of that shape: the same model built for a task without padding (so
@@ -71,7 +74,7 @@ from ..training.swa import swa_start_epoch
 from .flops import plain_paths
 from .models import arm_names
 from .report import slug
-from .timing import free_memory, is_out_of_memory, read_peak, reset_peak
+from .timing import free_memory, is_out_of_memory, kernel_profile, read_peak, reset_peak
 
 # The follow-up protocol's rows: (arm, techniques; None = the arm's own default) on each task, and the
 # rotary Transformer on Pathfinder too. s4, s5 and mega default to no techniques; the protocol measures
@@ -133,6 +136,11 @@ COLUMNS = [
     "peak_mem_gb",
     "warmup_s",
     "parameters",
+    "kernel_ms_per_step",
+    "gpu_busy_share",
+    "kernels_per_step",
+    "top_kernels",
+    "top_ops",
 ]
 RECORD_SUFFIX = "followup-protocol"
 # A stand-in text batch: byte lengths log-normal around IMDb's median review (about 950 bytes; our
@@ -169,6 +177,7 @@ class Options:
     cache_dir: Path = Path(".cache/lra-repro")
     workers: int = 1
     time_budget_s: float | None = None
+    profile_steps: int = 0
     resume: Path | None = None
     overrides: dict = dataclasses.field(default_factory=dict)  # task -> the run's command-line overrides
 
@@ -422,12 +431,16 @@ def measure(spec: RowSpec, options: Options, device: torch.device, peak: float |
     )
     row["staged_step_ms"] = 1e3 * staged_s
     row["staged_examples_per_s"] = s.batch_size / staged_s
+    first += options.steps
     if real:
-        first += options.steps
         real_s = seconds_per_step(lambda i: step(batches.fetch(i), i, progress(i)), first, options.steps, device, clock)
         row["real_step_ms"] = 1e3 * real_s
         row["real_examples_per_s"] = s.batch_size / real_s
         row["data_wait_share"] = 1.0 - staged_s / real_s
+        first += options.steps
+    if options.profile_steps:
+        run_staged = lambda i: step(staged[i % len(staged)], i, progress(i))  # noqa: E731
+        profile_staged(row, run_staged, first, options.profile_steps, device)
     peak_bytes, _ = read_peak(device)
     row["peak_mem_gb"] = peak_bytes / 1e9 if peak_bytes is not None else None
     row["peak_tflops"] = peak
@@ -442,6 +455,16 @@ def measure(spec: RowSpec, options: Options, device: torch.device, peak: float |
     row["data_note"] = "; ".join(notes)
     row["status"] = "ok"
     return row
+
+
+def profile_staged(row: dict, run_step: Callable[[int], object], first: int, n: int, device: torch.device) -> None:
+    """``run_step(i)`` for ``i`` in ``first .. first + n - 1`` under the profiler; its summary into ``row``, with
+    the GPU's busy share of the staged step time where kernels were counted."""
+    counter = iter(range(first, first + n))
+    kernels = kernel_profile(lambda: run_step(next(counter)), n, device)
+    row.update(kernels)
+    if kernels["kernel_ms_per_step"] is not None:
+        row["gpu_busy_share"] = kernels["kernel_ms_per_step"] / row["staged_step_ms"]
 
 
 def add_reference_ratios(rows: list[dict]) -> None:
@@ -480,12 +503,13 @@ def table_markdown(meta: dict, rows: list[dict]) -> str:
         "count of one training step (plain paths) over the staged step time; peak: "
         + (f"{peak:g} TFLOP/s dense bf16 (datasheet)." if peak else "n/a (device not in the table).")
         + " Reference rows: the plain compiled Transformer of the shape, no padding, random batches on the "
-        "device (repro/bench/followup.py). "
+        "device (repro/bench/followup.py). GPU busy: the profiled kernels' time over the staged step time "
+        "(followup.profile_steps > 0). "
         f"{state}; {done} rows measured.",
         "",
         "| row | batch x length | compiled | real ex/s | staged ex/s | data wait | TFLOP/s | % of peak | "
-        "/ reference | peak GB | status | note |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "/ reference | GPU busy | peak GB | status | note |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         shape = f"{r.get('batch')} x {r.get('seq_len')}" if r.get("batch") else ""
@@ -502,6 +526,7 @@ def table_markdown(meta: dict, rows: list[dict]) -> str:
                     f"{r['tflops']:.3g}" if r.get("tflops") is not None else "",
                     _cell(r.get("peak_fraction"), 1, percent=True),
                     _cell(r.get("ratio_to_reference"), 2),
+                    _cell(r.get("gpu_busy_share"), 0, percent=True),
                     _cell(r.get("peak_mem_gb"), 2),
                     r["status"].split(":")[0],
                     " ".join(f"{r.get('data_note') or ''} {r['status'] if r['status'] != 'ok' else ''}".split()),
@@ -619,7 +644,7 @@ def options_from(cfg) -> Options:
         raise ValueError(
             f"followup.{unknown[0]}: no such key (experiments/conf/bench.yaml); known: {', '.join(sorted(known))}"
         )
-    for key, least in (("warmup", 0), ("steps", 1), ("staged_batches", 1), ("workers", 1)):
+    for key, least in (("warmup", 0), ("steps", 1), ("staged_batches", 1), ("workers", 1), ("profile_steps", 0)):
         value = block.get(key, getattr(Options, key))
         if key == "workers" and value is None:
             continue
@@ -641,6 +666,7 @@ def options_from(cfg) -> Options:
         cache_dir=Path(str(block.get("cache_dir", ".cache/lra-repro"))),
         workers=int(block.get("workers") or min(16, os.cpu_count() or 1)),
         time_budget_s=None if budget is None else float(budget),
+        profile_steps=int(block.get("profile_steps", Options.profile_steps)),
         resume=Path(str(block["resume"])) if block.get("resume") else None,
         overrides={str(k): [str(o) for o in v] for k, v in overrides.items()},
     )
