@@ -16,7 +16,7 @@ from test_listops import independent_eval
 from repro.followup.techniques import StepDraws, build_train_augment
 from repro.followup.techniques.cifar_autoaugment import CifarAutoAugment
 from repro.followup.techniques.dihedral import DihedralAugment, d4_transform
-from repro.followup.techniques.listops_permute import permute_operands
+from repro.followup.techniques.listops_permute import permute_operands, tree_level_count
 from repro.followup.techniques.mlm import corrupt_tokens
 from repro.models.model import SequenceClassifier
 from repro.run.settings import resolve
@@ -101,10 +101,30 @@ def test_every_operand_order_is_drawn_and_draws_are_fresh_per_step():
     assert not torch.equal(a, augment.transform(batch, augment.draws(seed=0, step=6)))  # a new step, a new draw
 
 
-def listops_like_task() -> TaskData:
-    x = np.zeros((4, 10), dtype=np.uint8)
-    split = Split(x, np.zeros(4, dtype=np.int64))
-    return TaskData("listops", split, split, split, num_classes=10, vocab_size=len(VOCAB), max_len=10)
+def test_a_level_bound_from_the_training_set_permutes_as_the_batch_s_own_depth_does():
+    """The transform sorts the training set's level count (no host read of each batch's depth): the same
+    draws give the same trees, a bound above a batch's depth included."""
+    x = to_batch([encode(trees.tokens(t)) for t in random_trees(300, seed=4)])
+    levels = tree_level_count(x)
+    assert levels == tree_level_count(x, rows_per_chunk=7) and levels > 2
+    shallow = x[:40]
+    assert tree_level_count(shallow) <= levels
+    for batch in (x, shallow):
+        plain = permute_operands(batch, torch.Generator().manual_seed(2))
+        for bound in (tree_level_count(batch), levels, levels + 3):
+            assert torch.equal(permute_operands(batch, torch.Generator().manual_seed(2), bound), plain)
+    task = listops_like_task(x.numpy())
+    augment = build_train_augment({"name": "t", "augment": {"listops_permute": True}}, task)
+    (transform,) = augment.transforms
+    assert transform.levels == levels
+    expected = permute_operands(x, augment.draws(seed=0, step=5).device_generator(x.device))
+    assert torch.equal(augment.transform(x, augment.draws(seed=0, step=5)), expected)
+
+
+def listops_like_task(x: np.ndarray | None = None) -> TaskData:
+    x = np.zeros((4, 10), dtype=np.uint8) if x is None else x
+    split = Split(x, np.zeros(len(x), dtype=np.int64))
+    return TaskData("listops", split, split, split, num_classes=10, vocab_size=len(VOCAB), max_len=x.shape[1])
 
 
 # ------------------------------------------------------------------ CIFAR AutoAugment

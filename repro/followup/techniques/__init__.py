@@ -116,14 +116,15 @@ def _where(task: TaskData, key: str) -> str:
 @TECHNIQUES.register("listops_permute")
 def _listops_permute(value, task: TaskData):
     from ...tasks.listops import VOCAB
-    from .listops_permute import ListOpsOperandPermutation
+    from .listops_permute import ListOpsOperandPermutation, tree_level_count
 
     if task.vocab_size != len(VOCAB) or task.two_tower or task.train.inputs.ndim != 2:
         raise ValueError(
             f"{_where(task, 'listops_permute')}: needs ListOps token ids (repro/tasks/listops.py); "
             f"task {task.name!r} is not ListOps"
         )
-    return "transform", ListOpsOperandPermutation()
+    levels = tree_level_count(torch.as_tensor(task.train.inputs))  # once, so no batch reads its depth
+    return "transform", ListOpsOperandPermutation(levels)
 
 
 @TECHNIQUES.register("autoaugment")

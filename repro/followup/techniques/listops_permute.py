@@ -18,6 +18,13 @@ deepest first, orders the tokens lexicographically by their keys (an LSD radix s
 * padding sorts after everything at level 1.
 
 Random keys are ``random * L + start position``: distinct, so no two siblings tie.
+
+The number of levels is the batch's deepest level unless ``levels`` gives a bound: reading
+the batch's depth is a host synchronisation, which would hold the host until the GPU has
+finished the step before and so keep it from queueing the next step while the GPU works.
+The training transform takes the bound from its training set once (``tree_level_count``):
+operand permutations keep every tree's shape, so no batch is deeper, and a level past a
+batch's deepest sorts on equal keys, which a stable sort leaves in place.
 """
 
 from __future__ import annotations
@@ -50,8 +57,22 @@ def tree_levels(ids: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return depth_before - closes.long(), opens, closes, padding
 
 
-def permute_operands(ids: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """``ids`` [B, L] with each operator's operands randomly reordered, at every node; same dtype and device."""
+def tree_level_count(ids: Tensor, rows_per_chunk: int = 8192) -> int:
+    """The number of levels ``permute_operands`` sorts for the trees ``ids`` [N, L]: one more than the
+    deepest element level (0 for no positions), read in chunks of rows."""
+    deepest = -1
+    for start in range(0, len(ids), rows_per_chunk):
+        chunk = ids[start : start + rows_per_chunk].long()
+        if chunk.numel():
+            deepest = max(deepest, int(tree_levels(chunk)[0].max()))
+    return deepest + 1
+
+
+def permute_operands(ids: Tensor, generator: torch.Generator | None = None, levels: int | None = None) -> Tensor:
+    """``ids`` [B, L] with each operator's operands randomly reordered, at every node; same dtype and device.
+
+    ``levels``: the number of levels to sort, at least ``tree_level_count(ids)`` (module docstring); None
+    reads it from the batch (a host synchronisation on CUDA)."""
     if ids.dim() != 2:
         raise ValueError(f"expected ListOps token ids [B, L], got shape {tuple(ids.shape)}")
     x = ids.long()
@@ -61,7 +82,7 @@ def permute_operands(ids: Tensor, generator: torch.Generator | None = None) -> T
     starts = ~closes & ~padding  # a value or an operator starts an element
     noise = torch.randint(0, 2**40, (batch, length), device=x.device, generator=generator)
     element_key = noise * length + positions  # distinct per element start
-    n_levels = int(level.max()) + 1 if length else 0
+    n_levels = levels if levels is not None else (int(level.max()) + 1 if length else 0)
     order = positions.clone()
     for j in range(n_levels, 0, -1):
         start_here = torch.where(starts & (level == j), positions, -1)
@@ -78,10 +99,14 @@ def permute_operands(ids: Tensor, generator: torch.Generator | None = None) -> T
 
 
 class ListOpsOperandPermutation:
-    """The training transform: stored ids [B, L] -> ids with freshly permuted operands."""
+    """The training transform: stored ids [B, L] -> ids with freshly permuted operands, sorting ``levels``
+    levels (the training set's ``tree_level_count``; None: each batch's own, read on the host)."""
+
+    def __init__(self, levels: int | None = None):
+        self.levels = levels
 
     def __call__(self, inputs: Tensor, draws) -> Tensor:
-        return permute_operands(inputs, draws.device_generator(inputs.device))
+        return permute_operands(inputs, draws.device_generator(inputs.device), self.levels)
 
     def __repr__(self) -> str:
-        return "ListOpsOperandPermutation()"
+        return f"ListOpsOperandPermutation(levels={self.levels})"
