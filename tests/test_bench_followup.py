@@ -168,8 +168,8 @@ def test_the_record_has_every_requested_row_and_column(record):
         assert float(by[name]["real_examples_per_s"]) > 0 and float(by[name]["staged_examples_per_s"]) > 0
         assert by[name]["data_wait_share"] != ""
     assert by["s4+followup@text"]["techniques"] == "followup" and by["s4+followup@text"]["seq_len"] == "256"
-    image = by["locality_k5@image"]  # no CIFAR-10 under data_dir: staged stand-in only, and the row says why
-    assert image["data"] == "stand-in" and image["real_examples_per_s"] == ""
+    image = by["locality_k5@image"]  # no CIFAR-10 under data_dir: random RGB images, and the row says so
+    assert image["data"] == "stand-in" and float(image["real_examples_per_s"]) > 0
     assert image["data_note"].startswith("data missing (CIFAR-10 data not found.")
     assert float(by["rotary_transformer@listops"]["ratio_to_reference"]) > 0  # a Transformer arm: set against it
     assert by["s4+followup@text"]["ratio_to_reference"] == ""
@@ -269,3 +269,23 @@ def test_profile_steps_run_that_many_more_staged_steps_after_the_timed_ones(tmp_
     assert profiled == [3] and seen == list(range(1 + 2 + 2 + 3))
     assert row["kernel_ms_per_step"] is None and "gpu_busy_share" not in row
     assert row["top_kernels"] == "not profiled: kernels are counted on CUDA only"
+
+
+def test_an_image_row_without_data_times_random_rgb_images_through_its_augmentation(tmp_path):
+    options = followup.Options(
+        profile="smoke", warmup=1, steps=1, staged_batches=1, data_dir=tmp_path / "none", cache_dir=tmp_path / "cache"
+    )
+    with hydra_context():
+        row = followup.measure(followup.RowSpec("locality_k5", "image"), options, followup.torch.device("cpu"), None)
+    assert row["status"] == "ok" and row["data"] == "stand-in" and row["real_examples_per_s"] > 0
+    assert row["data_note"].startswith("data missing (CIFAR-10 data not found.")
+    assert row["data_note"].endswith("; real batches are random RGB images through the arm's techniques")
+
+
+def test_the_rgb_stand_in_feeds_the_follow_up_augmentation_and_the_grayscale():
+    task = followup.rgb_stand_in({"name": "image", "augment_on": "cpu"}, 8, seed=0)
+    assert task.train.inputs.shape == (8, 32, 32, 3) and task.train.inputs.dtype == followup.np.uint8
+    augment = followup.build_train_augment({"name": "followup", "augment": {"autoaugment": "followup"}}, task)
+    batch = followup.torch.from_numpy(task.train.inputs)
+    out = augment.transform(batch, augment.draws(seed=0, step=0))
+    assert out.shape == batch.shape and task.prepare(out).shape == (8, 1024)

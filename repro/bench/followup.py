@@ -12,7 +12,9 @@ batches from its own loader (``TrainBatches``). A row times, after ``warmup`` un
 - ``steps`` steps on **staged** batches: the loader's first ``staged_batches`` batches, fetched before
   timing and held on the device, cycled (the same examples, so the same computation without the
   fetch). Where the task's data is absent, or cannot feed the arm's techniques, the staged batches
-  are a stand-in's random tokens of the task's shape, the real columns are empty and the row says why.
+  are a stand-in's random tokens of the task's shape, the real columns are empty and the row says why;
+  an image row without its data takes random RGB images instead (``rgb_stand_in``), so its real
+  batches still go through the arm's CIFAR-10 augmentation and the data wait is measured.
 
 Both are wall-clock times between two device synchronisations. The data-wait share is
 ``1 - staged time / real time`` (as measured: noise can make it slightly negative). The FLOPs of one
@@ -146,6 +148,7 @@ RECORD_SUFFIX = "followup-protocol"
 # A stand-in text batch: byte lengths log-normal around IMDb's median review (about 950 bytes; our
 # choice, for rows whose text data is absent), capped at the task's max_len.
 TEXT_MEDIAN_BYTES, TEXT_LOG_SPREAD = 950, 0.75
+RGB_STAND_IN_IMAGES = 4096  # random RGB images of an image row whose data is absent (our choice)
 
 
 @dataclass(frozen=True)
@@ -296,6 +299,23 @@ def stand_in(
                     info={"source": "stand-in: random tokens"})  # fmt: skip
 
 
+def rgb_stand_in(task_cfg: dict, n: int, seed: int) -> TaskData:
+    """The image task with ``n`` random RGB uint8 training images [n, 32, 32, 3] (and a few for validation
+    and test), stored as the official files are: the CIFAR-10 augmentation applies, then ``prepare``'s
+    grayscale. The augmentation's cost hardly depends on what the pixels show."""
+    from ..tasks import image
+
+    rng = np.random.default_rng(seed)
+
+    def split(count: int) -> Split:
+        x = rng.integers(0, 256, size=(count, image.SIDE, image.SIDE, 3), dtype=np.uint8)
+        return Split(x, rng.integers(0, image.NUM_CLASSES, size=count, dtype=np.int64))
+
+    info = {"source": "stand-in: random RGB images", "augment_on": task_cfg.get("augment_on", "auto")}
+    return TaskData("image", split(n), split(2), split(2), image.NUM_CLASSES, image.VOCAB_SIZE, image.MAX_LEN,
+                    pad_id=None, prepare=image.lra_grayscale, info=info)  # fmt: skip
+
+
 @dataclass
 class Prepared:
     """One row's model, step and loader, built as the training loop builds them."""
@@ -391,7 +411,12 @@ def measure(spec: RowSpec, options: Options, device: torch.device, peak: float |
         task, note = load_task(run, options)
         notes += [note] if note else []
         augment = None
-        if task is None:
+        if task is None and spec.task == "image":  # random RGB images: the techniques' real path is timed
+            task = rgb_stand_in(run["task"], RGB_STAND_IN_IMAGES, run["seed"])
+            row["data"] = "stand-in"
+            missing = notes[-1].rpartition("; ")[0]  # load_task's "data missing (...)", without its stand-in clause
+            notes[-1] = f"{missing}; real batches are random RGB images through the arm's techniques"
+        elif task is None:
             real = False
             facts = shape_facts(spec.task)
             n = run["train"]["batch_size"] * options.staged_batches
