@@ -83,15 +83,17 @@ def make_optimizer(model: torch.nn.Module, s: TrainSettings, device: torch.devic
 
 
 class TechniqueLoss(torch.nn.Module):
-    """A technique's replacement loss as a module's forward, so DistributedDataParallel sees the pass."""
+    """A technique's replacement loss as a module's forward of tensors (the step's random draws made
+    before it, ``augment.loss_inputs``): DistributedDataParallel sees the pass, torch.compile takes it
+    whole."""
 
     def __init__(self, model: torch.nn.Module, augment):
         super().__init__()
         self.model = model
         self.augment = augment
 
-    def forward(self, inputs, labels, draws):
-        return self.augment.loss(self.model, inputs, labels, draws)
+    def forward(self, *tensors):
+        return self.augment.loss_of(self.model, *tensors)
 
 
 class TrainStep:
@@ -111,16 +113,15 @@ class TrainStep:
         self.model, self.optimizer, self.controller, self.augment = model, optimizer, controller, augment
         self.grad_clip, self.device, self.autocast_dtype = settings.grad_clip, device, autocast_dtype
         self.technique_loss = augment is not None and augment.has_loss
-        # what the step calls: the model, compiled as a whole with train.compile (the same function: tested),
-        # or its DDP wrapper (then compiled around DDP, as torch's DDP and compile documentation recommend)
-        self.loss_model = torch.compile(model) if settings.compile else model
-        self.forward = self.loss_model
+        # what the step calls: the model (or, with a technique's loss, TechniqueLoss around it), compiled as
+        # a whole with train.compile (the same function: tests/test_compiled_step.py), or its DDP wrapper
+        # (then compiled around DDP, as torch's DDP and compile documentation recommend)
+        core = TechniqueLoss(model, augment) if self.technique_loss else model
         if ctx.active:
             from torch.nn.parallel import DistributedDataParallel
 
-            core = TechniqueLoss(model, augment) if self.technique_loss else model
-            wrapped = DistributedDataParallel(core, device_ids=[device.index] if device.type == "cuda" else None)
-            self.forward = torch.compile(wrapped) if settings.compile else wrapped
+            core = DistributedDataParallel(core, device_ids=[device.index] if device.type == "cuda" else None)
+        self.forward = torch.compile(core) if settings.compile else core
         self.ddp = ctx.active
 
     def __call__(self, batch: Batch, step: int, progress: float) -> tuple[torch.Tensor, float]:
@@ -128,10 +129,8 @@ class TrainStep:
         for group in self.optimizer.param_groups:
             group["lr"] = lr * group.get("lr_scale", 1.0)
         with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
-            if self.technique_loss and self.ddp:
-                loss = self.forward(batch.inputs, batch.labels, batch.draws)  # through DDP: its gradients are averaged
-            elif self.technique_loss:
-                loss = self.augment.loss(self.loss_model, batch.inputs, batch.labels, batch.draws)  # task + auxiliary
+            if self.technique_loss:  # task + auxiliary (through DDP, where active: its gradients are averaged)
+                loss = self.forward(*self.augment.loss_inputs(batch.inputs, batch.draws), batch.labels)
             else:
                 logits = self.forward(batch.inputs)
         if not self.technique_loss:

@@ -88,6 +88,14 @@ class TrainAugment:
     def loss(self, model: nn.Module, inputs: Tensor, labels: Tensor, draws: StepDraws) -> Tensor:
         return self.objective.loss(model, inputs, labels, draws.device_generator(inputs.device))
 
+    def loss_inputs(self, inputs: Tensor, draws: StepDraws) -> tuple[Tensor, ...]:
+        """The objective's random draws for the step, as tensors: ``loss_of``'s inputs before the labels."""
+        return self.objective.loss_inputs(inputs, draws.device_generator(inputs.device))
+
+    def loss_of(self, model: nn.Module, *tensors: Tensor) -> Tensor:
+        """The objective's loss from ``loss_inputs(...)`` and the labels: tensors only, so it compiles whole."""
+        return self.objective.loss_of(model, *tensors)
+
     def model_task(self, task: TaskData) -> TaskData:
         """``task`` as the model must be sized for it (the MLM mask token adds a vocabulary entry)."""
         extra = getattr(self.objective, "extra_tokens", 0)

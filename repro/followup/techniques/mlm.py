@@ -84,21 +84,33 @@ class MaskedTokenObjective:
             ids, self.pad_id, self.vocab_size, self.mask_id, self.rate, self.random_fraction, generator
         )
 
-    def loss(self, model: nn.Module, ids: Tensor, labels: Tensor, generator: torch.Generator | None) -> Tensor:
-        """Cross-entropy of the task on the corrupted input plus ``weight`` x that of the originals at the
-        selected positions (``loss_on: all``: at every non-padding position)."""
+    def loss_inputs(self, ids: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor, Tensor]:
+        """The step's random part, drawn outside any compiled code: ``(corrupted ids, positions the
+        denoising loss covers, original ids)`` for ``loss_of``."""
         corrupted, selected = self.corrupt(ids, generator)
         if self.loss_on == "all":
             selected = ids != self.pad_id
+        return corrupted, selected, ids
+
+    def loss_of(self, model: nn.Module, corrupted: Tensor, selected: Tensor, ids: Tensor, labels: Tensor) -> Tensor:
+        """Cross-entropy of the task on ``corrupted`` plus ``weight`` x the mean cross-entropy of the originals
+        over ``selected``. The head scores every position and the mean is weighted by ``selected``: the
+        same value as scoring the selected positions alone, with no shape that depends on the draw (a
+        boolean index would read its size on the host at every step, and cannot be compiled whole)."""
         logits, states = model.forward_with_states(corrupted)
         if model.encoder.cls is not None:
             states = states[:, 1:]  # the CLS state predicts no token
-        flat_ids, flat_selected = ids.reshape(-1, ids.shape[-1]), selected.reshape(-1, ids.shape[-1])
-        predicted = getattr(model, HEAD_NAME)(states[flat_selected])
-        task_loss = F.cross_entropy(logits.float(), labels)
-        if predicted.shape[0] == 0:  # nothing selected in this batch (tiny inputs only)
-            return task_loss + 0.0 * predicted.sum()
-        return task_loss + self.weight * F.cross_entropy(predicted.float(), flat_ids[flat_selected].long())
+        length = ids.shape[-1]
+        predicted = getattr(model, HEAD_NAME)(states.reshape(-1, length, states.shape[-1]))
+        token_loss = F.cross_entropy(predicted.float().flatten(0, 1), ids.reshape(-1).long(), reduction="none")
+        weights = selected.reshape(-1).to(token_loss.dtype)
+        denoise = (token_loss * weights).sum() / weights.sum().clamp_min(1.0)  # 0 when nothing is selected
+        return F.cross_entropy(logits.float(), labels) + self.weight * denoise
+
+    def loss(self, model: nn.Module, ids: Tensor, labels: Tensor, generator: torch.Generator | None) -> Tensor:
+        """Cross-entropy of the task on the corrupted input plus ``weight`` x that of the originals at the
+        selected positions (``loss_on: all``: at every non-padding position)."""
+        return self.loss_of(model, *self.loss_inputs(ids, generator), labels)
 
     def __repr__(self) -> str:
         return (

@@ -1,0 +1,64 @@
+"""``train.compile``: a follow-up arm's training step through ``torch.compile`` equals the plain step.
+
+On the CPU the compiled step is traced by dynamo and AOT autograd (``backend="aot_eager"``): the graph
+the GPU's inductor build starts from, forward and backward, without its C++ code generation (minutes
+here). Each follow-up arm of the benchmark's protocol, on ListOps (the rotary Transformer on text too),
+trains three steps from the same initialisation on the same padded batches, in float64,
+compiled and plain; losses and every parameter after the steps agree to rounding.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from torch._dynamo.eval_frame import OptimizedModule
+from torch._dynamo.utils import counters
+
+from repro.bench import followup
+from repro.bench.models import hydra_context
+
+ARMS = [arm for arm, _ in followup.PROTOCOL_ARMS]
+SMALL = {
+    "listops": ["task.max_len=96", "++train.batch_size=4"],
+    "text": ["task.max_len=96", "++train.batch_size=4"],
+}
+
+
+def train_steps(arm: str, techniques: str | None, task_name: str, compiled: bool, steps: int = 3):
+    spec = followup.RowSpec(arm, task_name, techniques)
+    with hydra_context():
+        run = followup.resolve_row(spec, "smoke", SMALL[task_name])
+    facts = followup.shape_facts(task_name)
+    task = followup.stand_in(task_name, int(run["task"]["max_len"]), facts, 16, seed=0, text_lengths=True)
+    # the text techniques' masked-token loss runs through the compiled model; ListOps' operand permutation
+    # runs in the loader, outside it (and random tokens are no trees)
+    augment = followup.build_train_augment(run["techniques"], task) if task_name == "text" else None
+    prepared = followup.prepare(run, task, augment, torch.device("cpu"), compile_model=compiled)
+    prepared.step.model.double()  # float64: the two paths' rounding apart, nothing else
+    assert prepared.step.technique_loss == (task_name == "text")
+    assert isinstance(prepared.step.forward, OptimizedModule) == compiled
+    losses = []
+    for i in range(steps):
+        loss, _ = prepared.step(prepared.batches.fetch(i), i, i / steps)
+        losses.append(loss.item())
+    return losses, {k: v.detach().clone() for k, v in prepared.step.model.state_dict().items()}
+
+
+CASES = [(arm, "listops") for arm in ARMS] + [("rotary_transformer", "text")]  # text: the masked-token loss too
+
+
+@pytest.mark.parametrize("arm, task_name", CASES)
+def test_the_compiled_training_step_equals_the_plain_one(arm, task_name, monkeypatch):
+    techniques = dict(followup.PROTOCOL_ARMS)[arm]
+    plain_losses, plain = train_steps(arm, techniques, task_name, compiled=False)
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    torch._dynamo.reset()
+    counters.clear()
+    losses, state = train_steps(arm, techniques, task_name, compiled=True)
+    assert counters["stats"]["unique_graphs"] >= 1  # dynamo traced the model (no silent fallback to eager)
+    assert losses == pytest.approx(plain_losses, rel=1e-10, abs=1e-12)
+    assert plain.keys() == state.keys()
+    for name, value in plain.items():
+        torch.testing.assert_close(state[name], value, rtol=1e-9, atol=1e-11, msg=name)
