@@ -62,3 +62,17 @@ def test_the_compiled_training_step_equals_the_plain_one(arm, task_name, monkeyp
     assert plain.keys() == state.keys()
     for name, value in plain.items():
         torch.testing.assert_close(state[name], value, rtol=1e-9, atol=1e-11, msg=name)
+
+
+def test_an_unknown_compile_mode_is_refused_naming_the_modes():
+    from repro.training.settings import TrainSettings
+
+    with hydra_context():
+        train = followup.resolve_row(followup.RowSpec("locality_k5", "listops"), "smoke")["train"]
+    assert TrainSettings.from_dict({**train, "compile_mode": "reduce-overhead"}).compile_mode == "reduce-overhead"
+    with pytest.raises(ValueError) as caught:
+        TrainSettings.from_dict({**train, "compile_mode": "fast"})
+    assert caught.value.args[0] == (
+        "train.compile_mode='fast': use one of default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs "
+        "(torch.compile's modes; reduce-overhead: CUDA graphs)"
+    )

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, fields
 
 PRECISIONS = ("bf16", "fp32")  # train.precision: bf16 autocast on CUDA, or none (float32)
+# train.compile_mode: torch.compile's mode; reduce-overhead replays each step's kernels as CUDA graphs (one
+# launch for the host instead of hundreds: for small models whose step the host's launching bounds)
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 @dataclass
@@ -49,6 +52,7 @@ class TrainSettings:
     precision: str = "bf16"  # autocast dtype on CUDA: one of PRECISIONS
     data_on_device: bool = True
     compile: bool = False  # the model's forward (and so its backward) through torch.compile as a whole
+    compile_mode: str = "default"  # with compile: torch.compile's mode, one of COMPILE_MODES
     deterministic: bool = False  # torch.use_deterministic_algorithms on CUDA (CPU runs are deterministic)
     length_bucketing: str = "off"  # off | auto | on: batches of similar length, trimmed (repro/training/batching.py)
     bucket_pool_batches: int = 64  # batches sorted together by length before the batches are shuffled
@@ -78,6 +82,11 @@ class TrainSettings:
             raise ValueError(
                 f"train.precision={cfg['precision']!r}: use {' or '.join(PRECISIONS)} (the autocast dtype on CUDA; "
                 "CPU runs are float32)"
+            )
+        if cfg.get("compile_mode", "default") not in COMPILE_MODES:
+            raise ValueError(
+                f"train.compile_mode={cfg['compile_mode']!r}: use one of {', '.join(COMPILE_MODES)} "
+                "(torch.compile's modes; reduce-overhead: CUDA graphs)"
             )
         if "betas" in cfg:
             betas = cfg["betas"]

@@ -82,6 +82,9 @@ def make_optimizer(model: torch.nn.Module, s: TrainSettings, device: torch.devic
     return torch.optim.AdamW(groups, lr=s.lr, betas=s.betas, eps=s.eps, fused=device.type == "cuda")
 
 
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile's modes that replay CUDA graphs
+
+
 class TechniqueLoss(torch.nn.Module):
     """A technique's replacement loss as a module's forward of tensors (the step's random draws made
     before it, ``augment.loss_inputs``): DistributedDataParallel sees the pass, torch.compile takes it
@@ -121,10 +124,15 @@ class TrainStep:
             from torch.nn.parallel import DistributedDataParallel
 
             core = DistributedDataParallel(core, device_ids=[device.index] if device.type == "cuda" else None)
-        self.forward = torch.compile(core) if settings.compile else core
+        self.forward = torch.compile(core, mode=settings.compile_mode) if settings.compile else core
         self.ddp = ctx.active
+        # CUDA graphs replay into the same memory: each step is marked as a new one, and the loss kept
+        # past the step (the loss log holds it on the device) is copied out of the graph's memory
+        self.graphs = settings.compile and settings.compile_mode in CUDA_GRAPH_MODES
 
     def __call__(self, batch: Batch, step: int, progress: float) -> tuple[torch.Tensor, float]:
+        if self.graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         lr = self.controller.lr(step, progress)
         for group in self.optimizer.param_groups:
             group["lr"] = lr * group.get("lr_scale", 1.0)
@@ -140,7 +148,7 @@ class TrainStep:
         if self.grad_clip:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         self.optimizer.step()
-        return loss.detach(), lr
+        return (loss.detach().clone() if self.graphs else loss.detach()), lr
 
 
 class LossLog:
