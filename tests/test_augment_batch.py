@@ -437,3 +437,19 @@ def test_a_smoke_run_trains_with_the_batched_chain(tmp_path, shared_cache):
     (built,) = metrics["techniques"]["built"]["transforms"]
     assert "BatchedCifarAugment(flip, autoaugment, photometric, affine" in built and built.endswith("ran: gpu")
     assert metrics["data"]["augment_on"] == "gpu"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="host synchronisations exist on CUDA only")
+@pytest.mark.parametrize("stages", [B.FULL_CHAIN, B.AUTOAUGMENT_ONLY])
+def test_the_batched_chain_never_synchronises_with_the_host(stages):
+    """A synchronisation would make the host wait for the GPU's step before it queues the next."""
+    augment = B.BatchedCifarAugment(stages)
+    images = torch.randint(0, 256, (64, 32, 32, 3), dtype=torch.uint8, device="cuda")
+    augment(images, StepDraws(0, 0))  # the first call copies the policy's tables to the device, once
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for step in range(1, 6):
+            augment(images, StepDraws(0, step))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")

@@ -242,14 +242,18 @@ def contrast(images: Tensor, factor: Tensor) -> Tensor:
     return blend(images, _gray_floor(images).mean(dim=(-3, -2, -1), keepdim=True), factor)
 
 
+def _sharpness_kernel() -> dict[str, Tensor]:
+    kernel = torch.full((3, 3), 1.0 / 13.0, dtype=torch.float32)
+    kernel[1, 1] = 5.0 / 13.0
+    return {"kernel": kernel}
+
+
 def sharpness(images: Tensor, factor: Tensor) -> Tensor:
     """torchvision's ``adjust_sharpness_image``: the 3x3 smoothing kernel (5 in the middle) blended into the
     interior pixels, the border kept."""
     channels = images.shape[-3]
-    a, b = 1.0 / 13.0, 5.0 / 13.0
-    kernel = torch.full((3, 3), a, dtype=torch.float32, device=images.device)  # built there: no copy from the host
-    kernel[1, 1] = b
-    out = images.to(torch.float32)
+    kernel = _on_device(("sharpness",), images.device, _sharpness_kernel)["kernel"]  # setting an element of a
+    out = images.to(torch.float32)  # CUDA tensor from a number copies it from the host: a synchronisation
     blurred = F.conv2d(out, kernel.expand(channels, 1, 3, 3), groups=channels).round_()
     view = out[..., 1:-1, 1:-1]
     alpha = _column(1.0 - factor.to(torch.float64)).double()  # add_(., alpha) as in blend: one rounding
