@@ -8,7 +8,9 @@ image and copies it back (``--chain cifar10``, the policy alone, works image by 
 the batched one stays on the device (repro/followup/techniques/cifar_augment_batch.py).
 Prints one JSON line: each path's median ms a batch (``repro.bench.timing.StepTimer``: CUDA events on a
 GPU), images/s, the ratio, and on CUDA whether the batched path ran without a host synchronisation
-(``torch.cuda.set_sync_debug_mode("error")``), which would stall the step's kernel launches.
+(``torch.cuda.set_sync_debug_mode("error")``), which would stall the step's kernel launches, and its
+kernels a batch and their milliseconds under ``torch.profiler`` (against the wall time: how much of
+it is the host launching them).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from ..followup.techniques import StepDraws
 from ..followup.techniques.cifar_augment import CifarFollowupAugment
 from ..followup.techniques.cifar_augment_batch import AUTOAUGMENT_ONLY, FULL_CHAIN, BatchedCifarAugment
 from ..followup.techniques.cifar_autoaugment import CifarAutoAugment
-from .timing import StepTimer
+from .timing import StepTimer, kernel_profile
 
 
 def _syncs(step) -> str | None:
@@ -62,6 +64,9 @@ def compare(device: str = "cuda", batch: int = 48, chain: str = "followup", warm
     }
     if device.type == "cuda":
         out["batched_host_sync"] = _syncs(lambda: batched(images, StepDraws(0, 1)))
+        kernels = kernel_profile(lambda: batched(images, StepDraws(0, 2)), reps, device)
+        out["batched_kernels_per_batch"] = kernels["kernels_per_step"]
+        out["batched_kernel_ms"] = round(kernels["kernel_ms_per_step"], 3)
     return out
 
 
