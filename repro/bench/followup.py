@@ -311,7 +311,8 @@ def rgb_stand_in(task_cfg: dict, n: int, seed: int) -> TaskData:
         x = rng.integers(0, 256, size=(count, image.SIDE, image.SIDE, 3), dtype=np.uint8)
         return Split(x, rng.integers(0, image.NUM_CLASSES, size=count, dtype=np.int64))
 
-    info = {"source": "stand-in: random RGB images", "augment_on": task_cfg.get("augment_on", "auto")}
+    info = {"source": "stand-in: random RGB images", "augment_on": task_cfg.get("augment_on", "auto"),
+            "augment_compile": task_cfg.get("augment_compile", False)}  # fmt: skip
     return TaskData("image", split(n), split(2), split(2), image.NUM_CLASSES, image.VOCAB_SIZE, image.MAX_LEN,
                     pad_id=None, prepare=image.lra_grayscale, info=info)  # fmt: skip
 

@@ -157,7 +157,8 @@ def _autoaugment(value, task: TaskData):
         per_image, stages = CifarAutoAugment(), AUTOAUGMENT_ONLY
     else:
         per_image, stages = CifarFollowupAugment(), FULL_CHAIN
-    return "transform", PlacedCifarAugment(per_image, stages, task.info.get("augment_on", "auto"))
+    on, compiled = task.info.get("augment_on", "auto"), task.info.get("augment_compile", False)
+    return "transform", PlacedCifarAugment(per_image, stages, on, compiled)
 
 
 @TECHNIQUES.register("d4")

@@ -354,18 +354,30 @@ def apply_params(images: Tensor, params: dict[str, Tensor], photometric: tuple =
     return images
 
 
+_COMPILED_APPLY: list = []  # apply_params through torch.compile, made on first use
+
+
+def compiled_apply_params():
+    """``apply_params`` through ``torch.compile`` as one graph (the draws are made before it, eagerly, so
+    it is a function of tensors alone), shapes static: one graph per batch size."""
+    if not _COMPILED_APPLY:
+        _COMPILED_APPLY.append(torch.compile(apply_params, fullgraph=True, dynamic=False))
+    return _COMPILED_APPLY[0]
+
+
 class BatchedCifarAugment:
     """The training transform on the batch's device: RGB uint8 [B, H, W, 3] -> the same shape.
 
     ``stages``: ``FULL_CHAIN`` (``autoaugment: followup``) or ``AUTOAUGMENT_ONLY`` (``autoaugment: cifar10``).
     """
 
-    def __init__(self, stages: tuple = FULL_CHAIN):
+    def __init__(self, stages: tuple = FULL_CHAIN, compiled: bool = False):
         unknown = set(stages) - set(FULL_CHAIN)
         if unknown:
             raise ValueError(f"unknown augmentation stage(s) {sorted(unknown)}; known: {', '.join(FULL_CHAIN)}")
         self.stages = tuple(stages)
         self.policy = CIFAR10_POLICY
+        self.compiled = compiled
 
     def __call__(self, inputs: Tensor, draws) -> Tensor:
         if inputs.dim() != 4 or inputs.shape[-1] != 3 or inputs.dtype != torch.uint8:
@@ -376,11 +388,13 @@ class BatchedCifarAugment:
         batch, height, width, _ = inputs.shape
         generator = draws.device_generator(inputs.device)
         params = sample_params(batch, height, width, generator, inputs.device, self.stages, self.policy)
-        out = apply_params(inputs.permute(0, 3, 1, 2), params)
+        apply = compiled_apply_params() if self.compiled else apply_params
+        out = apply(inputs.permute(0, 3, 1, 2), params)
         return out.permute(0, 2, 3, 1).contiguous()
 
     def __repr__(self) -> str:
-        return f"BatchedCifarAugment({', '.join(self.stages)}; on the batch's device)"
+        compiled = ", compiled" if self.compiled else ""
+        return f"BatchedCifarAugment({', '.join(self.stages)}; on the batch's device{compiled})"
 
 
 def pick_placement(on: str, device: torch.device) -> str:
@@ -395,10 +409,10 @@ class PlacedCifarAugment:
     """The per-image CPU chain or the batched one, as ``task.augment_on`` (cpu | gpu | auto) picks for the
     batch's device; gpu runs the batched chain wherever the batch is (on a CPU batch too)."""
 
-    def __init__(self, per_image, stages: tuple, on: str = "auto"):
+    def __init__(self, per_image, stages: tuple, on: str = "auto", compiled: bool = False):
         if on not in ("auto", "cpu", "gpu"):
             raise ValueError(f"task.augment_on={on!r}: choose auto, cpu or gpu")
-        self.per_image, self.batched, self.on = per_image, BatchedCifarAugment(stages), on
+        self.per_image, self.batched, self.on = per_image, BatchedCifarAugment(stages, compiled), on
         self.ran: set[str] = set()  # the paths this process used, for the run record
 
     def __call__(self, inputs: Tensor, draws) -> Tensor:
@@ -420,6 +434,7 @@ __all__ = [
     "PlacedCifarAugment",
     "apply_params",
     "cifar10_policy",
+    "compiled_apply_params",
     "inverse_affine_matrix",
     "pick_placement",
     "policy_tables",
