@@ -457,8 +457,8 @@ def test_the_batched_chain_never_synchronises_with_the_host(stages):
 
 @pytest.mark.parametrize("stages", [B.FULL_CHAIN, B.AUTOAUGMENT_ONLY])
 def test_the_compiled_chain_equals_the_chain_as_written(stages, monkeypatch):
-    """``task.augment_compile``: the operations through torch.compile as one graph (traced here by dynamo
-    and AOT autograd, without inductor's C++ build) give the same images from the same draws."""
+    """``train.compile_transforms``: the operations through torch.compile as one graph (traced here by
+    dynamo and AOT autograd, without inductor's C++ build) give the same images from the same draws."""
     import functools
 
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
@@ -469,9 +469,9 @@ def test_the_compiled_chain_equals_the_chain_as_written(stages, monkeypatch):
     for step in range(3):
         assert torch.equal(compiled(images, StepDraws(1, step)), plain(images, StepDraws(1, step))), step
     assert "compiled" in repr(compiled) and "compiled" not in repr(plain)
-    task = _rgb_task()
-    task.info["augment_compile"] = True
-    augment = build_train_augment({"name": "followup", "augment": {"autoaugment": "followup"}}, task)
+    augment = build_train_augment({"name": "followup", "augment": {"autoaugment": "followup"}}, _rgb_task())
+    assert augment.transforms[0].batched.compiled is False
+    augment.compile_transforms(True)
     assert augment.transforms[0].batched.compiled is True
 
 
@@ -484,11 +484,3 @@ def test_the_compiled_chain_on_cuda_matches_the_chain_as_written_to_a_grey_level
     for step in range(3):
         diff = (compiled(images, StepDraws(2, step)).int() - plain(images, StepDraws(2, step)).int()).abs()
         assert int(diff.max()) <= 1 and float((diff > 0).float().mean()) < 1e-3, step
-
-
-def test_the_image_task_refuses_an_augment_compile_that_is_not_true_or_false(tmp_path):
-    with pytest.raises(ValueError) as caught:
-        image.build({"name": "image", "data_seed": 0, "augment_compile": "yes"}, tmp_path, tmp_path / "cache")
-    assert caught.value.args[0] == (
-        "task.augment_compile='yes': true (the batched chain through torch.compile) or false (as written)"
-    )

@@ -121,6 +121,26 @@ def test_a_level_bound_from_the_training_set_permutes_as_the_batch_s_own_depth_d
     assert torch.equal(augment.transform(x, augment.draws(seed=0, step=5)), expected)
 
 
+def test_the_compiled_permutation_is_the_same_to_the_bit(monkeypatch):
+    """``train.compile_transforms``: the sorting traced as one graph (dynamo and AOT autograd here) orders
+    the tokens as the plain one does: integer operations only."""
+    import functools
+
+    from repro.followup.techniques import listops_permute
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    monkeypatch.setattr(listops_permute, "_COMPILED_ORDER", [])
+    torch._dynamo.reset()
+    x = to_batch([encode(trees.tokens(t)) for t in random_trees(64, seed=5)])
+    levels = tree_level_count(x)
+    for seed in range(3):
+        plain = permute_operands(x, torch.Generator().manual_seed(seed), levels)
+        assert torch.equal(permute_operands(x, torch.Generator().manual_seed(seed), levels, compiled=True), plain)
+    augment = build_train_augment({"name": "t", "augment": {"listops_permute": True}}, listops_like_task(x.numpy()))
+    augment.compile_transforms(True)
+    assert augment.transforms[0].compiled and repr(augment.transforms[0]).endswith(", compiled)")
+
+
 def listops_like_task(x: np.ndarray | None = None) -> TaskData:
     x = np.zeros((4, 10), dtype=np.uint8) if x is None else x
     split = Split(x, np.zeros(len(x), dtype=np.int64))

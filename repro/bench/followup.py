@@ -311,8 +311,7 @@ def rgb_stand_in(task_cfg: dict, n: int, seed: int) -> TaskData:
         x = rng.integers(0, 256, size=(count, image.SIDE, image.SIDE, 3), dtype=np.uint8)
         return Split(x, rng.integers(0, image.NUM_CLASSES, size=count, dtype=np.int64))
 
-    info = {"source": "stand-in: random RGB images", "augment_on": task_cfg.get("augment_on", "auto"),
-            "augment_compile": task_cfg.get("augment_compile", False)}  # fmt: skip
+    info = {"source": "stand-in: random RGB images", "augment_on": task_cfg.get("augment_on", "auto")}
     return TaskData("image", split(n), split(2), split(2), image.NUM_CLASSES, image.VOCAB_SIZE, image.MAX_LEN,
                     pad_id=None, prepare=image.lra_grayscale, info=info)  # fmt: skip
 
@@ -339,6 +338,7 @@ def prepare(run: dict, task: TaskData, augment, device: torch.device, compile_mo
     model = build_model(run["model"], augment.model_task(task) if augment else task)
     if augment is not None:
         augment.attach(model)
+        augment.compile_transforms(settings.compile_transforms)
     autocast = configure_device(device, settings)
     model.to(device)
     optimizer = make_optimizer(model, settings, device)

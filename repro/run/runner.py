@@ -96,6 +96,7 @@ FREE_TRAIN_KEYS = frozenset(
         "data_on_device",
         "compile",
         "compile_mode",
+        "compile_transforms",
     }
 )
 FREE_UNTIL_COMPLETE = frozenset({"budget_minutes", "max_steps", "stop_at_step"})
@@ -109,7 +110,6 @@ IMPLICIT_SETTINGS = {
     **{f"model.{key}": ROTARY_DEFAULTS[key] for key in ("rotary_layout", "rotary_disable")},
     # Records from before it augmented image by image; auto keeps them resumable (repro/tasks/image.py).
     "task.augment_on": "auto",
-    "task.augment_compile": False,  # records from before the batched chain could be compiled
 }
 # Task keys whose value those records had depends on the task: every reader cut rows longer than
 # task.max_len before task.truncate existed, and ListOps never met one (its files and generator hold none).
@@ -123,7 +123,7 @@ def implicit_settings(task: str) -> dict:
 
 # Of those, the keys added after run fingerprints were: at their implicit value they leave a run's
 # fingerprint as it was, so a checkpoint written before the key existed still resumes.
-FINGERPRINT_NEUTRAL_KEYS = ("task.augment_on", "task.augment_compile", "task.truncate")
+FINGERPRINT_NEUTRAL_KEYS = ("task.augment_on", "task.truncate")
 
 
 def fingerprint_neutral(task: str) -> dict:

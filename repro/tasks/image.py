@@ -258,12 +258,6 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
             f"task.augment_on={augment_on!r}: choose auto (the batched chain when training on CUDA, else per "
             "image), cpu (per image) or gpu (batched, on the batch's device)"
         )
-    augment_compile = config_value(cfg, "augment_compile", False)
-    if not isinstance(augment_compile, bool):
-        raise ValueError(
-            f"task.augment_compile={augment_compile!r}: true (the batched chain through torch.compile) "
-            "or false (as written)"
-        )
     source, path, channels = resolve_source(cfg, Path(data_dir))
     params = {"source": source, "path": str(path.resolve()), "channels": channels, "reader": READER_VERSION}
     if source == "bundle":
@@ -299,7 +293,6 @@ def build(cfg, data_dir: Path, cache_dir: Path, workers: int = 1) -> TaskData:
             "val_index_digest": index_digest(held),
         },
         "augment_on": augment_on,  # where RGB training augmentation runs (repro/followup/techniques)
-        "augment_compile": augment_compile,  # the batched chain compiled
         "sizes": {s: len(v) for s, v in splits.items()},
         "class_counts": {s: class_counts(v.labels) for s, v in splits.items()},
     }

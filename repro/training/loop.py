@@ -97,6 +97,8 @@ def train(
         )
     autocast_dtype = configure_device(device, s)
     model.to(device)
+    if augment is not None:
+        augment.compile_transforms(s.compile_transforms)
     optimizer = make_optimizer(model, s, device)
     data = TrainingData.build(task, s, model, augment is not None, device)
     swa_start = swa_start_epoch(s.swa_start, s.epochs)

@@ -53,6 +53,7 @@ class TrainSettings:
     data_on_device: bool = True
     compile: bool = False  # the model's forward (and so its backward) through torch.compile as a whole
     compile_mode: str = "default"  # with compile: torch.compile's mode, one of COMPILE_MODES
+    compile_transforms: bool = False  # the techniques' batch transforms through torch.compile (speed only)
     deterministic: bool = False  # torch.use_deterministic_algorithms on CUDA (CPU runs are deterministic)
     length_bucketing: str = "off"  # off | auto | on: batches of similar length, trimmed (repro/training/batching.py)
     bucket_pool_batches: int = 64  # batches sorted together by length before the batches are shuffled

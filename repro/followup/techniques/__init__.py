@@ -88,6 +88,13 @@ class TrainAugment:
     def loss(self, model: nn.Module, inputs: Tensor, labels: Tensor, draws: StepDraws) -> Tensor:
         return self.objective.loss(model, inputs, labels, draws.device_generator(inputs.device))
 
+    def compile_transforms(self, on: bool) -> None:
+        """``train.compile_transforms``: each transform that has a compiled form (the ListOps permutation,
+        the batched CIFAR-10 chain) runs it, or not."""
+        for transform in self.transforms:
+            if hasattr(transform, "set_compiled"):
+                transform.set_compiled(on)
+
     def loss_inputs(self, inputs: Tensor, draws: StepDraws) -> tuple[Tensor, ...]:
         """The objective's random draws for the step, as tensors: ``loss_of``'s inputs before the labels."""
         return self.objective.loss_inputs(inputs, draws.device_generator(inputs.device))
@@ -157,8 +164,7 @@ def _autoaugment(value, task: TaskData):
         per_image, stages = CifarAutoAugment(), AUTOAUGMENT_ONLY
     else:
         per_image, stages = CifarFollowupAugment(), FULL_CHAIN
-    on, compiled = task.info.get("augment_on", "auto"), task.info.get("augment_compile", False)
-    return "transform", PlacedCifarAugment(per_image, stages, on, compiled)
+    return "transform", PlacedCifarAugment(per_image, stages, task.info.get("augment_on", "auto"))
 
 
 @TECHNIQUES.register("d4")

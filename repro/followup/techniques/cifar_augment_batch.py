@@ -409,11 +409,15 @@ class PlacedCifarAugment:
     """The per-image CPU chain or the batched one, as ``task.augment_on`` (cpu | gpu | auto) picks for the
     batch's device; gpu runs the batched chain wherever the batch is (on a CPU batch too)."""
 
-    def __init__(self, per_image, stages: tuple, on: str = "auto", compiled: bool = False):
+    def __init__(self, per_image, stages: tuple, on: str = "auto"):
         if on not in ("auto", "cpu", "gpu"):
             raise ValueError(f"task.augment_on={on!r}: choose auto, cpu or gpu")
-        self.per_image, self.batched, self.on = per_image, BatchedCifarAugment(stages, compiled), on
+        self.per_image, self.batched, self.on = per_image, BatchedCifarAugment(stages), on
         self.ran: set[str] = set()  # the paths this process used, for the run record
+
+    def set_compiled(self, on: bool) -> None:
+        """``train.compile_transforms``: the batched chain through torch.compile (the per-image one as is)."""
+        self.batched.compiled = on
 
     def __call__(self, inputs: Tensor, draws) -> Tensor:
         placement = pick_placement(self.on, inputs.device)

@@ -49,7 +49,9 @@ def tree_levels(ids: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     The level of a value or an operator token is the number of operator nodes strictly
     above it (the root operator: 0); a ``]`` has the level of its operator.
     """
-    opens = torch.isin(ids, torch.tensor(OPERATOR_IDS, device=ids.device))
+    opens = ids == OPERATOR_IDS[0]  # comparisons with numbers: a tensor of the ids would be copied from
+    for op in OPERATOR_IDS[1:]:  # the host at every call, a synchronisation on CUDA
+        opens = opens | (ids == op)
     closes = ids == CLOSE_ID
     padding = ids == PAD_ID
     delta = opens.long() - closes.long()
@@ -68,23 +70,33 @@ def tree_level_count(ids: Tensor, rows_per_chunk: int = 8192) -> int:
     return deepest + 1
 
 
-def permute_operands(ids: Tensor, generator: torch.Generator | None = None, levels: int | None = None) -> Tensor:
+def permute_operands(
+    ids: Tensor, generator: torch.Generator | None = None, levels: int | None = None, compiled: bool = False
+) -> Tensor:
     """``ids`` [B, L] with each operator's operands randomly reordered, at every node; same dtype and device.
 
     ``levels``: the number of levels to sort, at least ``tree_level_count(ids)`` (module docstring); None
-    reads it from the batch (a host synchronisation on CUDA)."""
+    reads it from the batch (a host synchronisation on CUDA). ``compiled``: the sorting through
+    ``torch.compile`` (``compiled_permutation_order``)."""
     if ids.dim() != 2:
         raise ValueError(f"expected ListOps token ids [B, L], got shape {tuple(ids.shape)}")
     x = ids.long()
+    noise = torch.randint(0, 2**40, tuple(x.shape), device=x.device, generator=generator)
+    if levels is None:
+        levels = int(tree_levels(x)[0].max()) + 1 if x.shape[1] else 0
+    return ids.gather(1, (compiled_permutation_order() if compiled else permutation_order)(x, noise, levels))
+
+
+def permutation_order(x: Tensor, noise: Tensor, levels: int) -> Tensor:
+    """The gather order [B, L] that permutes the trees ``x`` (int64 ids) by the random ``noise`` [B, L] in
+    [0, 2^40), sorting ``levels`` levels: a function of tensors alone (the draws are made before it)."""
     batch, length = x.shape
     level, opens, closes, padding = tree_levels(x)
     positions = torch.arange(length, device=x.device).expand(batch, length)
     starts = ~closes & ~padding  # a value or an operator starts an element
-    noise = torch.randint(0, 2**40, (batch, length), device=x.device, generator=generator)
     element_key = noise * length + positions  # distinct per element start
-    n_levels = levels if levels is not None else (int(level.max()) + 1 if length else 0)
     order = positions.clone()
-    for j in range(n_levels, 0, -1):
+    for j in range(levels, 0, -1):
         start_here = torch.where(starts & (level == j), positions, -1)
         element_start = torch.cummax(start_here, dim=-1).values.clamp_min(0)
         key = torch.where((level >= j) & ~padding, element_key.gather(1, element_start), 0)
@@ -95,18 +107,34 @@ def permute_operands(ids: Tensor, generator: torch.Generator | None = None, leve
             key = torch.where(padding, _PADDING, key)
         step = torch.sort(key.gather(1, order), dim=-1, stable=True).indices
         order = order.gather(1, step)
-    return ids.gather(1, order)
+    return order
+
+
+_COMPILED_ORDER: list = []  # permutation_order through torch.compile, made on first use
+
+
+def compiled_permutation_order():
+    """``permutation_order`` through ``torch.compile`` as one graph (integer operations only, so the same
+    result to the bit), shapes static: one graph per batch shape and level count."""
+    if not _COMPILED_ORDER:
+        _COMPILED_ORDER.append(torch.compile(permutation_order, fullgraph=True, dynamic=False))
+    return _COMPILED_ORDER[0]
 
 
 class ListOpsOperandPermutation:
     """The training transform: stored ids [B, L] -> ids with freshly permuted operands, sorting ``levels``
     levels (the training set's ``tree_level_count``; None: each batch's own, read on the host)."""
 
-    def __init__(self, levels: int | None = None):
-        self.levels = levels
+    def __init__(self, levels: int | None = None, compiled: bool = False):
+        self.levels, self.compiled = levels, compiled
+
+    def set_compiled(self, on: bool) -> None:
+        """``train.compile_transforms``: the sorting through torch.compile."""
+        self.compiled = on
 
     def __call__(self, inputs: Tensor, draws) -> Tensor:
-        return permute_operands(inputs, draws.device_generator(inputs.device), self.levels)
+        return permute_operands(inputs, draws.device_generator(inputs.device), self.levels, self.compiled)
 
     def __repr__(self) -> str:
-        return f"ListOpsOperandPermutation(levels={self.levels})"
+        compiled = ", compiled" if self.compiled else ""
+        return f"ListOpsOperandPermutation(levels={self.levels}{compiled})"
