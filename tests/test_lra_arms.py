@@ -460,7 +460,10 @@ def test_learned_positions_arm_is_lra_transformer_but_for_its_positions(task):
 
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
-CAMPAIGN_BUNDLES = sorted(RESULTS.glob("v0.2-lra"))  # the merged bundle (not the repeats' bundle), if present
+# The merged campaign bundles, if present (not the repeats' bundle), each with the grid file that ran it last:
+# v0.2.1-lra is v0.2-lra with the image Transformer run again at the release's current configuration.
+CAMPAIGN_GRIDS = {"v0.2-lra": "v0.2-lra.yaml", "v0.2.1-lra": "v0.2.1-lra.yaml"}
+CAMPAIGN_BUNDLES = [RESULTS / version for version in CAMPAIGN_GRIDS if (RESULTS / version).is_dir()]
 
 
 def _manifest_runs(bundle_dir: Path) -> list[dict]:
@@ -470,16 +473,22 @@ def _manifest_runs(bundle_dir: Path) -> list[dict]:
 def _campaign_records():
     """Every record the campaign's bundles list as runs, then each superseded record the grid file names that
     is not among them (a merged bundle keeps those under ``extra/``), each once."""
-    from repro.grid.cells import load_grid
-
     seen = set()
     for bundle_dir in CAMPAIGN_BUNDLES:
         for run in _manifest_runs(bundle_dir):
             seen.add(bundle_dir / run["path"])
             yield bundle_dir / run["path"]
-    for folder in load_grid(ROOT / "experiments" / "grids" / "v0.2-lra.yaml").superseded:
+    for folder in _superseded():
         if ROOT / folder not in seen:
             yield ROOT / folder
+
+
+def _superseded(version: str | None = None) -> set[str]:
+    """The ``superseded`` record folders of one campaign bundle's grid file (None: of all of them)."""
+    from repro.grid.cells import load_grid
+
+    versions = [version] if version else list(CAMPAIGN_GRIDS)
+    return {p for v in versions for p in load_grid(ROOT / "experiments" / "grids" / CAMPAIGN_GRIDS[v]).superseded}
 
 
 def test_sinkhorn_s_head_and_synthesizer_s_q_k_term_are_the_release_s():
@@ -537,14 +546,22 @@ def test_the_campaign_records_trained_at_the_release_settings_of_their_cell():
 
     records = list(_campaign_records())
     assert records
-    from repro.grid.cells import load_grid
-
-    superseded = set(load_grid(ROOT / "experiments" / "grids" / "v0.2-lra.yaml").superseded)
+    superseded = _superseded("v0.2-lra")  # the records of corrected cells
     leave_out = "--leave-out-from experiments/grids/v0.2-lra.yaml"  # the final freeze's
     assert leave_out in " ".join((ROOT / "experiments/grids/v0.2-lra/README.md").read_text().split())
-    for bundle_dir in CAMPAIGN_BUNDLES:  # no superseded record among any bundle's runs, which Table 1 reads
-        runs = {(bundle_dir / run["path"]).relative_to(ROOT).as_posix() for run in _manifest_runs(bundle_dir)}
-        assert not runs & superseded, bundle_dir
+    for bundle_dir in CAMPAIGN_BUNDLES:  # no record its grid supersedes among a bundle's runs, which Table 1 reads
+        runs = {run["path"]: bundle_dir / run["path"] for run in _manifest_runs(bundle_dir)}
+        for folder in _superseded(bundle_dir.name):
+            old = ROOT / folder
+            same_place = runs.get(old.relative_to(next(p for p in old.parents if p.parent == RESULTS)).as_posix())
+            assert old.is_dir() and old not in runs.values(), (bundle_dir, folder)
+            if same_place is not None:  # a later bundle's record of that cell: run again, not taken over
+                assert (same_place / "metrics.json").read_bytes() != (old / "metrics.json").read_bytes(), folder
+    # v0.2.1-lra's grid supersedes exactly v0.2-lra's records of the cells whose release configuration changed
+    earlier = {
+        f"results/v0.2-lra/runs/{arm}/{task}/paper/seed{seed}" for arm, task in EARLIER_RELEASE for seed in range(3)
+    }
+    assert _superseded("v0.2.1-lra") == earlier
     left_out = set()
     for record in records:
         metrics = json.loads((record / "metrics.json").read_text())
