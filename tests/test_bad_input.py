@@ -117,6 +117,13 @@ CASES = [
     ("zero epochs", ["+train.epochs=0"], 2, "error: train.epochs=0: must be an integer >= 1"),
     ("zero steps", ["++train.max_steps=0"], 2, "error: train.max_steps=0: must be an integer >= 1, or null"),
     ("fractional batch", ["++train.batch_size=7.5"], 2, "error: train.batch_size=7.5: must be an integer >= 1"),
+    ("compile not a boolean", ["++train.compile=treu"], 2, "error: train.compile='treu': must be true or false"),
+    (
+        "compiled transforms not a boolean",
+        ["++train.compile_transforms=1"],
+        2,
+        "error: train.compile_transforms=1: must be true or false",
+    ),
     ("seed not a number", ["seed=abc"], 2, "error: seed='abc': must be an integer >= 0"),
     ("negative seed", ["seed=-1"], 2, "error: seed=-1: must be an integer >= 0"),
     ("fractional seed", ["seed=1.5"], 2, "error: seed=1.5: must be an integer >= 0"),

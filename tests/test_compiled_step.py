@@ -84,14 +84,22 @@ def test_an_unknown_compile_mode_is_refused_naming_the_modes():
 @pytest.mark.parametrize("arm, task_name", [("rotary_transformer", "listops"), ("rotary_transformer", "text")])
 def test_on_cuda_the_compiled_bf16_step_stays_within_bf16_rounding_of_the_plain_one(arm, task_name):
     """Inductor fuses and reorders bf16 arithmetic: after three steps the losses agree to 2% and every
-    parameter to bf16's resolution at the learning rate's scale."""
+    parameter to bf16's resolution at the learning rate's scale, but the key projection's bias. A bias added
+    to every key adds q.b to each of a query's scores alike, which the softmax cancels (rotary rotates b by
+    position, so only nearly), so its gradient is rounding noise, and Adam's normalised step turns noise of
+    either sign into a step of the learning rate: on one H200 it moved up to 2.7e-3 apart in three steps,
+    where the query and value biases stayed within 6e-5."""
     techniques = dict(followup.PROTOCOL_ARMS)[arm]
     plain_losses, plain = train_steps(arm, techniques, task_name, compiled=False, device="cuda")
     torch._dynamo.reset()
     losses, state = train_steps(arm, techniques, task_name, compiled=True, device="cuda")
     assert losses == pytest.approx(plain_losses, rel=2e-2)
     for name, value in plain.items():
-        torch.testing.assert_close(state[name].float(), value.float(), rtol=2e-2, atol=2e-3, msg=name)
+        compiled, value = state[name].float(), value.float()
+        if name.endswith("qkv.bias"):  # [q | k | v]: leave out k's third
+            third = value.numel() // 3
+            compiled, value = (torch.cat([t[:third], t[2 * third :]]) for t in (compiled, value))
+        torch.testing.assert_close(compiled, value, rtol=2e-2, atol=2e-3, msg=name)
 
 
 def test_a_run_with_compiled_transforms_writes_the_plain_run_s_history(tmp_path, monkeypatch):

@@ -115,7 +115,9 @@ _COMPILED_ORDER: list = []  # permutation_order through torch.compile, made on f
 
 def compiled_permutation_order():
     """``permutation_order`` through ``torch.compile`` as one graph (integer operations only, so the same
-    result to the bit), shapes static: one graph per batch shape and level count."""
+    result to the bit), shapes static: one graph per batch shape and level count. Training compiles one:
+    its batches have one shape (the techniques turn length bucketing off, the last partial batch is dropped)
+    and the level count is the training set's; more than torch's recompile limit of shapes would fail."""
     if not _COMPILED_ORDER:
         _COMPILED_ORDER.append(torch.compile(permutation_order, fullgraph=True, dynamic=False))
     return _COMPILED_ORDER[0]
