@@ -129,3 +129,25 @@ def test_a_run_with_compiled_transforms_writes_the_plain_run_s_history(tmp_path,
         built = (run / "metrics.json").read_text()
         assert ("ListOpsOperandPermutation(levels=" in built) and (("compiled)" in built) == compiled)
     assert len(histories[0]) >= 6 and histories[0] == histories[1]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="host synchronisations exist on CUDA only")
+@pytest.mark.parametrize("arm", ARMS)
+def test_on_cuda_a_training_step_never_waits_for_the_host(arm):
+    """Every follow-up arm's eager training step on ListOps runs without one host synchronisation once its
+    first step has made its one-off copies (a tensor built from Python numbers on the device, ``.item()``
+    or ``bool(tensor)`` in a forward would each stall the host every step)."""
+    techniques = dict(followup.PROTOCOL_ARMS)[arm]
+    with hydra_context():
+        run = followup.resolve_row(followup.RowSpec(arm, "listops", techniques), "smoke", SMALL["listops"])
+    task = followup.stand_in("listops", int(run["task"]["max_len"]), followup.shape_facts("listops"), 16, seed=0)
+    prepared = followup.prepare(run, task, None, torch.device("cuda"), compile_model=False)
+    batch = prepared.batches.fetch(0)
+    prepared.step(batch, 0, 0.0)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for i in range(1, 4):
+            prepared.step(batch, i, i / 4)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")

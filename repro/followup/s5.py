@@ -278,7 +278,8 @@ class S5SSM(nn.Module):
         """sum over directions of 2 Re(C x) by FFT (``fft_layout``), the two projections in ``mm_dtype``
         (``proj_dtype``), the FFT and the states in ``u``'s dtype."""
         # 2 Re(C x) = 2 (C_re x_re - C_im x_im), every direction and state in one product
-        weight = torch.stack([c * c.new_tensor([2.0, -2.0]) for c in self.C], dim=1)  # [H, dirs, P/2, 2]
+        # (a [2, -2] tensor made from Python numbers would be a host-to-device copy, and a wait, every call)
+        weight = torch.stack([torch.stack((2 * c[..., 0], -2 * c[..., 1]), dim=-1) for c in self.C], dim=1)
         low = u.to(mm_dtype)
         b_re, b_im = b_bar.real.to(mm_dtype), b_bar.imag.to(mm_dtype)
         if choose("s5", "fft_layout", self.fft_layout) == "channels_last":
