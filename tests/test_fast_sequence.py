@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -388,17 +389,55 @@ def test_mega_sdpa_equals_materialized_forward_and_gradients(chunk_size):
 @pytest.mark.parametrize("chunk_size", [None, 8])
 def test_mega_flex_equals_materialized_forward_and_gradients(chunk_size, value_split):
     """The flex path (its differentiable emulation on CPU, ``_flex.dense_flex``: the same score_mod, the
-    relative bias read per score): same outputs, input and parameter gradients (the relative bias's
-    included), with padding and chunks made only of padding."""
+    relative bias read per score): same outputs at the real positions, input and parameter gradients
+    (the relative bias's included), with padding and chunks made only of padding. Its padding block mask
+    leaves a padded query's output 0 (materialized: the real keys' average), which no later layer reads
+    (the model-level test below), so the loss here reads the real positions."""
     plain = mega("materialized", chunk_size=chunk_size).train()
     fast = mega("flex", chunk_size=chunk_size, flex_value_split=value_split).train()
     fast.load_state_dict(plain.state_dict())
     x, mask = padded_batch(3, 30, 6, lengths=[30, 13, 1])
-    assert_same(outputs_and_grads(fast, x, mask), outputs_and_grads(plain, x, mask))
+
+    def real_positions(module):
+        return lambda inputs, m: module(inputs, m) * m[..., None]
+
+    assert_same(
+        outputs_and_grads(fast, x, mask, call=real_positions(fast)),
+        outputs_and_grads(plain, x, mask, call=real_positions(plain)),
+    )
     x_full = x[:1]
     assert_same(outputs_and_grads(fast, x_full, None), outputs_and_grads(plain, x_full, None))
     with torch.no_grad():  # eval: flex_attention itself (eager on CPU), score_mod and key bias included
-        torch.testing.assert_close(fast.eval()(x, mask), plain.eval()(x, mask), rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(fast.eval()(x, mask)[mask], plain.eval()(x, mask)[mask], rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("chunk_size", [None, 16])
+def test_mega_model_with_flex_padding_tiles_skipped_equals_materialized(chunk_size):
+    """The whole MEGA classifier (two layers, mean pooling over real tokens) on a padded batch: the flex
+    path, which skips padding tiles and leaves padded queries at 0, gives the materialized path's logits
+    and every parameter gradient (float64)."""
+    from repro.models.model import build_model
+    from repro.tasks.base import Split, TaskData
+
+    cfg = {"backbone": "mega", "d_model": 8, "d_hidden": 12, "qkv_dim": 4, "depth": 2, "d_ff": 16,
+           "ema_dim": 3, "chunk_size": chunk_size, "dropout": 0.0, "attention_dropout": 0.0,
+           "pooling": "mean", "cls_token": False}  # fmt: skip
+    ids = torch.randint(1, 17, (4, 40), generator=torch.Generator().manual_seed(3))
+    ids[torch.arange(40)[None, :] >= torch.tensor([40, 23, 9, 1])[:, None]] = 0
+    split = Split(ids.numpy(), np.zeros(4, dtype=np.int64))
+    task = TaskData("listops", split, split, split, 10, 17, 40, pad_id=0)
+    results = []
+    for impl in ("materialized", "flex"):
+        torch.manual_seed(0)
+        model = build_model({**cfg, "attention_impl": impl}, task).double().train()
+        logits = model(ids)
+        (logits * torch.linspace(-1, 1, logits.numel(), dtype=logits.dtype).view_as(logits)).sum().backward()
+        results.append((logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (plain, plain_grads), (fast, fast_grads) = results
+    torch.testing.assert_close(fast, plain, rtol=1e-10, atol=1e-12)
+    assert plain_grads.keys() == fast_grads.keys()
+    for name in plain_grads:
+        torch.testing.assert_close(fast_grads[name], plain_grads[name], rtol=1e-9, atol=1e-12, msg=name)
 
 
 def test_mega_flex_dropout_keeps_one_mask_across_value_splits():

@@ -78,7 +78,7 @@ from torch import nn
 from ..models.mixer import BACKBONES, TokenMixer
 from ..models.settings import encoder_setting
 from ..original.attention._common import fold_key_mask, open_fully_masked
-from ..original.attention._flex import FlexSettings, flex_pattern_attention
+from ..original.attention._flex import FlexSettings, flex_pattern_attention, padding_block_mask
 from ..original.attention.fast_defaults import check_choice, choose
 from .fftconv import fft_conv, two_sided
 
@@ -204,7 +204,14 @@ class MegaMixer(TokenMixer):
         """The same attention through ``flex_attention``: the relative bias is a score_mod term reading one
         scalar per offset (its gradient accumulated by the kernel, never a dense [c, c] bias or its
         gradient), the key padding a -inf key bias (a chunk of padding only attends over itself
-        unmasked, as ``materialized_attention``), dropout the flex path's exact one (``_flex``)."""
+        unmasked, as ``materialized_attention``), dropout the flex path's exact one (``_flex``).
+
+        With padding, a block mask of the padding (``padding_block_mask``) skips every tile whose queries or
+        keys are all padding: a ListOps batch averages about half its 2,000 positions, so about a quarter
+        of the tiles hold work. A padded query's output is then 0, where ``materialized_attention`` gives
+        it the real keys' average; nothing reads it (each MEGA layer zeroes its padded inputs, the
+        position-wise sublayers keep them apart, the pooling reads real tokens), so the real positions,
+        the logits and every gradient are the same (tests/test_fast_sequence.py)."""
         length = q.shape[2]
         table = self.rel_bias.bias
         centre = self.rel_bias.max_len - 1
@@ -219,6 +226,7 @@ class MegaMixer(TokenMixer):
             if keys is None
             else (open_fully_masked(keys[:, 0]))
         )
+        block_mask = None if keys is None else padding_block_mask(key_mask)
         options = choose("mega", "flex_kernel_options", self.flex_kernel_options)
         settings = FlexSettings(kernel_options=tuple(sorted((options or {}).items())))
         split = choose("mega", "flex_value_split", self.flex_value_split)
@@ -227,7 +235,7 @@ class MegaMixer(TokenMixer):
             k,
             v,
             key_mask,
-            None,
+            block_mask,
             dropout_p=dropout,
             settings=settings,
             bias_mod=relative_bias,
