@@ -27,7 +27,9 @@ SMALL = {
 }
 
 
-def train_steps(arm: str, techniques: str | None, task_name: str, compiled: bool, steps: int = 3, device: str = "cpu"):
+def prepare_arm(arm: str, techniques: str | None, task_name: str, compiled: bool, device: str = "cpu"):
+    """The arm's training step (``followup.prepare``) at the smoke profile's settings on small padded batches;
+    on the CPU in float64."""
     spec = followup.RowSpec(arm, task_name, techniques)
     with hydra_context():
         run = followup.resolve_row(spec, "smoke", SMALL[task_name])
@@ -41,6 +43,11 @@ def train_steps(arm: str, techniques: str | None, task_name: str, compiled: bool
         prepared.step.model.double()  # float64: the two paths' rounding apart, nothing else
     assert prepared.step.technique_loss == (augment is not None and augment.has_loss)
     assert isinstance(prepared.step.forward, OptimizedModule) == compiled
+    return prepared
+
+
+def train_steps(arm: str, techniques: str | None, task_name: str, compiled: bool, steps: int = 3, device: str = "cpu"):
+    prepared = prepare_arm(arm, techniques, task_name, compiled, device)
     losses = []
     for i in range(steps):
         loss, _ = prepared.step(prepared.batches.fetch(i), i, i / steps)
@@ -48,9 +55,8 @@ def train_steps(arm: str, techniques: str | None, task_name: str, compiled: bool
     return losses, {k: v.detach().clone() for k, v in prepared.step.model.state_dict().items()}
 
 
-CASES = [
-    (arm, task) for task in ("listops", "text") for arm in ARMS
-]  # text: the masked-token loss where the arm has it
+# text: the masked-token loss where the arm has it
+CASES = [(arm, task) for task in ("listops", "text") for arm in ARMS]
 
 
 @pytest.mark.parametrize("arm, task_name", CASES)
@@ -139,11 +145,7 @@ def test_on_cuda_a_training_step_never_waits_for_the_host(arm):
     """Every follow-up arm's eager training step on ListOps runs without one host synchronisation once its
     first step has made its one-off copies (a tensor built from Python numbers on the device, ``.item()``
     or ``bool(tensor)`` in a forward would each stall the host every step)."""
-    techniques = dict(followup.PROTOCOL_ARMS)[arm]
-    with hydra_context():
-        run = followup.resolve_row(followup.RowSpec(arm, "listops", techniques), "smoke", SMALL["listops"])
-    task = followup.stand_in("listops", int(run["task"]["max_len"]), followup.shape_facts("listops"), 16, seed=0)
-    prepared = followup.prepare(run, task, None, torch.device("cuda"), compile_model=False)
+    prepared = prepare_arm(arm, dict(followup.PROTOCOL_ARMS)[arm], "listops", compiled=False, device="cuda")
     batch = prepared.batches.fetch(0)
     prepared.step(batch, 0, 0.0)
     torch.cuda.synchronize()

@@ -123,7 +123,7 @@ RULES = {
     **{
         f"train.{key}": BOOLEAN
         for key in ("decay_1d_params", "data_on_device", "compile", "compile_transforms", "deterministic")
-    },  # fmt: skip
+    },
     "task.data_seed": INT_GE0,
     "task.max_len": INT_GE1,
     **{f"task.generate.{key}": INT_GE1 for key in ("n_train", "n_val", "n_test", "n_per_difficulty")},
