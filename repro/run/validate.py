@@ -120,10 +120,7 @@ RULES = {
     "train.swa_anneal_epochs": INT_GE0,
     "train.early_stop_patience": INT_GE1_OR_NULL,
     "train.no_decay": one_of("1d", "bias_norm_embedding"),
-    **{
-        f"train.{key}": BOOLEAN
-        for key in ("decay_1d_params", "data_on_device", "compile", "compile_transforms", "deterministic")
-    },
+    **{f"train.{f.name}": BOOLEAN for f in dataclasses.fields(TrainSettings) if f.type == "bool"},  # every switch
     "task.data_seed": INT_GE0,
     "task.max_len": INT_GE1,
     **{f"task.generate.{key}": INT_GE1 for key in ("n_train", "n_val", "n_test", "n_per_difficulty")},
