@@ -3,8 +3,10 @@
 On the CPU the compiled step is traced by dynamo and AOT autograd (``backend="aot_eager"``): the graph
 the GPU's inductor build starts from, forward and backward, without its C++ code generation (minutes
 here). Each follow-up arm of the benchmark's protocol, on ListOps and on text (with its masked-token loss),
-trains three steps from the same initialisation on the same padded batches, in float64,
-compiled and plain; losses and every parameter after the steps agree to rounding.
+and the Transformer arms on image and Pathfinder (whose defaults compile for CUDA graphs:
+``train.compile_mode=reduce-overhead``, the step's graph-replay branch), trains three steps from the
+same initialisation on the same padded batches, in float64, compiled and plain; losses and every
+parameter after the steps agree to rounding.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ ARMS = [arm for arm, _ in followup.PROTOCOL_ARMS]
 SMALL = {
     "listops": ["task.max_len=96", "++train.batch_size=4"],
     "text": ["task.max_len=96", "++train.batch_size=4"],
+    "image": ["task.max_len=96", "++train.batch_size=4"],
+    "pathfinder": ["task.max_len=96", "++train.batch_size=4"],
 }
+GRAPH_TASKS = ("image", "pathfinder")  # the Transformer's defaults there: compile_mode reduce-overhead
 
 
 def prepare_arm(arm: str, techniques: str | None, task_name: str, compiled: bool, device: str = "cpu"):
@@ -57,6 +62,7 @@ def train_steps(arm: str, techniques: str | None, task_name: str, compiled: bool
 
 # text: the masked-token loss where the arm has it
 CASES = [(arm, task) for task in ("listops", "text") for arm in ARMS]
+CASES += [(arm, task) for task in GRAPH_TASKS for arm in ("rotary_transformer", "rotary_transformer_notech")]
 
 
 @pytest.mark.parametrize("arm, task_name", CASES)
@@ -67,6 +73,7 @@ def test_the_compiled_training_step_equals_the_plain_one(arm, task_name, monkeyp
     torch._dynamo.reset()
     counters.clear()
     losses, state = train_steps(arm, techniques, task_name, compiled=True)
+    assert prepare_arm(arm, techniques, task_name, compiled=True).step.graphs == (task_name in GRAPH_TASKS)
     assert counters["stats"]["unique_graphs"] >= 1  # dynamo traced the model (no silent fallback to eager)
     assert losses == pytest.approx(plain_losses, rel=1e-10, abs=1e-12)
     assert plain.keys() == state.keys()
