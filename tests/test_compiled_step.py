@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import json
 
 import pytest
 import torch
@@ -162,3 +163,74 @@ def test_on_cuda_a_training_step_never_waits_for_the_host(arm):
             prepared.step(batch, i, i / 4)
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.parametrize("arm, task_name", [(arm, "listops") for arm in ARMS] + [("rotary_transformer", "text")])
+def test_the_compiled_evaluation_scores_as_the_plain_one_with_the_model_s_weights(arm, task_name, monkeypatch):
+    """``train.compile`` scores validation and test through ``compiled_forward``: the same logits as the model
+    in float64 (equal predictions, the loss to rounding), and after new weights are loaded into the model (the
+    best checkpoint before the test), those weights', with no stale copy."""
+    from repro.training.evaluate import compiled_forward, evaluate
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    torch._dynamo.reset()
+    counters.clear()
+    model = prepare_arm(arm, dict(followup.PROTOCOL_ARMS)[arm], task_name, compiled=False).step.model
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randint(1, 8, (10, 96), generator=generator)
+    if task_name == "listops":
+        x[::2, 60:] = 0  # padding at the end of some rows
+    split = {"x": x, "y": torch.randint(0, 2, (10,), generator=generator)}
+    forward = compiled_forward(model, True)
+    assert compiled_forward(model, False) is None
+    for _ in range(2):
+        plain, compiled = evaluate(model, split, 4, None), evaluate(model, split, 4, None, forward=forward)
+        assert counters["stats"]["unique_graphs"] >= 1  # dynamo traced the model (no silent fallback to eager)
+        assert (compiled["predictions"] == plain["predictions"]).all()
+        assert compiled["loss"] == pytest.approx(plain["loss"], rel=1e-10)
+        assert model.training  # evaluate leaves the model in training mode, as it found it
+        with torch.no_grad():  # new weights, as loading best.pt gives: scored by the compiled forward too
+            model.load_state_dict({k: v * 1.5 if v.is_floating_point() else v for k, v in model.state_dict().items()})
+    assert evaluate(model, split, 4, None, forward=forward)["loss"] != pytest.approx(plain["loss"], rel=1e-6)
+
+
+def test_a_compiled_run_scores_through_the_compiled_forward_as_the_plain_run_scores(tmp_path, monkeypatch):
+    """``train.compile=true`` on a whole (short) run: its validations and its test go through the compiled
+    forward, and give the plain run's accuracies; the losses agree to float32 rounding."""
+    from conftest import SHORT_LISTOPS_OVERRIDES, composed
+
+    from repro.run.runner import execute
+    from repro.training import loop
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    calls = []
+
+    def counted(model, compile_model):
+        forward = loop_compiled_forward(model, compile_model)
+        if forward is None:
+            return None
+        return lambda inputs: (calls.append(len(inputs)), forward(inputs))[1]
+
+    loop_compiled_forward = loop.compiled_forward
+    monkeypatch.setattr(loop, "compiled_forward", counted)
+    torch._dynamo.reset()
+    results = []
+    for compiled in (False, True):
+        out = tmp_path / f"out-{compiled}"
+        cfg = composed(
+            "arm=rotary_transformer", "task=listops", "profile=smoke", f"output_dir={out}",
+            f"cache_dir={tmp_path / 'cache'}", "progress=false", "+train.max_steps=4", "++train.log_every=1",
+            "++train.eval_every_steps=2", f"++train.compile={str(compiled).lower()}", *SHORT_LISTOPS_OVERRIDES,
+        )  # fmt: skip
+        assert execute(cfg) == 0
+        assert bool(calls) == compiled
+        run = out / "runs" / "rotary_transformer" / "listops" / "smoke" / "seed0"
+        history = list(csv.DictReader(open(run / "history.csv")))
+        results.append((history, json.loads((run / "metrics.json").read_text())))
+    (plain_rows, plain), (rows, metrics) = results
+    assert len(rows) == len(plain_rows) >= 4 and sum(bool(row.get("val_acc")) for row in rows) >= 2
+    for row, plain_row in zip(rows, plain_rows, strict=True):
+        assert row.get("val_acc") == plain_row.get("val_acc")
+        if row.get("train_loss"):
+            assert float(row["train_loss"]) == pytest.approx(float(plain_row["train_loss"]), rel=1e-4)
+    assert (metrics["test_acc"], metrics["best_val_acc"]) == (plain["test_acc"], plain["best_val_acc"])

@@ -20,6 +20,14 @@ from .distributed import DistContext, gather_1d, sum_
 from .state import RunState
 
 
+def compiled_forward(model: torch.nn.Module, compile_model: bool):
+    """The model's forward for scoring: with ``train.compile``, the model through ``torch.compile`` in its
+    default mode (no CUDA graphs: the last batch of a split, or a trimmed one, has a shape of its own), the
+    same function as the model (tests/test_compiled_step.py); its weights are the model's, so loading the
+    best checkpoint or the weight average into ``model`` is what it scores. Without: None (the model)."""
+    return torch.compile(model) if compile_model else None
+
+
 @torch.no_grad()
 def evaluate(
     model,
@@ -31,6 +39,7 @@ def evaluate(
     lengths: torch.Tensor | None = None,
     trim_multiple: int = 128,
     progress: str | None = None,
+    forward=None,
 ) -> dict:
     """Loss, accuracy and predictions of ``model`` on a split held as tensors.
 
@@ -39,7 +48,9 @@ def evaluate(
     (each batch holds the same examples as in a one-process run). With ``lengths`` (length
     bucketing, a length-flexible model), examples are scored in order of length, each batch
     trimmed to its longest (repro/training/batching.py); predictions come back in the split's order.
-    ``progress``: a bar over this rank's batches, with this name (None: none).
+    ``progress``: a bar over this rank's batches, with this name (None: none). ``forward``: what computes
+    the logits, ``model`` itself or the same function compiled (``train.compile``: ``compiled_forward``);
+    ``model`` is what is switched to evaluation mode and back.
     """
     ctx = dist or DistContext()
     model.eval()
@@ -64,7 +75,7 @@ def evaluate(
         inputs = prepare(inputs) if prepare else inputs.long()
         labels = labels.to(device)
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            logits = model(inputs)
+            logits = (model if forward is None else forward)(inputs)
         total_loss += F.cross_entropy(logits.float(), labels, reduction="sum").double()
         predictions.append(logits.argmax(-1))
     model.train()
@@ -111,6 +122,7 @@ class Scorer:
     lengths: dict  # name -> sequence lengths (length bucketing), else empty
     trim_multiple: int
     progress: bool = False  # a bar per scoring, named by the split
+    forward: object = None  # the model compiled for scoring (train.compile), else None: the model itself
 
     def __call__(self, name: str) -> dict:
         return evaluate(
@@ -123,6 +135,7 @@ class Scorer:
             lengths=self.lengths.get(name),
             trim_multiple=self.trim_multiple,
             progress=name if self.progress else None,
+            forward=self.forward,
         )
 
 

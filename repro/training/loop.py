@@ -45,7 +45,7 @@ from .batches import TrainBatches, TrainingData
 from .checkpoints import load_best_checkpoint, load_on_rank_0
 from .clock import DataWaitProbe, RunClock
 from .distributed import DistContext
-from .evaluate import Scorer, validate
+from .evaluate import Scorer, compiled_forward, validate
 from .progress import RunBar
 from .resume import LastCheckpoint
 from .scalars import ScalarLog, open_scalar_log
@@ -109,7 +109,8 @@ def train(
     last = LastCheckpoint(run_dir, ctx, model, optimizer, controller, average, fingerprint)
     state = last.start(resume, seed, s, data.batching, device)
     score = Scorer(model, data.splits, s.eval_batch_size or s.batch_size, autocast_dtype, task.prepare, ctx,
-                   data.lengths, s.trim_multiple, progress=progress and ctx.is_main)  # fmt: skip
+                   data.lengths, s.trim_multiple, progress=progress and ctx.is_main,
+                   forward=compiled_forward(model, s.compile))  # fmt: skip
     best_path = run_dir / "checkpoints" / "best.pt"
     batches = TrainBatches(data.splits["train"], seed, s.batch_size, data.steps_per_epoch, device, ctx, augment,
                            task.prepare, data.lengths.get("train"), s.bucket_pool_batches, s.trim_multiple)  # fmt: skip

@@ -51,7 +51,7 @@ class TrainSettings:
     log_every: int = 50
     precision: str = "bf16"  # autocast dtype on CUDA: one of PRECISIONS
     data_on_device: bool = True
-    compile: bool = False  # the model's forward (and so its backward) through torch.compile as a whole
+    compile: bool = False  # the model's forward (and so its backward) through torch.compile as a whole; scoring too
     compile_mode: str = "default"  # with compile: torch.compile's mode, one of COMPILE_MODES
     compile_transforms: bool = False  # the techniques' batch transforms through torch.compile (speed only)
     deterministic: bool = False  # torch.use_deterministic_algorithms on CUDA (CPU runs are deterministic)
