@@ -103,7 +103,7 @@ def test_data_wait_probe_times_the_fetch_of_every_nth_step_against_the_whole_ste
         )
         assert (batch, result) == (step, step * 10)
     assert calls == [(kind, s) for s in range(6) for kind in ("fetch", "compute")]  # every step once, in order
-    assert state.data_wait_steps == 2  # steps 1 and 4: counted from the process's second step
+    assert state.data_wait_steps == 2  # steps 2 and 5: counted from the process's third step
     assert state.data_wait_s == pytest.approx(0.4) and state.data_wait_step_s == pytest.approx(2.0)
     assert DataWaitProbe.share(state) == pytest.approx(0.2)
 

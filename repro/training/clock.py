@@ -103,10 +103,13 @@ class RunClock:
 
 class DataWaitProbe:
     """Times every ``every``-th step's fetch and whole step into ``state.data_wait_s`` / ``state.data_wait_step_s``,
-    counted from the second step this process trains (the first carries one-off costs: kernel selection
-    and compilation, caches warming). Counting from there also keeps the samples off the epochs' first
-    steps where those are multiples of 25 or 50 (ListOps' 3,000 and image's 175 steps an epoch): each
-    draws its epoch's permutation, which sampled every seventh time (image) weighed 25 times its share."""
+    counted from the third step this process trains. The first two carry one-off costs: the first kernel
+    selection, compilation and caches warming; the second the one recompilation of a compiled function
+    (``train.compile_transforms``' CIFAR-10 chain) when dynamo turns a number that changes per step into a
+    dynamic one, seconds that a 200-step probe's four samples would count as waiting for data. Counting from
+    there also keeps the samples off the epochs' first steps where those are multiples of 25 or 50 (ListOps'
+    3,000 and image's 175 steps an epoch): each draws its epoch's permutation, which sampled every seventh
+    time (image) weighed 25 times its share."""
 
     def __init__(self, device: torch.device, every: int = 50, clock: Callable[[], float] = time.perf_counter):
         self.device, self.every, self.clock = device, every, clock
@@ -120,7 +123,7 @@ class DataWaitProbe:
         """``compute(fetch())``, timed when this step is sampled; returns (batch, compute's result)."""
         if self.first_step is None:
             self.first_step = state.step
-        if (state.step - self.first_step) % self.every != min(1, self.every - 1):
+        if (state.step - self.first_step) % self.every != min(2, self.every - 1):
             batch = fetch()
             return batch, compute(batch)
         self._sync()
