@@ -22,9 +22,11 @@ from .state import RunState
 
 def compiled_forward(model: torch.nn.Module, compile_model: bool):
     """The model's forward for scoring: with ``train.compile``, the model through ``torch.compile`` in its
-    default mode (no CUDA graphs: the last batch of a split, or a trimmed one, has a shape of its own), the
-    same function as the model (tests/test_compiled_step.py); its weights are the model's, so loading the
-    best checkpoint or the weight average into ``model`` is what it scores. Without: None (the model)."""
+    default mode (no CUDA graphs), the same function as the model (tests/test_compiled_step.py); its weights
+    are the model's, so loading the best checkpoint or the weight average into ``model`` is what it scores.
+    ``evaluate`` fills a split's last batch to the batch size for it (the examples are scored one by one, so
+    the filler changes nothing), so that batch does not compile a graph of its own or turn the batch size
+    dynamic in the graphs training compiles from the same forward. Without: None (the model)."""
     return torch.compile(model) if compile_model else None
 
 
@@ -74,8 +76,12 @@ def evaluate(
         inputs = inputs.to(device, non_blocking=True)
         inputs = prepare(inputs) if prepare else inputs.long()
         labels = labels.to(device)
+        short = batch_size - len(inputs) if forward is not None else 0
+        if short > 0:  # a split's last batch, filled to the batch size with its last row: one shape to compile
+            inputs = torch.cat([inputs, inputs[-1:].expand(short, *inputs.shape[1:])])
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             logits = (model if forward is None else forward)(inputs)
+        logits = logits[: len(labels)]
         total_loss += F.cross_entropy(logits.float(), labels, reduction="sum").double()
         predictions.append(logits.argmax(-1))
     model.train()
