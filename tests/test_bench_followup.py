@@ -289,3 +289,17 @@ def test_the_rgb_stand_in_feeds_the_follow_up_augmentation_and_the_grayscale():
     batch = followup.torch.from_numpy(task.train.inputs)
     out = augment.transform(batch, augment.draws(seed=0, step=0))
     assert out.shape == batch.shape and task.prepare(out).shape == (8, 1024)
+
+
+def test_the_table_names_a_compiled_row_s_mode_where_it_is_not_the_default():
+    meta = {"date": "2026-12-03", "device": "cpu", "complete": True, "rows_planned": 3, "torch": "x", "cuda": None,
+            "profile": "paper", "warmup": 1, "steps": 2}  # fmt: skip
+    base = {"status": "ok", "batch": 48, "seq_len": 1024}
+    rows = [
+        {**base, "row": "a@image", "compiled": True, "compile_mode": "reduce-overhead"},
+        {**base, "row": "b@image", "compiled": True, "compile_mode": "default"},
+        {**base, "row": "c@image", "compiled": False, "compile_mode": ""},
+    ]
+    cells = {line.split(" | ")[0][2:]: line.split(" | ")[2] for line in followup.table_markdown(meta, rows).splitlines()
+             if line.startswith("| ") and "@image" in line}  # fmt: skip
+    assert cells == {"a@image": "yes (reduce-overhead)", "b@image": "yes", "c@image": "no"}

@@ -120,6 +120,7 @@ COLUMNS = [
     "seq_len",
     "precision",
     "compiled",
+    "compile_mode",
     "data",
     "data_note",
     "warmup",
@@ -439,7 +440,8 @@ def measure(spec: RowSpec, options: Options, device: torch.device, peak: float |
     prepared = prepare(run, task, augment, device, compile_model=compile_model)
     s, step, batches = prepared.settings, prepared.step, prepared.batches
     row.update(batch=s.batch_size, seq_len=prepared.seq_len, precision=s.precision if device.type == "cuda" else "fp32",
-               compiled=s.compile, parameters=prepared.parameters)  # fmt: skip
+               compiled=s.compile, compile_mode=s.compile_mode if s.compile else "",
+               parameters=prepared.parameters)  # fmt: skip
 
     def progress(i: int) -> float:
         return i / max(1, prepared.total_steps)
@@ -515,6 +517,14 @@ def _cell(value, digits: int = 1, percent: bool = False) -> str:
     return f"{100 * value:.{digits}f}%" if percent else f"{value:.{digits}f}"
 
 
+def _compiled_cell(row: dict) -> str:
+    """yes / no, with torch.compile's mode where it is not the default one (reduce-overhead: CUDA graphs)."""
+    mode = row.get("compile_mode")
+    if row.get("compiled") is True and mode not in (None, "", "default"):
+        return f"yes ({mode})"
+    return _cell(row.get("compiled"))
+
+
 def table_markdown(meta: dict, rows: list[dict]) -> str:
     done = sum(r["status"] == "ok" for r in rows)
     state = "complete" if meta.get("complete") else f"partial: {len(rows)} of {meta['rows_planned']} rows so far"
@@ -545,7 +555,7 @@ def table_markdown(meta: dict, rows: list[dict]) -> str:
                 [
                     r["row"],
                     shape,
-                    _cell(r.get("compiled")),
+                    _compiled_cell(r),
                     _cell(r.get("real_examples_per_s")),
                     _cell(r.get("staged_examples_per_s")),
                     _cell(r.get("data_wait_share"), 1, percent=True),
