@@ -92,8 +92,9 @@ def test_data_wait_probe_times_the_fetch_of_every_nth_step_against_the_whole_ste
     from repro.training.clock import DataWaitProbe
 
     ticks = iter([0.0, 0.3, 1.0, 10.0, 10.1, 11.0])  # two sampled steps: fetch 0.3 of 1.0, then 0.1 of 1.0
-    probe = DataWaitProbe(torch.device("cpu"), every=3, clock=lambda: next(ticks))
     state = RunState()
+    timed = []  # the step each clock reading is taken at
+    probe = DataWaitProbe(torch.device("cpu"), every=3, clock=lambda: timed.append(state.step) or next(ticks))
     assert DataWaitProbe.share(state) is None
     calls = []
     for step in range(6):
@@ -103,7 +104,7 @@ def test_data_wait_probe_times_the_fetch_of_every_nth_step_against_the_whole_ste
         )
         assert (batch, result) == (step, step * 10)
     assert calls == [(kind, s) for s in range(6) for kind in ("fetch", "compute")]  # every step once, in order
-    assert state.data_wait_steps == 2  # steps 2 and 5: counted from the process's third step
+    assert state.data_wait_steps == 2 and timed == [2, 2, 2, 5, 5, 5]  # counted from the process's third step
     assert state.data_wait_s == pytest.approx(0.4) and state.data_wait_step_s == pytest.approx(2.0)
     assert DataWaitProbe.share(state) == pytest.approx(0.2)
 

@@ -104,9 +104,9 @@ class RunClock:
 class DataWaitProbe:
     """Times every ``every``-th step's fetch and whole step into ``state.data_wait_s`` / ``state.data_wait_step_s``,
     counted from the third step this process trains. The first two carry one-off costs: the first kernel
-    selection, compilation and caches warming; the second the one recompilation of a compiled function
-    (``train.compile_transforms``' CIFAR-10 chain) when dynamo turns a number that changes per step into a
-    dynamic one, seconds that a 200-step probe's four samples would count as waiting for data. Counting from
+    selection, compilation and caches warming; the second a compiled function's second compilation
+    (``train.compile_transforms``' CIFAR-10 chain builds its second graph on its second call), seconds that a
+    200-step probe's four samples would count as waiting for data. Counting from
     there also keeps the samples off the epochs' first steps where those are multiples of 25 or 50 (ListOps'
     3,000 and image's 175 steps an epoch): each draws its epoch's permutation, which sampled every seventh
     time (image) weighed 25 times its share."""
