@@ -97,14 +97,15 @@ def test_an_unknown_compile_mode_is_refused_naming_the_modes():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="inductor's CUDA kernels under bf16 autocast")
-@pytest.mark.parametrize("arm, task_name", [("rotary_transformer", "listops"), ("rotary_transformer", "text")])
-def test_on_cuda_the_compiled_bf16_step_stays_within_bf16_rounding_of_the_plain_one(arm, task_name):
+@pytest.mark.parametrize("task_name", ["listops", "text", *GRAPH_TASKS])
+def test_on_cuda_the_compiled_bf16_step_stays_within_bf16_rounding_of_the_plain_one(task_name):
     """Inductor fuses and reorders bf16 arithmetic: after three steps the losses agree to 2% and every
     parameter to bf16's resolution at the learning rate's scale, but the key projection's bias. A bias added
     to every key adds q.b to each of a query's scores alike, which the softmax cancels (rotary rotates b by
     position, so only nearly), so its gradient is rounding noise, and Adam's normalised step turns noise of
     either sign into a step of the learning rate: on one H200 it moved up to 2.7e-3 apart in three steps,
     where the query and value biases stayed within 6e-5."""
+    arm = "rotary_transformer"  # image and Pathfinder: its defaults replay the compiled step as CUDA graphs
     techniques = dict(followup.PROTOCOL_ARMS)[arm]
     plain_losses, plain = train_steps(arm, techniques, task_name, compiled=False, device="cuda")
     torch._dynamo.reset()
@@ -236,3 +237,22 @@ def test_a_compiled_run_scores_through_the_compiled_forward_as_the_plain_run_sco
                 assert float(row[key]) == pytest.approx(float(plain_row[key]), rel=1e-4), key
     assert (metrics["test_acc"], metrics["best_val_acc"]) == (plain["test_acc"], plain["best_val_acc"])
     assert metrics["test_loss"] == pytest.approx(plain["test_loss"], rel=1e-4)  # the best weights, loaded and scored
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs and inductor's CUDA kernels")
+def test_on_cuda_scoring_after_cuda_graph_steps_sees_the_weights_the_steps_left():
+    """Image's defaults: training steps replayed as CUDA graphs, then scoring through ``compiled_forward``
+    (inductor, default mode), in float32: the plain model's loss, after each further step too."""
+    from repro.training.evaluate import compiled_forward, evaluate
+
+    torch._dynamo.reset()
+    prepared = prepare_arm("rotary_transformer", None, "image", compiled=True, device="cuda")
+    assert prepared.step.graphs
+    model, forward = prepared.step.model, compiled_forward(prepared.step.model, True)
+    generator = torch.Generator().manual_seed(2)
+    split = {"x": torch.randint(1, 200, (10, 96), generator=generator).cuda(),
+             "y": torch.randint(0, 2, (10,), generator=generator).cuda()}  # fmt: skip
+    for i in range(3):
+        prepared.step(prepared.batches.fetch(i), i, i / 3)
+        plain, compiled = evaluate(model, split, 4, None), evaluate(model, split, 4, None, forward=forward)
+        assert compiled["loss"] == pytest.approx(plain["loss"], rel=1e-3), i
