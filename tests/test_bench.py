@@ -640,14 +640,15 @@ def test_kernel_summary_counts_the_devices_own_entries_per_step():
 
     from repro.bench import timing
 
-    def entry(key, device, us, count):
-        return SimpleNamespace(key=key, device_type=device, self_device_time_total=us, count=count)
+    def entry(key, device, us, count, host_us=0.0):
+        return SimpleNamespace(key=key, device_type=device, self_device_time_total=us, count=count,
+                               self_cpu_time_total=host_us)  # fmt: skip
 
     events = [
-        entry("aten::mm", DeviceType.CPU, 9000.0, 4),  # the time of the gemm below, once more
+        entry("aten::mm", DeviceType.CPU, 9000.0, 4, host_us=200.0),  # the time of the gemm below, once more
         entry("gemm_kernel", DeviceType.CUDA, 9000.0, 4),
         entry("softmax_kernel", DeviceType.CUDA, 3000.0, 2),
-        entry("aten::copy_", DeviceType.CPU, 0.0, 10),
+        entry("aten::copy_", DeviceType.CPU, 0.0, 10, host_us=600.0),  # launches nothing, costs the host
     ] + [entry(f"small_{i}", DeviceType.CUDA, 10.0, 2) for i in range(6)]
     summary = timing.kernel_summary(events, steps=2)
     assert summary["kernel_ms_per_step"] == pytest.approx((9000 + 3000 + 60) / 2 / 1e3)
@@ -656,8 +657,10 @@ def test_kernel_summary_counts_the_devices_own_entries_per_step():
     assert len(named) == timing.TOP_KERNELS
     assert named[:2] == ["gemm_kernel 4.50 ms x2", "softmax_kernel 1.50 ms x1"]
     assert summary["top_ops"] == "aten::mm 4.50 ms x2"  # the operators that launched kernels, not aten::copy_
+    assert summary["host_ms_per_step"] == pytest.approx((200 + 600) / 2 / 1e3)  # the host's own time, per step
+    assert summary["top_host_ops"] == "aten::copy_ 0.30 ms x5; aten::mm 0.10 ms x2"
     empty = timing.kernel_summary([entry("aten::mm", DeviceType.CPU, 5.0, 1)], steps=3)
-    assert empty == {"kernel_ms_per_step": None, "kernels_per_step": None, "top_kernels": None, "top_ops": None}
+    assert empty == dict.fromkeys(timing.SUMMARY_KEYS)
     assert set(summary) <= set(report.ROW_FIELDS)
 
 

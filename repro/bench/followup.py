@@ -25,7 +25,8 @@ them); achieved TFLOP/s is that count over the staged step time, set against the
 peak (``DENSE_BF16_PEAK_TFLOPS``; an unknown device: n/a). With ``profile_steps`` > 0, that many more staged
 steps run under ``torch.profiler`` (``timing.kernel_profile``; CUDA only): the kernels' milliseconds a step
 against the staged step's wall time (the share the GPU was busy; the rest is the host launching kernels),
-kernel launches a step, and the kernels and operators that took most.
+kernel launches a step, the kernels and operators that took most, and the operators' own host time
+(``host_ms_per_step``, ``top_host_ops``: where a step the GPU waits on spends its host's time).
 
 The **reference** row of each Transformer shape (``rotary_transformer``'s model on the task) is the
 project's own plain training of that shape: the same model built for a task without padding (so
@@ -144,6 +145,8 @@ COLUMNS = [
     "kernels_per_step",
     "top_kernels",
     "top_ops",
+    "host_ms_per_step",
+    "top_host_ops",
 ]
 RECORD_SUFFIX = "followup-protocol"
 # A stand-in text batch: byte lengths log-normal around IMDb's median review (about 950 bytes; our

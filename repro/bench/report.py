@@ -56,6 +56,8 @@ ROW_FIELDS = [
     "kernels_per_step",
     "top_kernels",
     "top_ops",
+    "host_ms_per_step",
+    "top_host_ops",
     "parameters",
     "note",
 ]

@@ -161,20 +161,29 @@ def kernel_summary(events, steps: int) -> dict:
     kernels it launched. No kernels (CPU): each value None."""
     kernels = [e for e in events if e.device_type == DeviceType.CUDA]
     if not kernels:
-        return {"kernel_ms_per_step": None, "kernels_per_step": None, "top_kernels": None, "top_ops": None}
+        return {key: None for key in SUMMARY_KEYS}
     operators = [e for e in events if e.device_type != DeviceType.CUDA and e.self_device_time_total > 0]
+    host = [e for e in events if e.device_type != DeviceType.CUDA and e.self_cpu_time_total > 0]
     return {
         "kernel_ms_per_step": sum(e.self_device_time_total for e in kernels) / steps / 1e3,
         "kernels_per_step": sum(e.count for e in kernels) / steps,
         "top_kernels": _most_time(kernels, steps),
         "top_ops": _most_time(operators, steps),
+        "host_ms_per_step": sum(e.self_cpu_time_total for e in host) / steps / 1e3,
+        "top_host_ops": _most_time(host, steps, "self_cpu_time_total"),
     }
 
 
-def _most_time(entries, steps: int) -> str:
-    """The ``TOP_KERNELS`` entries with most device time, as 'name ms-a-step xcalls-a-step; ...'."""
-    top = sorted(entries, key=lambda e: e.self_device_time_total, reverse=True)[:TOP_KERNELS]
-    return "; ".join(f"{e.key[:160]} {e.self_device_time_total / steps / 1e3:.2f} ms x{e.count / steps:g}" for e in top)
+# kernel_summary's keys: the device's kernels, the operators that launched them, and the host's own time in
+# operators (``host_ms_per_step``: the profiler's self CPU time of every operator entry, Python between them
+# not counted), which tells a step that waits on its host where that host time goes
+SUMMARY_KEYS = ("kernel_ms_per_step", "kernels_per_step", "top_kernels", "top_ops", "host_ms_per_step", "top_host_ops")
+
+
+def _most_time(entries, steps: int, time_field: str = "self_device_time_total") -> str:
+    """The ``TOP_KERNELS`` entries with most ``time_field`` (µs), as 'name ms-a-step xcalls-a-step; ...'."""
+    top = sorted(entries, key=lambda e: getattr(e, time_field), reverse=True)[:TOP_KERNELS]
+    return "; ".join(f"{e.key[:160]} {getattr(e, time_field) / steps / 1e3:.2f} ms x{e.count / steps:g}" for e in top)
 
 
 def reset_peak(device: torch.device) -> None:
