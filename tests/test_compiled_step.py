@@ -24,12 +24,7 @@ from repro.bench import followup
 from repro.bench.models import hydra_context
 
 ARMS = [arm for arm, _ in followup.PROTOCOL_ARMS]
-SMALL = {
-    "listops": ["task.max_len=96", "++train.batch_size=4"],
-    "text": ["task.max_len=96", "++train.batch_size=4"],
-    "image": ["task.max_len=96", "++train.batch_size=4"],
-    "pathfinder": ["task.max_len=96", "++train.batch_size=4"],
-}
+SMALL = ["task.max_len=96", "++train.batch_size=4"]  # every task's small padded batches
 GRAPH_TASKS = ("image", "pathfinder")  # the Transformer's defaults there: compile_mode reduce-overhead
 
 
@@ -38,7 +33,7 @@ def prepare_arm(arm: str, techniques: str | None, task_name: str, compiled: bool
     on the CPU in float64."""
     spec = followup.RowSpec(arm, task_name, techniques)
     with hydra_context():
-        run = followup.resolve_row(spec, "smoke", SMALL[task_name])
+        run = followup.resolve_row(spec, "smoke", SMALL)
     facts = followup.shape_facts(task_name)
     task = followup.stand_in(task_name, int(run["task"]["max_len"]), facts, 16, seed=0, text_lengths=True)
     # the text techniques' masked-token loss runs through the compiled model; ListOps' operand permutation
@@ -59,6 +54,23 @@ def train_steps(arm: str, techniques: str | None, task_name: str, compiled: bool
         loss, _ = prepared.step(prepared.batches.fetch(i), i, i / steps)
         losses.append(loss.item())
     return losses, {k: v.detach().clone() for k, v in prepared.step.model.state_dict().items()}
+
+
+def short_rotary_listops_run(tmp_path, name: str, *overrides: str):
+    """A short smoke run of the rotary Transformer on generated ListOps in ``tmp_path / name`` (the data cached
+    in ``tmp_path / "cache"``), with ``overrides``; its run folder."""
+    from conftest import SHORT_LISTOPS_OVERRIDES, composed
+
+    from repro.run.runner import execute
+
+    out = tmp_path / name
+    cfg = composed(
+        "arm=rotary_transformer", "task=listops", "profile=smoke", f"output_dir={out}",
+        f"cache_dir={tmp_path / 'cache'}", "progress=false", "++train.log_every=1", *overrides,
+        *SHORT_LISTOPS_OVERRIDES,
+    )  # fmt: skip
+    assert execute(cfg) == 0
+    return out / "runs" / "rotary_transformer" / "listops" / "smoke" / "seed0"
 
 
 # text: the masked-token loss where the arm has it
@@ -123,24 +135,16 @@ def test_a_run_with_compiled_transforms_writes_the_plain_run_s_history(tmp_path,
     """``train.compile_transforms``: the rotary Transformer on ListOps with the operand permutation traced
     as one graph trains the same steps as the plain run: the same losses at every logged step (and the
     same validation), the wall clock aside."""
-    from conftest import SHORT_LISTOPS_OVERRIDES, composed
-
     from repro.followup.techniques import listops_permute
-    from repro.run.runner import execute
 
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
     monkeypatch.setattr(listops_permute, "_COMPILED_ORDER", [])
     torch._dynamo.reset()
     histories = []
     for compiled in (False, True):
-        out = tmp_path / f"out-{compiled}"
-        cfg = composed(
-            "arm=rotary_transformer", "task=listops", "profile=smoke", f"output_dir={out}",
-            f"cache_dir={tmp_path / 'cache'}", "progress=false", "+train.max_steps=6", "++train.log_every=1",
-            f"++train.compile_transforms={str(compiled).lower()}", *SHORT_LISTOPS_OVERRIDES,
-        )  # fmt: skip
-        assert execute(cfg) == 0
-        run = out / "runs" / "rotary_transformer" / "listops" / "smoke" / "seed0"
+        run = short_rotary_listops_run(
+            tmp_path, f"out-{compiled}", "+train.max_steps=6", f"++train.compile_transforms={str(compiled).lower()}"
+        )
         rows = list(csv.DictReader(open(run / "history.csv")))
         histories.append([{k: v for k, v in row.items() if k != "elapsed_s"} for row in rows])  # all but time
         built = (run / "metrics.json").read_text()
@@ -198,9 +202,6 @@ def test_the_compiled_evaluation_scores_as_the_plain_one_with_the_model_s_weight
 def test_a_compiled_run_scores_through_the_compiled_forward_as_the_plain_run_scores(tmp_path, monkeypatch):
     """``train.compile=true`` on a whole (short) run: its validations and its test go through the compiled
     forward, and give the plain run's accuracies; the losses agree to float32 rounding."""
-    from conftest import SHORT_LISTOPS_OVERRIDES, composed
-
-    from repro.run.runner import execute
     from repro.training import loop
 
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
@@ -217,15 +218,11 @@ def test_a_compiled_run_scores_through_the_compiled_forward_as_the_plain_run_sco
     torch._dynamo.reset()
     results = []
     for compiled in (False, True):
-        out = tmp_path / f"out-{compiled}"
-        cfg = composed(
-            "arm=rotary_transformer", "task=listops", "profile=smoke", f"output_dir={out}",
-            f"cache_dir={tmp_path / 'cache'}", "progress=false", "+train.max_steps=4", "++train.log_every=1",
-            "++train.eval_every_steps=2", f"++train.compile={str(compiled).lower()}", *SHORT_LISTOPS_OVERRIDES,
+        run = short_rotary_listops_run(
+            tmp_path, f"out-{compiled}", "+train.max_steps=4", "++train.eval_every_steps=2",
+            f"++train.compile={str(compiled).lower()}",
         )  # fmt: skip
-        assert execute(cfg) == 0
         assert bool(calls) == compiled
-        run = out / "runs" / "rotary_transformer" / "listops" / "smoke" / "seed0"
         history = list(csv.DictReader(open(run / "history.csv")))
         results.append((history, json.loads((run / "metrics.json").read_text())))
     (plain_rows, plain), (rows, metrics) = results
