@@ -187,6 +187,30 @@ def test_the_record_names_its_environment_and_command(record):
     assert all(f"| {name} |" in table for name in ["reference@listops", *ROWS])
 
 
+TIMED = ("warmup_s", "staged_step_ms", "staged_examples_per_s", "real_step_ms", "real_examples_per_s",
+         "data_wait_share", "tflops", "peak_fraction")  # fmt: skip
+
+
+def test_a_row_measured_in_its_own_process_is_the_row_measured_here():
+    options = followup.Options(
+        profile="smoke", warmup=1, steps=2, staged_batches=2, overrides={"listops": SHORT_LISTOPS}
+    )
+    spec = followup.RowSpec("rotary_transformer", "listops")
+    cpu = followup.torch.device("cpu")
+    isolated, here = followup.measure_isolated(spec, options, cpu, None), followup.measure(spec, options, cpu, None)
+    assert set(isolated) == set(here) and set(TIMED) <= set(here)
+    assert {k: v for k, v in isolated.items() if k not in TIMED} == {k: v for k, v in here.items() if k not in TIMED}
+    assert isolated["flops_per_step"] > 0 and isolated["status"] == "ok"
+
+
+def test_a_row_that_fails_in_its_own_process_raises_its_error_here():
+    options = followup.Options(profile="smoke")
+    with pytest.raises(Exception, match="Could not find 'arm/no_such_arm'"):
+        followup.measure_isolated(
+            followup.RowSpec("no_such_arm", "listops"), options, followup.torch.device("cpu"), None
+        )
+
+
 @pytest.mark.parametrize(
     "block, message",
     [
@@ -194,6 +218,7 @@ def test_the_record_names_its_environment_and_command(record):
         ({"step": 2}, "followup.step: no such key (experiments/conf/bench.yaml); known: "),
         ({"generated_cap": 0}, "followup.generated_cap=0: give a whole number of examples >= 1, or null (no cap)"),
         ({"time_budget_s": -1}, "followup.time_budget_s=-1: give seconds > 0, or null (no limit)"),
+        ({"isolate_rows": "yes"}, "followup.isolate_rows='yes' (experiments/conf/bench.yaml): give true or false"),
         ({"overrides": {"text": "task.max_len=256"}}, "followup.overrides={'text': 'task.max_len=256'}: give a block"),
     ],
 )

@@ -35,6 +35,10 @@ on (the whole model through ``torch.compile``), fused AdamW, bf16 autocast, rand
 batches already on the device, no techniques. Every Transformer arm's row gives its examples/s (real
 where measured, else staged) over its shape's reference.
 
+With ``isolate_rows`` (experiments/conf/bench.yaml sets it), each row is measured in a fresh process
+(``spawn``), so no row inherits the compiled graphs, caches, allocator state or Python heap of the rows
+measured before it: a row times what its own training run would meet.
+
 Rows are written as they are measured (``bench.csv``, ``bench.json`` and ``table.md``, each replaced
 whole), so a run cut short keeps its rows; ``followup.resume=<folder>`` measures only the rows that
 folder lacks.
@@ -187,6 +191,7 @@ class Options:
     profile_steps: int = 0
     resume: Path | None = None
     overrides: dict = dataclasses.field(default_factory=dict)  # task -> the run's command-line overrides
+    isolate_rows: bool = False  # each row in a fresh process (module docstring)
 
 
 def parse_row(text: str) -> RowSpec:
@@ -354,7 +359,8 @@ def prepare(run: dict, task: TaskData, augment, device: torch.device, compile_mo
     ctx = DistContext(device=device)
     step = TrainStep(model, optimizer, controller, settings, device, ctx, augment, autocast)
     batches = TrainBatches(data.splits["train"], run["seed"], s.batch_size, data.steps_per_epoch, device, ctx, augment,
-                           task.prepare, data.lengths.get("train"), s.bucket_pool_batches, s.trim_multiple)  # fmt: skip
+                           task.prepare, data.lengths.get("train"), s.bucket_pool_batches, s.trim_multiple,
+                           s.augment_chunk_steps)  # fmt: skip
     n_params = sum(p.numel() for p in model.parameters())
     return Prepared(step, batches, settings, data.total_steps, n_params, int(task.max_len))
 
@@ -486,6 +492,24 @@ def measure(spec: RowSpec, options: Options, device: torch.device, peak: float |
     row["data_note"] = "; ".join(notes)
     row["status"] = "ok"
     return row
+
+
+def _measure_in_child(spec: RowSpec, options: Options, device: str, peak: float | None) -> dict:
+    """``measure`` in a fresh process (``measure_isolated``)."""
+    if torch.device(device).type == "cuda":
+        from ..original.attention._flex import raise_recompile_limit
+
+        raise_recompile_limit()
+    return measure(spec, options, torch.device(device), peak)
+
+
+def measure_isolated(spec: RowSpec, options: Options, device: torch.device, peak: float | None) -> dict:
+    """``measure`` of one row in a fresh spawned process; what the row raised is raised here."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_measure_in_child, spec, options, str(device), peak).result()
 
 
 def profile_staged(row: dict, run_step: Callable[[int], object], first: int, n: int, device: torch.device) -> None:
@@ -634,7 +658,11 @@ def run_followup(
             row = {**base, "status": f"skipped: not started within time_budget_s={options.time_budget_s:g}"}
         else:
             try:
-                row = measure(spec, options, device, peak, clock)
+                row = (
+                    measure_isolated(spec, options, device, peak)
+                    if options.isolate_rows
+                    else (measure(spec, options, device, peak, clock))
+                )
             except Exception as err:  # noqa: BLE001 - one row's failure is its row, the others still run
                 kind = "OOM" if is_out_of_memory(err) else "error"
                 first_line = (str(err).splitlines() or [""])[0][:300]
@@ -695,6 +723,9 @@ def options_from(cfg) -> Options:
     budget = block.get("time_budget_s")
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget <= 0):
         raise ValueError(f"followup.time_budget_s={budget!r}: give seconds > 0, or null (no limit)")
+    isolate = block.get("isolate_rows", Options.isolate_rows)
+    if not isinstance(isolate, bool):
+        raise ValueError(f"followup.isolate_rows={isolate!r} (experiments/conf/bench.yaml): give true or false")
     return Options(
         profile=str(block.get("profile", "paper")),
         warmup=int(block.get("warmup", Options.warmup)),
@@ -708,6 +739,7 @@ def options_from(cfg) -> Options:
         profile_steps=int(block.get("profile_steps", Options.profile_steps)),
         resume=Path(str(block["resume"])) if block.get("resume") else None,
         overrides={str(k): [str(o) for o in v] for k, v in overrides.items()},
+        isolate_rows=isolate,
     )
 
 
