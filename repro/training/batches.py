@@ -7,7 +7,10 @@ several processes (repro/training/distributed.py) every rank walks the same glob
 takes its equal slice of each global batch. Training techniques
 (repro/followup/techniques) transform the global batch as one process would, seeded by
 (seed, step), before the slicing, so a resumed or data-parallel run draws what one
-uninterrupted process draws.
+uninterrupted process draws. With ``augment_chunk`` = k > 1 (``train.augment_chunk_steps``) the
+transforms act on the batches of k steps of one epoch at once, drawn from (seed, the chunk's first
+step); a run resumed inside a chunk transforms that chunk again, so it draws what an uninterrupted run
+draws.
 """
 
 from __future__ import annotations
@@ -100,7 +103,8 @@ class TrainBatches:
 
     ``augment``: training techniques (or None); ``prepare``: the task's hook before the model;
     ``lengths`` (length bucketing only): the examples' lengths, for batches of similar length,
-    each trimmed to its longest rounded up to ``trim_multiple``.
+    each trimmed to its longest rounded up to ``trim_multiple``; ``augment_chunk``: the steps whose
+    batches the transforms act on at once (module docstring).
     """
 
     def __init__(
@@ -116,7 +120,15 @@ class TrainBatches:
         lengths: torch.Tensor | None = None,
         pool_batches: int = 64,
         trim_multiple: int = 128,
+        augment_chunk: int = 1,
     ):
+        if augment_chunk < 1:
+            raise ValueError(f"train.augment_chunk_steps={augment_chunk}: give a whole number of steps >= 1")
+        if augment_chunk > 1 and lengths is not None:
+            raise ValueError(
+                f"train.augment_chunk_steps={augment_chunk} with length bucketing: the chunk's batches have "
+                "different widths; set train.length_bucketing=off or train.augment_chunk_steps=1"
+            )
         self.x, self.y = split["x"], split["y"]
         self.seed, self.batch_size, self.steps_per_epoch = seed, batch_size, steps_per_epoch
         self.device, self.ctx, self.augment, self.prepare = device, ctx, augment, prepare
@@ -124,6 +136,9 @@ class TrainBatches:
         share = batch_size // ctx.world
         self.rank_rows = slice(ctx.rank * share, (ctx.rank + 1) * share)  # this rank's slice of a global batch
         self._epoch, self._order, self._widths = -1, None, None
+        self.augment_chunk = augment_chunk
+        self._chunk_key: tuple[int, int] | None = None  # (epoch, first index) of the transformed chunk held
+        self._chunk: torch.Tensor | None = None
 
     def _epoch_order(self, epoch: int) -> None:
         """The permutation of ``epoch`` (bucketed: regrouped by length, with each batch's trimmed width)."""
@@ -152,15 +167,30 @@ class TrainBatches:
         if self.lengths is not None:
             width = self._widths[index]
             source = source.narrow(-1, 0, width)
-        inputs = source[rows].to(self.device, non_blocking=True)
+        chunked = self.augment is not None and self.augment_chunk > 1 and bool(self.augment.transforms)
+        inputs = self._from_chunk(epoch, index) if chunked else source[rows].to(self.device, non_blocking=True)
         labels = self.y[rows].to(self.device, non_blocking=True)
         draws = None
         if self.augment is not None:
             draws = self.augment.draws(self.seed, step)
-            inputs = self.augment.transform(inputs, draws)
+            if not chunked:
+                inputs = self.augment.transform(inputs, draws)
             if self.ctx.active:  # transformed as one process would transform the whole batch, then sliced
                 inputs, labels = inputs[self.rank_rows], labels[self.rank_rows]
                 if self.ctx.rank > 0:  # the objective's own draws (MLM masks) differ between ranks
                     draws = self.augment.draws(self.seed + 1_000_003 * self.ctx.rank, step)
         inputs = self.prepare(inputs) if self.prepare else inputs.long()
         return Batch(inputs, labels, draws, width)
+
+    def _from_chunk(self, epoch: int, index: int) -> torch.Tensor:
+        """The transformed global batch of step ``index`` of ``epoch``, cut from its chunk's (transformed
+        once, when the chunk's first batch is asked for or a run resumes inside it)."""
+        first = index - index % self.augment_chunk
+        if self._chunk_key != (epoch, first):
+            last = min(first + self.augment_chunk, self.steps_per_epoch)
+            rows = self._order[first * self.batch_size : last * self.batch_size]
+            stored = self.x[rows].to(self.device, non_blocking=True)
+            draws = self.augment.chunk_draws(self.seed, epoch * self.steps_per_epoch + first)
+            self._chunk, self._chunk_key = self.augment.transform(stored, draws), (epoch, first)
+        offset = (index - first) * self.batch_size
+        return self._chunk[offset : offset + self.batch_size]

@@ -113,7 +113,8 @@ def train(
                    forward=compiled_forward(model, s.compile))  # fmt: skip
     best_path = run_dir / "checkpoints" / "best.pt"
     batches = TrainBatches(data.splits["train"], seed, s.batch_size, data.steps_per_epoch, device, ctx, augment,
-                           task.prepare, data.lengths.get("train"), s.bucket_pool_batches, s.trim_multiple)  # fmt: skip
+                           task.prepare, data.lengths.get("train"), s.bucket_pool_batches, s.trim_multiple,
+                           s.augment_chunk_steps)  # fmt: skip
     # Without progress bars (batch jobs, GPU drivers) one line per evaluation is the sign of life, and
     # progress.json the step a grid reads: history.csv is written with the record, at the end.
     on_validate = partial(validate, score, steps_per_epoch=data.steps_per_epoch, best_path=best_path,

@@ -18,7 +18,10 @@ task's ``augment_on`` picks (cifar_augment_batch; experiments/conf/task/image.ya
 Transforms act on the stored training batch (before the task's ``prepare`` hook, so
 AutoAugment sees RGB); the MLM objective replaces the training loss. Evaluation is never
 touched. Randomness: every step draws from generators seeded by (run seed, step)
-(``StepDraws``), so an interrupted and resumed run draws exactly what an uninterrupted one does.
+(``StepDraws``), so an interrupted and resumed run draws exactly what an uninterrupted one does. With
+``train.augment_chunk_steps`` = k > 1 the transforms act on k steps' batches at once (fewer, larger kernel
+launches), drawing from a stream seeded by (run seed, the chunk's first step): equal in distribution
+to k = 1, not image for image, and as exactly resumable (repro/training/batches.py).
 """
 
 from __future__ import annotations
@@ -35,17 +38,19 @@ from ...tasks.base import TaskData
 TECHNIQUES: Registry = Registry("technique")
 
 
-def step_seed(seed: int, step: int) -> int:
-    """A 63-bit seed for (run seed, step), apart from the seeds of the data order."""
-    mixed = (int(seed) * 0x9E3779B97F4A7C15 + int(step) * 0xBF58476D1CE4E5B9 + 0x94D049BB133111EB) % 2**64
+def step_seed(seed: int, step: int, stream: int = 0) -> int:
+    """A 63-bit seed for (run seed, step), apart from the seeds of the data order; ``stream`` 1 is the
+    transforms' draws for a chunk of steps (``TrainAugment.chunk_draws``), apart from the steps' own."""
+    mixed = int(seed) * 0x9E3779B97F4A7C15 + int(step) * 0xBF58476D1CE4E5B9 + 0x94D049BB133111EB
+    mixed = (mixed + int(stream) * 0xD6E8FEB86659FD93) % 2**64
     return mixed >> 1
 
 
 class StepDraws:
     """The random generators of one training step (created on first use)."""
 
-    def __init__(self, seed: int, step: int):
-        self.seed = step_seed(seed, step)
+    def __init__(self, seed: int, step: int, stream: int = 0):
+        self.seed = step_seed(seed, step, stream)
         self._cpu: torch.Generator | None = None
         self._device: dict[str, torch.Generator] = {}
 
@@ -74,6 +79,11 @@ class TrainAugment:
 
     def draws(self, seed: int, step: int) -> StepDraws:
         return StepDraws(seed, step)
+
+    def chunk_draws(self, seed: int, first_step: int) -> StepDraws:
+        """The transforms' draws for the batches of several steps from ``first_step`` transformed as one
+        (``train.augment_chunk_steps``), from a stream apart from every step's own draws."""
+        return StepDraws(seed, first_step, stream=1)
 
     def transform(self, inputs: Tensor, draws: StepDraws) -> Tensor:
         """The stored training batch, transformed (before the task's ``prepare``)."""
