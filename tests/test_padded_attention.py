@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from repro.followup.rotary import RotarySelfAttention, build_rotary_transformer_layers
-from repro.original.attention._flex import padded_flex_attention, padding_block_mask
+from repro.original.attention._flex import eager_padding_block_mask, padded_flex_attention, padding_block_mask
 
 
 def padding(length: int) -> torch.Tensor:
@@ -135,3 +135,17 @@ def test_without_a_mask_the_rotary_mixer_equals_its_all_real_mask(backend):
     x = torch.randn(2, 256, 64, dtype=torch.float64)
     everything = torch.ones(2, 256, dtype=torch.bool)
     torch.testing.assert_close(mixer(x), mixer(x, everything), rtol=0, atol=1e-12)
+
+
+def test_a_compiled_model_builds_the_padding_block_mask_outside_its_graph():
+    """Traced into a graph, the mask's tables were fused into flex_attention's kernel, which read out of
+    bounds on CUDA (repro/original/attention/_flex.py); the compiled caller must get them built eagerly."""
+    from torch._dynamo.testing import EagerAndRecordGraphs
+
+    torch._dynamo.reset()
+    mask = padding(300)
+    graphs = EagerAndRecordGraphs()
+    compiled = torch.compile(lambda m: eager_padding_block_mask(m).kv_num_blocks + 1, backend=graphs)
+    assert torch.equal(compiled(mask), padding_block_mask(mask).kv_num_blocks + 1)
+    traced = [str(node.target) for graph in graphs.graphs for node in graph.graph.nodes]
+    assert not any(name in op for op in traced for name in ("sort", "arange", "floor_divide", "clamp"))

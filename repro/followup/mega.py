@@ -78,7 +78,7 @@ from torch import nn
 from ..models.mixer import BACKBONES, TokenMixer
 from ..models.settings import encoder_setting
 from ..original.attention._common import fold_key_mask, open_fully_masked
-from ..original.attention._flex import FlexSettings, flex_pattern_attention, padding_block_mask
+from ..original.attention._flex import FlexSettings, eager_padding_block_mask, flex_pattern_attention
 from ..original.attention.fast_defaults import check_choice, choose
 from .fftconv import fft_conv, two_sided
 
@@ -226,7 +226,7 @@ class MegaMixer(TokenMixer):
             if keys is None
             else (open_fully_masked(keys[:, 0]))
         )
-        block_mask = None if keys is None else padding_block_mask(key_mask)
+        block_mask = None if keys is None else eager_padding_block_mask(key_mask)
         options = choose("mega", "flex_kernel_options", self.flex_kernel_options)
         settings = FlexSettings(kernel_options=tuple(sorted((options or {}).items())))
         split = choose("mega", "flex_value_split", self.flex_value_split)

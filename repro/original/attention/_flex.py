@@ -472,12 +472,22 @@ def padding_block_mask(mask: Tensor, block: int = PADDING_TILE):
     )
 
 
+@torch.compiler.disable
+def eager_padding_block_mask(mask: Tensor, block: int = PADDING_TILE):
+    """``padding_block_mask`` built outside any compiled graph (a compiled model breaks its graph here and
+    hands the tables to the kernel as inputs). Traced into the graph, on one H200 with torch 2.11 inductor
+    fused the tables' computation (BlockMask's sort of its transposed tables among it) into the
+    flex_attention kernel, which then read out of bounds (an illegal memory access, ListOps at 2,000
+    tokens); the eager path ran."""
+    return padding_block_mask(mask, block)
+
+
 def padded_flex_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
     """Softmax attention of ``q, k, v`` [B, H, L, Dh] over the real keys of ``mask`` [B, L] (padding at the
     end), through
     flex_attention's fused kernel on CUDA (the padding block mask skips every tile of padding);
     0 on padded queries. On the CPU (tests), the dense reference of the same function."""
-    block_mask = padding_block_mask(mask)
+    block_mask = eager_padding_block_mask(mask)
     if q.device.type == "cpu":
         return dense_flex(q, k, v, None, block_mask, with_lse=False)[0]
     return flex_fn(q.device)(q, k, v, block_mask=block_mask)
