@@ -188,7 +188,7 @@ def test_the_record_names_its_environment_and_command(record):
 
 
 TIMED = ("warmup_s", "staged_step_ms", "staged_examples_per_s", "real_step_ms", "real_examples_per_s",
-         "data_wait_share", "tflops", "peak_fraction")  # fmt: skip
+         "data_wait_share", "staged_spread", "real_spread", "tflops", "peak_fraction")  # fmt: skip
 
 
 def test_a_row_measured_in_its_own_process_is_the_row_measured_here():
@@ -203,6 +203,29 @@ def test_a_row_measured_in_its_own_process_is_the_row_measured_here():
     assert isolated["flops_per_step"] > 0 and isolated["status"] == "ok"
 
 
+def test_a_row_reports_the_median_round_and_the_spread_of_the_rounds():
+    staged, real = [0.010, 0.020, 0.012, 0.050, 0.011], [0.030, 0.020, 0.040, 0.025, 0.100]
+    readings = [0.0, 0.0]  # the warm-up's start and end, then each round's start and end, staged and real
+    for s_step, r_step in zip(staged, real, strict=True):
+        for seconds in (s_step, r_step):
+            readings += [readings[-1], readings[-1] + 2 * seconds]  # two steps a round
+    clock = iter(readings)
+    options = followup.Options(profile="smoke", warmup=1, steps=2, rounds=5, staged_batches=2,
+                               overrides={"listops": SHORT_LISTOPS})  # fmt: skip
+    row = followup.measure(
+        followup.RowSpec("rotary_transformer", "listops"),
+        options,
+        followup.torch.device("cpu"),
+        None,
+        lambda: next(clock),
+    )
+    assert row["rounds"] == 5
+    assert row["staged_step_ms"] == pytest.approx(12.0) and row["real_step_ms"] == pytest.approx(30.0)
+    assert row["staged_spread"] == pytest.approx((0.050 - 0.010) / 0.012)
+    assert row["real_spread"] == pytest.approx((0.100 - 0.020) / 0.030)
+    assert row["data_wait_share"] == pytest.approx(1 - 12.0 / 30.0)
+
+
 def test_a_row_that_fails_in_its_own_process_raises_its_error_here():
     options = followup.Options(profile="smoke")
     with pytest.raises(Exception, match="Could not find 'arm/no_such_arm'"):
@@ -215,6 +238,7 @@ def test_a_row_that_fails_in_its_own_process_raises_its_error_here():
     "block, message",
     [
         ({"steps": 0}, "followup.steps=0 (experiments/conf/bench.yaml): give a whole number >= 1"),
+        ({"rounds": 0}, "followup.rounds=0 (experiments/conf/bench.yaml): give a whole number >= 1"),
         ({"step": 2}, "followup.step: no such key (experiments/conf/bench.yaml); known: "),
         ({"generated_cap": 0}, "followup.generated_cap=0: give a whole number of examples >= 1, or null (no cap)"),
         ({"time_budget_s": -1}, "followup.time_budget_s=-1: give seconds > 0, or null (no limit)"),
@@ -291,7 +315,7 @@ def test_profile_steps_run_that_many_more_staged_steps_after_the_timed_ones(tmp_
     )  # fmt: skip
     with hydra_context():
         row = followup.measure(followup.RowSpec("locality_k5", "listops"), options, followup.torch.device("cpu"), None)
-    assert profiled == [3] and seen == list(range(1 + 2 + 2 + 3))
+    assert profiled == [3] and seen == list(range(1 + 5 * (2 + 2) + 3))  # five rounds of 2 staged and 2 real
     assert row["kernel_ms_per_step"] is None and "gpu_busy_share" not in row
     assert row["top_kernels"] == "not profiled: kernels are counted on CUDA only"
 

@@ -7,7 +7,8 @@ runner's own functions (``repro.run.settings.resolve``, the task's builder, ``bu
 ``build_model``) and trained by the training loop's own step (``repro.training.step.TrainStep``) on
 batches from its own loader (``TrainBatches``). A row times, after ``warmup`` untimed steps:
 
-- ``steps`` steps on **real** batches: each step fetches its batch from the loader (indexing,
+- in each of ``rounds`` rounds (the median round reported, with the rounds' spread),
+  ``steps`` steps on **real** batches: each step fetches its batch from the loader (indexing,
   the techniques' transforms, the task's ``prepare``) and trains on it;
 - ``steps`` steps on **staged** batches: the loader's first ``staged_batches`` batches, fetched before
   timing and held on the device, cycled (the same examples, so the same computation without the
@@ -130,11 +131,14 @@ COLUMNS = [
     "data_note",
     "warmup",
     "steps",
+    "rounds",
     "real_step_ms",
     "real_examples_per_s",
     "staged_step_ms",
     "staged_examples_per_s",
     "data_wait_share",
+    "staged_spread",
+    "real_spread",
     "flops_per_step",
     "tflops",
     "peak_tflops",
@@ -182,6 +186,7 @@ class Options:
     profile: str = "paper"
     warmup: int = 10
     steps: int = 30
+    rounds: int = 5
     staged_batches: int = 4
     generated_cap: int | None = 4096
     data_dir: Path = Path("data")
@@ -463,20 +468,11 @@ def measure(spec: RowSpec, options: Options, device: torch.device, peak: float |
     synchronize(device)
     row["warmup_s"] = clock() - start
     first = options.warmup
-    staged_s = seconds_per_step(
-        lambda i: step(staged[i % len(staged)], i, progress(i)), first, options.steps, device, clock
-    )
-    row["staged_step_ms"] = 1e3 * staged_s
-    row["staged_examples_per_s"] = s.batch_size / staged_s
-    first += options.steps
-    if real:
-        real_s = seconds_per_step(lambda i: step(batches.fetch(i), i, progress(i)), first, options.steps, device, clock)
-        row["real_step_ms"] = 1e3 * real_s
-        row["real_examples_per_s"] = s.batch_size / real_s
-        row["data_wait_share"] = 1.0 - staged_s / real_s
-        first += options.steps
+    run_staged = lambda i: step(staged[i % len(staged)], i, progress(i))  # noqa: E731
+    run_real = lambda i: step(batches.fetch(i), i, progress(i))  # noqa: E731
+    runs = {"staged": run_staged, "real": run_real} if real else {"staged": run_staged}
+    first = time_rounds(row, runs, first, options, s.batch_size, device, clock)
     if options.profile_steps:
-        run_staged = lambda i: step(staged[i % len(staged)], i, progress(i))  # noqa: E731
         profile_staged(row, run_staged, first, options.profile_steps, device)
     peak_bytes, _ = read_peak(device)
     row["peak_mem_gb"] = peak_bytes / 1e9 if peak_bytes is not None else None
@@ -487,11 +483,34 @@ def measure(spec: RowSpec, options: Options, device: torch.device, peak: float |
         notes.append(f"FLOPs not counted ({type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]})")
     else:
         row["flops_per_step"] = flops
-        row["tflops"] = flops / staged_s / 1e12
+        row["tflops"] = flops / (row["staged_step_ms"] / 1e3) / 1e12
         row["peak_fraction"] = row["tflops"] / peak if peak else None
     row["data_note"] = "; ".join(notes)
     row["status"] = "ok"
     return row
+
+
+def time_rounds(
+    row: dict, runs: dict, first: int, options: Options, batch: int, device: torch.device, clock: Callable[[], float]
+) -> int:
+    """``options.rounds`` rounds of ``options.steps`` steps of each of ``runs`` (``{"staged": run_step,
+    "real": run_step}``, alternating, so a slow spell touches both), from step ``first``; each kind's
+    median round, its examples/s and the rounds' spread ((max - min) / median) into ``row``, and the data
+    wait where both ran. Returns the next step."""
+    times: dict[str, list[float]] = {kind: [] for kind in runs}
+    for _ in range(options.rounds):
+        for kind, run_step in runs.items():
+            times[kind].append(seconds_per_step(run_step, first, options.steps, device, clock))
+            first += options.steps
+    row["rounds"] = options.rounds
+    for kind, seconds_list in times.items():
+        seconds = float(np.median(seconds_list))
+        row[f"{kind}_step_ms"] = 1e3 * seconds
+        row[f"{kind}_examples_per_s"] = batch / seconds
+        row[f"{kind}_spread"] = (max(seconds_list) - min(seconds_list)) / seconds
+    if "real" in times:
+        row["data_wait_share"] = 1.0 - row["staged_step_ms"] / row["real_step_ms"]
+    return first
 
 
 def _measure_in_child(spec: RowSpec, options: Options, device: str, peak: float | None) -> dict:
@@ -534,6 +553,11 @@ def add_reference_ratios(rows: list[dict]) -> None:
         row["ratio_to_reference"] = ours / ref["staged_examples_per_s"]
 
 
+def _spread_cell(row: dict) -> str:
+    spreads = [_cell(row.get(key), 0, percent=True) for key in ("real_spread", "staged_spread")]
+    return ", ".join(v for v in spreads if v)
+
+
 def _cell(value, digits: int = 1, percent: bool = False) -> str:
     if value is None or value == "":
         return ""
@@ -561,8 +585,10 @@ def table_markdown(meta: dict, rows: list[dict]) -> str:
         "",
         f"profile={meta['profile']}: each arm's resolved settings on the task (batch, length, precision, optimiser, "
         f"train.compile); torch {meta['torch']}, CUDA {meta['cuda']}; {meta['warmup']} warm-up steps, then "
-        f"{meta['steps']} timed steps on real batches (fetched from the loader each step) and {meta['steps']} on "
-        "staged batches (already on the device); data wait = 1 - staged / real time. TFLOP/s: FlopCounterMode's "
+        f"{meta.get('rounds', 1)} rounds of {meta['steps']} timed steps on real batches (fetched from the loader each "
+        f"step) and of {meta['steps']} on staged batches (already on the device), alternating; the median round "
+        "is reported, and the spread of the rounds' step times (max - min) / median; data wait = 1 - staged / "
+        "real time. TFLOP/s: FlopCounterMode's "
         "count of one training step (plain paths) over the staged step time; peak: "
         + (f"{peak:g} TFLOP/s dense bf16 (datasheet)." if peak else "n/a (device not in the table).")
         + " Reference rows: the plain compiled Transformer of the shape, no padding, random batches on the "
@@ -570,9 +596,9 @@ def table_markdown(meta: dict, rows: list[dict]) -> str:
         "(followup.profile_steps > 0). "
         f"{state}; {done} rows measured.",
         "",
-        "| row | batch x length | compiled | real ex/s | staged ex/s | data wait | TFLOP/s | % of peak | "
-        "/ reference | GPU busy | peak GB | status | note |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| row | batch x length | compiled | real ex/s | staged ex/s | spread (real, staged) | data wait | TFLOP/s | "
+        "% of peak | / reference | GPU busy | peak GB | status | note |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         shape = f"{r.get('batch')} x {r.get('seq_len')}" if r.get("batch") else ""
@@ -585,6 +611,7 @@ def table_markdown(meta: dict, rows: list[dict]) -> str:
                     _compiled_cell(r),
                     _cell(r.get("real_examples_per_s")),
                     _cell(r.get("staged_examples_per_s")),
+                    _spread_cell(r),
                     _cell(r.get("data_wait_share"), 1, percent=True),
                     f"{r['tflops']:.3g}" if r.get("tflops") is not None else "",
                     _cell(r.get("peak_fraction"), 1, percent=True),
@@ -711,7 +738,8 @@ def options_from(cfg) -> Options:
         raise ValueError(
             f"followup.{unknown[0]}: no such key (experiments/conf/bench.yaml); known: {', '.join(sorted(known))}"
         )
-    for key, least in (("warmup", 0), ("steps", 1), ("staged_batches", 1), ("workers", 1), ("profile_steps", 0)):
+    for key, least in (("warmup", 0), ("steps", 1), ("rounds", 1), ("staged_batches", 1), ("workers", 1),
+                       ("profile_steps", 0)):  # fmt: skip
         value = block.get(key, getattr(Options, key))
         if key == "workers" and value is None:
             continue
@@ -730,6 +758,7 @@ def options_from(cfg) -> Options:
         profile=str(block.get("profile", "paper")),
         warmup=int(block.get("warmup", Options.warmup)),
         steps=int(block.get("steps", Options.steps)),
+        rounds=int(block.get("rounds", Options.rounds)),
         staged_batches=int(block.get("staged_batches", Options.staged_batches)),
         generated_cap=cap,
         data_dir=Path(str(block.get("data_dir", "data"))),
@@ -773,6 +802,7 @@ def main(cfg) -> None:
         "profile": options.profile,
         "warmup": options.warmup,
         "steps": options.steps,
+        "rounds": options.rounds,
         "staged_batches": options.staged_batches,
         "generated_cap": options.generated_cap,
         "torch": torch.__version__,
