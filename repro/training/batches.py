@@ -137,6 +137,7 @@ class TrainBatches:
         self.rank_rows = slice(ctx.rank * share, (ctx.rank + 1) * share)  # this rank's slice of a global batch
         self._epoch, self._order, self._widths = -1, None, None
         self.augment_chunk = augment_chunk
+        self._chunked = augment is not None and augment_chunk > 1 and bool(augment.transforms)  # _from_chunk serves
         self._chunk_key: tuple[int, int] | None = None  # (epoch, first index) of the transformed chunk held
         self._chunk: torch.Tensor | None = None
 
@@ -167,13 +168,12 @@ class TrainBatches:
         if self.lengths is not None:
             width = self._widths[index]
             source = source.narrow(-1, 0, width)
-        chunked = self.augment is not None and self.augment_chunk > 1 and bool(self.augment.transforms)
-        inputs = self._from_chunk(epoch, index) if chunked else source[rows].to(self.device, non_blocking=True)
+        inputs = self._from_chunk(epoch, index) if self._chunked else source[rows].to(self.device, non_blocking=True)
         labels = self.y[rows].to(self.device, non_blocking=True)
         draws = None
         if self.augment is not None:
             draws = self.augment.draws(self.seed, step)
-            if not chunked:
+            if not self._chunked:
                 inputs = self.augment.transform(inputs, draws)
             if self.ctx.active:  # transformed as one process would transform the whole batch, then sliced
                 inputs, labels = inputs[self.rank_rows], labels[self.rank_rows]
