@@ -226,6 +226,38 @@ def test_a_row_reports_the_median_round_and_the_spread_of_the_rounds():
     assert row["data_wait_share"] == pytest.approx(1 - 12.0 / 30.0)
 
 
+@pytest.mark.parametrize(
+    "cap, step_s, steps", [(None, 1.0, 30), (6.0, 1.0, 6), (6.0, 2.0, 5), (6.0, 0.01, 30), (6.0, 0.25, 24)]
+)
+def test_a_round_takes_fewer_steps_where_its_steps_would_pass_max_round_seconds(cap, step_s, steps):
+    now, calls = [0.0], []
+
+    def run_step(i: int) -> None:  # every step takes step_s on a fake clock
+        calls.append(i)
+        now[0] += step_s
+
+    options = followup.Options(steps=30, rounds=3, max_round_seconds=cap)
+    row: dict = {}
+    cpu = followup.torch.device("cpu")
+    probe = followup.PROBE_STEPS if cap else 0
+    nxt = followup.time_rounds(row, {"staged": run_step, "real": run_step}, 7, options, 4, cpu, lambda: now[0])
+    assert row["steps"] == steps and row["rounds"] == 3
+    assert calls == list(range(7, nxt)) and nxt == 7 + probe + 3 * 2 * steps  # each step index once, in order
+    assert row["staged_step_ms"] == pytest.approx(1e3 * step_s) and row["staged_examples_per_s"] == pytest.approx(
+        4 / step_s
+    )
+
+
+def test_the_table_names_a_row_whose_rounds_were_cut_short():
+    meta = {"date": "2026-12-03", "device": "cpu", "profile": "smoke", "torch": "x", "cuda": None, "warmup": 1,
+            "steps": 30, "rounds": 5, "max_round_seconds": 6.0, "rows_planned": 2, "complete": True}  # fmt: skip
+    rows = [{"row": "a@listops", "status": "ok", "steps": 5}, {"row": "b@listops", "status": "ok", "steps": 30}]
+    text = followup.table_markdown(meta, rows)
+    assert "longer than 6 s (estimated from 2 staged steps), it takes fewer, at least 5" in text
+    lines = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| ") and "@" in line}
+    assert "5 steps a round;" in lines["| a@listops"] and "steps a round" not in lines["| b@listops"]
+
+
 def test_a_row_that_fails_in_its_own_process_raises_its_error_here():
     options = followup.Options(profile="smoke")
     with pytest.raises(Exception, match="Could not find 'arm/no_such_arm'"):
@@ -239,6 +271,10 @@ def test_a_row_that_fails_in_its_own_process_raises_its_error_here():
     [
         ({"steps": 0}, "followup.steps=0 (experiments/conf/bench.yaml): give a whole number >= 1"),
         ({"rounds": 0}, "followup.rounds=0 (experiments/conf/bench.yaml): give a whole number >= 1"),
+        (
+            {"max_round_seconds": 0},
+            "followup.max_round_seconds=0 (experiments/conf/bench.yaml): give seconds > 0, or null (no cap)",
+        ),
         ({"step": 2}, "followup.step: no such key (experiments/conf/bench.yaml); known: "),
         ({"generated_cap": 0}, "followup.generated_cap=0: give a whole number of examples >= 1, or null (no cap)"),
         ({"time_budget_s": -1}, "followup.time_budget_s=-1: give seconds > 0, or null (no limit)"),

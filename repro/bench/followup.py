@@ -161,6 +161,8 @@ RECORD_SUFFIX = "followup-protocol"
 # choice, for rows whose text data is absent), capped at the task's max_len.
 TEXT_MEDIAN_BYTES, TEXT_LOG_SPREAD = 950, 0.75
 RGB_STAND_IN_IMAGES = 4096  # random RGB images of an image row whose data is absent (our choice)
+PROBE_STEPS = 2  # staged steps that estimate a step's time for followup.max_round_seconds (our choice)
+MIN_ROUND_STEPS = 5  # the fewest steps a round takes under followup.max_round_seconds (our choice)
 
 
 @dataclass(frozen=True)
@@ -187,6 +189,7 @@ class Options:
     warmup: int = 10
     steps: int = 30
     rounds: int = 5
+    max_round_seconds: float | None = None  # fewer steps a round (at least MIN_ROUND_STEPS) past this
     staged_batches: int = 4
     generated_cap: int | None = 4096
     data_dir: Path = Path("data")
@@ -496,13 +499,20 @@ def time_rounds(
     """``options.rounds`` rounds of ``options.steps`` steps of each of ``runs`` (``{"staged": run_step,
     "real": run_step}``, alternating, so a slow spell touches both), from step ``first``; each kind's
     median round, its examples/s and the rounds' spread ((max - min) / median) into ``row``, and the data
-    wait where both ran. Returns the next step."""
+    wait where both ran. With ``max_round_seconds``, ``PROBE_STEPS`` staged steps first estimate a step's
+    time, and a round takes fewer steps (at least ``MIN_ROUND_STEPS``) where ``steps`` would take longer
+    than that; ``row["steps"]`` is the number a round took. Returns the next step."""
+    steps = options.steps
+    if options.max_round_seconds is not None and steps > MIN_ROUND_STEPS:
+        probe = seconds_per_step(runs["staged"], first, PROBE_STEPS, device, clock)  # untimed in the row
+        first += PROBE_STEPS
+        steps = max(MIN_ROUND_STEPS, min(steps, math.floor(options.max_round_seconds / probe)))
     times: dict[str, list[float]] = {kind: [] for kind in runs}
     for _ in range(options.rounds):
         for kind, run_step in runs.items():
-            times[kind].append(seconds_per_step(run_step, first, options.steps, device, clock))
-            first += options.steps
-    row["rounds"] = options.rounds
+            times[kind].append(seconds_per_step(run_step, first, steps, device, clock))
+            first += steps
+    row["rounds"], row["steps"] = options.rounds, steps
     for kind, seconds_list in times.items():
         seconds = float(np.median(seconds_list))
         row[f"{kind}_step_ms"] = 1e3 * seconds
@@ -576,6 +586,12 @@ def _compiled_cell(row: dict) -> str:
     return _cell(row.get("compiled"))
 
 
+def _steps_note(meta: dict, row: dict) -> str:
+    """``"N steps a round; "`` where ``max_round_seconds`` cut the row's rounds short, else nothing."""
+    steps = row.get("steps")
+    return f"{steps} steps a round; " if steps is not None and steps != meta.get("steps") else ""
+
+
 def table_markdown(meta: dict, rows: list[dict]) -> str:
     done = sum(r["status"] == "ok" for r in rows)
     state = "complete" if meta.get("complete") else f"partial: {len(rows)} of {meta['rows_planned']} rows so far"
@@ -588,7 +604,15 @@ def table_markdown(meta: dict, rows: list[dict]) -> str:
         f"{meta.get('rounds', 1)} rounds of {meta['steps']} timed steps on real batches (fetched from the loader each "
         f"step) and of {meta['steps']} on staged batches (already on the device), alternating; the median round "
         "is reported, and the spread of the rounds' step times (max - min) / median; data wait = 1 - staged / "
-        "real time. TFLOP/s: FlopCounterMode's "
+        "real time. "
+        + (
+            f"Where a round of {meta['steps']} steps would take longer than {meta['max_round_seconds']:g} s "
+            f"(estimated from {PROBE_STEPS} staged steps), it takes fewer, at least {MIN_ROUND_STEPS} (the note says "
+            "how many). "
+            if meta.get("max_round_seconds")
+            else ""
+        )
+        + "TFLOP/s: FlopCounterMode's "
         "count of one training step (plain paths) over the staged step time; peak: "
         + (f"{peak:g} TFLOP/s dense bf16 (datasheet)." if peak else "n/a (device not in the table).")
         + " Reference rows: the plain compiled Transformer of the shape, no padding, random batches on the "
@@ -619,7 +643,10 @@ def table_markdown(meta: dict, rows: list[dict]) -> str:
                     _cell(r.get("gpu_busy_share"), 0, percent=True),
                     _cell(r.get("peak_mem_gb"), 2),
                     r["status"].split(":")[0],
-                    " ".join(f"{r.get('data_note') or ''} {r['status'] if r['status'] != 'ok' else ''}".split()),
+                    " ".join(
+                        f"{_steps_note(meta, r)}{r.get('data_note') or ''} "
+                        f"{r['status'] if r['status'] != 'ok' else ''}".split()
+                    ),  # fmt: skip
                 ]
             ).replace("\n", " ")
             + " |"
@@ -748,6 +775,14 @@ def options_from(cfg) -> Options:
     cap = block.get("generated_cap")
     if cap is not None and (not is_int(cap) or cap < 1):
         raise ValueError(f"followup.generated_cap={cap!r}: give a whole number of examples >= 1, or null (no cap)")
+    round_cap = block.get("max_round_seconds")
+    if round_cap is not None and (
+        isinstance(round_cap, bool) or not isinstance(round_cap, (int, float)) or round_cap <= 0
+    ):
+        raise ValueError(
+            f"followup.max_round_seconds={round_cap!r} (experiments/conf/bench.yaml): "
+            "give seconds > 0, or null (no cap)"
+        )
     budget = block.get("time_budget_s")
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget <= 0):
         raise ValueError(f"followup.time_budget_s={budget!r}: give seconds > 0, or null (no limit)")
@@ -759,6 +794,7 @@ def options_from(cfg) -> Options:
         warmup=int(block.get("warmup", Options.warmup)),
         steps=int(block.get("steps", Options.steps)),
         rounds=int(block.get("rounds", Options.rounds)),
+        max_round_seconds=None if round_cap is None else float(round_cap),
         staged_batches=int(block.get("staged_batches", Options.staged_batches)),
         generated_cap=cap,
         data_dir=Path(str(block.get("data_dir", "data"))),
@@ -803,6 +839,7 @@ def main(cfg) -> None:
         "warmup": options.warmup,
         "steps": options.steps,
         "rounds": options.rounds,
+        "max_round_seconds": options.max_round_seconds,
         "staged_batches": options.staged_batches,
         "generated_cap": options.generated_cap,
         "torch": torch.__version__,
