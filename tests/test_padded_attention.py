@@ -149,3 +149,72 @@ def test_a_compiled_model_builds_the_padding_block_mask_outside_its_graph():
     assert torch.equal(compiled(mask), padding_block_mask(mask).kv_num_blocks + 1)
     traced = [str(node.target) for graph in graphs.graphs for node in graph.graph.nodes]
     assert not any(name in op for op in traced for name in ("sort", "arange", "floor_divide", "clamp"))
+
+
+def _rotary_classifier(depth: int):
+    from repro.models.model import SequenceClassifier
+
+    torch.manual_seed(5)
+    cfg = dict(backbone="rotary_transformer", d_model=32, n_heads=2, depth=depth, d_ff=48, pooling="mean",
+               attention_backend="flex")  # fmt: skip
+    return SequenceClassifier(cfg, vocab_size=20, max_len=300, num_classes=5, pad_id=0, two_tower=False).double()
+
+
+def _padded_ids() -> torch.Tensor:
+    ids = torch.randint(1, 20, (3, 300), generator=torch.Generator().manual_seed(6))
+    ids[1, 170:], ids[2, 1:] = 0, 0
+    return ids
+
+
+def test_the_encoder_builds_the_padding_block_mask_once_for_every_layer(monkeypatch):
+    """Three flex layers share one block mask a forward pass, and compute what a mask built in each layer does
+    (logits and every gradient)."""
+    import repro.original.attention._flex as flex
+
+    model, ids = _rotary_classifier(depth=3), _padded_ids()
+    built = []
+    monkeypatch.setattr(
+        flex, "padding_block_mask", lambda m, block=128: built.append(1) or padding_block_mask(m, block)
+    )
+    results = []
+    for shared in (True, False):
+        if not shared:  # each layer builds its own, as before the encoder shared it
+            monkeypatch.setattr(RotarySelfAttention, "shared_padding", lambda self, mask: None)
+        built.clear()
+        model.zero_grad()
+        logits = model(ids)
+        logits.square().sum().backward()
+        results.append((len(built), logits.detach(), [p.grad for p in model.parameters() if p.grad is not None]))
+    (once, shared_logits, shared_grads), (per_layer, own_logits, own_grads) = results
+    assert (once, per_layer) == (1, 3)
+    torch.testing.assert_close(shared_logits, own_logits, rtol=0, atol=0)
+    for a, b in zip(shared_grads, own_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_a_compiled_encoder_breaks_its_graph_for_the_padding_mask_once_not_once_a_layer(monkeypatch):
+    """The eager block mask breaks a compiled graph where it is built: once a pass, before the layers, so a
+    deeper model runs no more graphs a pass; a mask built in each layer broke the graph in each."""
+
+    def graphs_a_pass(depth: int) -> int:
+        torch._dynamo.reset()
+        calls = [0]
+
+        def backend(gm, inputs):  # runs each captured graph as is, counting its calls
+            def run(*args):
+                calls[0] += 1
+                return gm.forward(*args)
+
+            return run
+
+        model, ids = _rotary_classifier(depth), _padded_ids()
+        compiled = torch.compile(model, backend=backend)
+        compiled(ids)
+        calls[0] = 0
+        torch.testing.assert_close(compiled(ids), model(ids), rtol=0, atol=1e-12)
+        torch._dynamo.reset()
+        return calls[0]
+
+    shallow, deep = graphs_a_pass(1), graphs_a_pass(4)
+    monkeypatch.setattr(RotarySelfAttention, "shared_padding", lambda self, mask: None)
+    assert shallow == deep < graphs_a_pass(4)

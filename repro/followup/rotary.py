@@ -51,6 +51,8 @@ padded queries output exactly 0 (``AttentionMixer``'s convention). Projections: 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from rotary_embedding_torch import RotaryEmbedding
@@ -59,7 +61,7 @@ from torch import Tensor
 from ..models.mixer import BACKBONES, TokenMixer
 from ..models.settings import encoder_setting
 from ..original.attention._common import AttentionMixer, QKVOut, sdpa_key_mask, split_heads
-from ..original.attention._flex import padded_flex_attention
+from ..original.attention._flex import eager_padding_block_mask, padded_flex_attention
 from ..original.encoder import FeedForward
 from .rotary_settings import ROTARY_DEFAULTS
 
@@ -193,14 +195,24 @@ class RotarySelfAttention(AttentionMixer):
         q, k = qk.transpose(1, 2).split(H, dim=1)  # [B, H, L, Dh] each
         return q, k, split_heads(v, H)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None = None, shared: object = None) -> Tensor:
         if mask is None:  # a task without padding (pixels): the flash kernel, with no mask to build or check
             return self.proj.output(F.scaled_dot_product_attention(*self.project(x)))
-        return super().forward(x, mask)
+        return super().forward(x, mask, shared)
+
+    def uses_flex(self, device: torch.device) -> bool:
+        return self.attention_backend == "flex" or (self.attention_backend == "auto" and device.type == "cuda")
+
+    def shared_padding(self, mask: Tensor) -> tuple[str, Callable[[Tensor], object]] | None:
+        """On the flex path, the padding's block mask, built once a forward pass for every layer (outside a
+        compiled graph: one graph break a pass, where a mask built in each layer broke the graph in each)."""
+        return ("padding_block_mask", eager_padding_block_mask) if self.uses_flex(mask.device) else None
+
+    def attend_shared(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, shared: object) -> Tensor:
+        return padded_flex_attention(q, k, v, mask, block_mask=shared)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
-        backend = self.attention_backend
-        if backend == "flex" or (backend == "auto" and q.device.type == "cuda"):
+        if self.uses_flex(q.device):
             return padded_flex_attention(q, k, v, mask)
         # None when the batch has no padding (flash kernel); else fully padded samples opened
         return F.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_key_mask(mask))

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import ClassVar, Literal
 
-from torch import nn
+from torch import Tensor, nn
 
 from ..registry import Registry
 
@@ -45,6 +45,13 @@ class TokenMixer(nn.Module):
     length_flexible: ClassVar[bool] = False
     """Trimming trailing padding leaves every real position's output unchanged: no padded position reaches a
     real one and no weight is tied to the padded length (length bucketing, ``repro/training/batching.py``)."""
+
+    def shared_padding(self, mask: Tensor) -> tuple[str, Callable[[Tensor], object]] | None:
+        """``(name, build)`` where the mixer takes a structure built from the padding mask ``mask`` [B, L] that
+        every mixer naming the same ``name`` can share: the encoder builds ``build(mask)`` once a forward pass
+        and calls ``mixer(x, mask, shared)`` (``repro.models.model.Encoder``). None by default: the mixer is
+        called as ``mixer(x, mask)``."""
+        return None
 
     def record_info(self) -> Mapping[str, Collection]:
         """Facts for the run record, name -> values (e.g. the convolution implementations that ran); merged

@@ -152,10 +152,14 @@ class ResidualSublayer(nn.Module):
         self.prenorm = prenorm
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, shared: object = None) -> torch.Tensor:
+        """``shared``: the structure the mixer's ``shared_padding`` names, built once by the encoder."""
         if self.prenorm:
-            return x + self.drop(self.mixer(self.norm(x), mask))
-        return self.norm(x + self.drop(self.mixer(x, mask)))
+            return x + self.drop(self.mix(self.norm(x), mask, shared))
+        return self.norm(x + self.drop(self.mix(x, mask, shared)))
+
+    def mix(self, x: torch.Tensor, mask: torch.Tensor | None, shared: object) -> torch.Tensor:
+        return self.mixer(x, mask) if shared is None else self.mixer(x, mask, shared)
 
 
 def release_mask_use(mixer: TokenMixer) -> bool:
@@ -181,6 +185,18 @@ def release_mask_use(mixer: TokenMixer) -> bool:
         "mask (lra_linformer, lra_reformer, lra_linear, lra_performer): remove the setting or use one of those "
         "arms"
     )
+
+
+@torch.compiler.disable
+def build_shared(wants: list, mask: torch.Tensor) -> dict[str, object]:
+    """Each ``(name, build)`` of the mixers' ``shared_padding`` built once, ``name -> build(mask)``; outside any
+    compiled graph, so a compiled encoder breaks its graph here once, before its layers (a break inside the
+    loop over the layers made dynamo give up on the whole loop)."""
+    shared: dict[str, object] = {}
+    for want in wants:
+        if want is not None and want[0] not in shared:
+            shared[want[0]] = want[1](mask)
+    return shared
 
 
 class Encoder(nn.Module):
@@ -231,8 +247,12 @@ class Encoder(nn.Module):
         """Token states [B, L, D] ([B, L + 1, D] with ``cls_token``, the CLS state first)."""
         x = self.embed_drop(self.embed(ids, self.cls))
         mask = self.state_mask(mask)
-        for sublayer, takes_mask in zip(self.sublayers, self.takes_mask, strict=True):
-            x = sublayer(x, mask if takes_mask else None)
+        wants = [s.mixer.shared_padding(mask) if t and mask is not None else None
+                 for s, t in zip(self.sublayers, self.takes_mask, strict=True)]  # fmt: skip
+        # name -> the structure of the mask that mixers share, built once before the layers (one graph break)
+        shared = build_shared(wants, mask) if any(w is not None for w in wants) else {}
+        for sublayer, takes_mask, want in zip(self.sublayers, self.takes_mask, wants, strict=True):
+            x = sublayer(x, mask if takes_mask else None, None if want is None else shared[want[0]])
         return self.final_norm(x)
 
 

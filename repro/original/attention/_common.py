@@ -325,10 +325,15 @@ class AttentionMixer(TokenMixer):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
         raise NotImplementedError
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+    def attend_shared(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, shared: object) -> Tensor:
+        """``attend`` with the structure ``shared_padding`` names, built once a forward pass by the encoder;
+        only a mixer whose ``shared_padding`` names one is called with it."""
+        raise NotImplementedError
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, shared: object = None) -> Tensor:
         mask = full_mask(x, mask)
         q, k, v = self.project(x)
-        ctx = self.attend(q, k, v, mask, x)
+        ctx = self.attend(q, k, v, mask, x) if shared is None else self.attend_shared(q, k, v, mask, shared)
         y = self.proj.output(ctx)
         # padded queries: exactly 0 (torch.where, so even a NaN there could not leak)
         return torch.where(mask[..., None], y, torch.zeros((), dtype=y.dtype, device=y.device))

@@ -482,12 +482,14 @@ def eager_padding_block_mask(mask: Tensor, block: int = PADDING_TILE):
     return padding_block_mask(mask, block)
 
 
-def padded_flex_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+def padded_flex_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, block_mask=None) -> Tensor:
     """Softmax attention of ``q, k, v`` [B, H, L, Dh] over the real keys of ``mask`` [B, L] (padding at the
     end), through
     flex_attention's fused kernel on CUDA (the padding block mask skips every tile of padding);
-    0 on padded queries. On the CPU (tests), the dense reference of the same function."""
-    block_mask = eager_padding_block_mask(mask)
+    0 on padded queries. On the CPU (tests), the dense reference of the same function. ``block_mask``:
+    ``eager_padding_block_mask(mask)`` built by the caller (once for every layer), else built here."""
+    if block_mask is None:
+        block_mask = eager_padding_block_mask(mask)
     if q.device.type == "cpu":
         return dense_flex(q, k, v, None, block_mask, with_lse=False)[0]
     return flex_fn(q.device)(q, k, v, block_mask=block_mask)

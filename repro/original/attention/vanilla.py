@@ -64,9 +64,9 @@ class VanillaAttention(AttentionMixer):
         self.backend = backend
         self.release_masking = False  # set by the encoder under model.release_masking
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None = None, shared: object = None) -> Tensor:
         if not self.release_masking or mask is None:
-            return super().forward(x, mask)
+            return super().forward(x, mask, shared)
         q, k, v = self.project(x)
         return self.proj.output(self.attend_release(q, k, v, mask))
 
