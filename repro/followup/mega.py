@@ -70,6 +70,8 @@ outputs do not depend on appended padding.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -78,7 +80,7 @@ from torch import nn
 from ..models.mixer import BACKBONES, TokenMixer
 from ..models.settings import encoder_setting
 from ..original.attention._common import fold_key_mask, open_fully_masked
-from ..original.attention._flex import FlexSettings, eager_padding_block_mask, flex_pattern_attention
+from ..original.attention._flex import FlexSettings, flex_pattern_attention, padding_block_mask
 from ..original.attention.fast_defaults import check_choice, choose
 from .fftconv import fft_conv, two_sided
 
@@ -141,6 +143,18 @@ class RelativePositionBias(nn.Module):
         return offsets.unfold(0, length, 1).flip(0)  # row i = offsets[L-1-i : 2L-1-i]
 
 
+@torch.compiler.disable
+def chunked_padding_block_mask(mask: torch.Tensor, chunk: int):
+    """The block mask of the flex path's padding, for the padding mask ``mask`` [B, L] cut into chunks of
+    ``chunk`` positions (the last padded up): one row of ``padding_block_mask`` per chunk, a chunk of padding
+    alone opened (its queries see its keys, as in ``materialized_attention``). Built outside any compiled
+    graph (``_flex.eager_padding_block_mask`` says why)."""
+    batch, length = mask.shape
+    pad = (-length) % chunk
+    keys = F.pad(mask, (0, pad), value=False) if pad else mask
+    return padding_block_mask(open_fully_masked(keys.reshape(-1, chunk)))
+
+
 class MegaMixer(TokenMixer):
     """Mega's moving-average gated attention sublayer; returns phi * (H - X) (see the module doc)."""
 
@@ -199,7 +213,14 @@ class MegaMixer(TokenMixer):
         return choose("mega", "attention_impl", "auto") if device.type == "cuda" else "materialized"
 
     def flex_attention(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor | None, scale: float, dropout: float
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        keys: torch.Tensor | None,
+        scale: float,
+        dropout: float,
+        block_mask=None,
     ) -> torch.Tensor:
         """The same attention through ``flex_attention``: the relative bias is a score_mod term reading one
         scalar per offset (its gradient accumulated by the kernel, never a dense [c, c] bias or its
@@ -226,7 +247,8 @@ class MegaMixer(TokenMixer):
             if keys is None
             else (open_fully_masked(keys[:, 0]))
         )
-        block_mask = None if keys is None else eager_padding_block_mask(key_mask)
+        if keys is not None and block_mask is None:
+            block_mask = chunked_padding_block_mask(keys[:, 0], length)
         options = choose("mega", "flex_kernel_options", self.flex_kernel_options)
         settings = FlexSettings(kernel_options=tuple(sorted((options or {}).items())))
         split = choose("mega", "flex_value_split", self.flex_value_split)
@@ -243,10 +265,24 @@ class MegaMixer(TokenMixer):
             value_split=split,
         )
 
-    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """Single-head softmax attention with the relative bias, within chunks when ``chunk_size`` is set."""
+    def chunk_of(self, length: int) -> int:
+        return self.chunk_size if self.chunk_size and self.chunk_size < length else length
+
+    def shared_padding(self, mask: torch.Tensor) -> tuple[str, Callable[[torch.Tensor], object]] | None:
+        """On the flex path, the chunks' padding block mask, built once a pass for every layer of the same
+        chunk size (``repro.models.model.Encoder``)."""
+        if self.resolved_attention_impl(mask.device) != "flex":
+            return None
+        chunk = self.chunk_of(mask.shape[1])
+        return f"mega_padding_block_mask_{chunk}", partial(chunked_padding_block_mask, chunk=chunk)
+
+    def attention(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, shared: object = None
+    ) -> torch.Tensor:
+        """Single-head softmax attention with the relative bias, within chunks when ``chunk_size`` is set;
+        ``shared``: the flex path's block mask of ``mask``, built once for every layer."""
         batch, length, _ = q.shape
-        chunk = self.chunk_size if self.chunk_size and self.chunk_size < length else length
+        chunk = self.chunk_of(length)
         pad = (-length) % chunk
         if mask is None and pad:
             mask = torch.ones(batch, length, dtype=torch.bool, device=q.device)
@@ -262,7 +298,7 @@ class MegaMixer(TokenMixer):
         scale = 1.0 / math.sqrt(self.qkv_dim)
         impl = self.resolved_attention_impl(q.device)
         if impl == "flex":
-            out = self.flex_attention(q, k, v, keys, scale, dropout)
+            out = self.flex_attention(q, k, v, keys, scale, dropout, block_mask=shared)
             return out.reshape(batch, chunks * chunk, -1)[:, :length]
         bias = self.rel_bias(chunk).to(dtype)  # [c, c], shared by every chunk and sample
         if impl == "sdpa":
@@ -273,7 +309,7 @@ class MegaMixer(TokenMixer):
             out = materialized_attention(q, k, v, bias, keys, scale, dropout)
         return out.reshape(batch, chunks * chunk, -1)[:, :length]
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, shared: object = None) -> torch.Tensor:
         if mask is not None:
             x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
         v = F.silu(self.v_proj(x))
@@ -283,7 +319,7 @@ class MegaMixer(TokenMixer):
         z, gamma = torch.split(F.silu(zr), [self.qkv_dim, self.d_hidden], dim=-1)
         q = z * self.qk_scale[0] + self.qk_offset[0]
         k = z * self.qk_scale[1] + self.qk_offset[1]
-        o = self.attention(q, k, v, mask)  # scores scaled by 1/sqrt(qkv_dim)
+        o = self.attention(q, k, v, mask, shared)  # scores scaled by 1/sqrt(qkv_dim)
         h = self.hidden_drop(F.silu(hx + self.h_proj(gamma * o)))
         return phi * (h - x.to(h.dtype))
 
