@@ -91,3 +91,14 @@ def test_a_chunk_with_length_bucketing_is_refused():
     with pytest.raises(ValueError, match=r"^train.augment_chunk_steps=2 with length bucketing: .*=1$"):
         TrainBatches(split(), 0, BATCH, STEPS_PER_EPOCH, torch.device("cpu"), DistContext(), augment,
                      lengths=torch.full((N,), 3), augment_chunk=2)  # fmt: skip
+
+
+@pytest.mark.parametrize("augment", [None, TrainAugment("test", [])])
+def test_length_bucketing_with_a_chunk_but_no_transforms_serves_the_unchunked_batches(augment):
+    """A chunk size set where no transform runs (an arm without techniques) chunks nothing: bucketed
+    batches are served as with a chunk of one step."""
+    lengths = torch.tensor([1 + i % 3 for i in range(N)])
+    loaders = [TrainBatches(split(), 3, BATCH, STEPS_PER_EPOCH, torch.device("cpu"), DistContext(), augment,
+                            lengths=lengths, trim_multiple=1, augment_chunk=chunk) for chunk in (1, 4)]  # fmt: skip
+    for (x1, y1), (x2, y2) in zip(*(served(loader, range(12)) for loader in loaders), strict=True):
+        assert torch.equal(x1, x2) and torch.equal(y1, y2)

@@ -124,7 +124,8 @@ class TrainBatches:
     ):
         if augment_chunk < 1:
             raise ValueError(f"train.augment_chunk_steps={augment_chunk}: give a whole number of steps >= 1")
-        if augment_chunk > 1 and lengths is not None:
+        chunked = augment is not None and augment_chunk > 1 and bool(augment.transforms)  # _from_chunk serves
+        if chunked and lengths is not None:  # without transforms there is no chunk: nothing to refuse
             raise ValueError(
                 f"train.augment_chunk_steps={augment_chunk} with length bucketing: the chunk's batches have "
                 "different widths; set train.length_bucketing=off or train.augment_chunk_steps=1"
@@ -137,7 +138,7 @@ class TrainBatches:
         self.rank_rows = slice(ctx.rank * share, (ctx.rank + 1) * share)  # this rank's slice of a global batch
         self._epoch, self._order, self._widths = -1, None, None
         self.augment_chunk = augment_chunk
-        self._chunked = augment is not None and augment_chunk > 1 and bool(augment.transforms)  # _from_chunk serves
+        self._chunked = chunked
         self._chunk_key: tuple[int, int] | None = None  # (epoch, first index) of the transformed chunk held
         self._chunk: torch.Tensor | None = None
 
