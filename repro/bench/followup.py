@@ -73,8 +73,7 @@ from ..run.settings import compose_run
 from ..tasks import DataMissing, Split, TaskData, get_task_builder
 from ..training.batches import Batch, TrainBatches, TrainingData
 from ..training.distributed import DistContext
-from ..training.loop import configure_device
-from ..training.schedule import LRController
+from ..training.loop import configure_device, run_controller, train_batches
 from ..training.settings import TrainSettings
 from ..training.state import seed_everything
 from ..training.step import TrainStep, make_optimizer
@@ -361,14 +360,10 @@ def prepare(run: dict, task: TaskData, augment, device: torch.device, compile_mo
     optimizer = make_optimizer(model, settings, device)
     data = TrainingData.build(task, settings, model, augment is not None, device)
     s = settings
-    controller = LRController(s.lr, s.schedule, s.warmup_steps, s.final_fraction, s.plateau_factor, s.plateau_patience,
-                              s.plateau_threshold, s.plateau_min_lr, s.final_phase, s.final_factor,
-                              swa_start_epoch(s.swa_start, s.epochs), s.swa_lr, s.swa_anneal_epochs)  # fmt: skip
+    controller = run_controller(s, swa_start_epoch(s.swa_start, s.epochs))
     ctx = DistContext(device=device)
     step = TrainStep(model, optimizer, controller, settings, device, ctx, augment, autocast)
-    batches = TrainBatches(data.splits["train"], run["seed"], s.batch_size, data.steps_per_epoch, device, ctx, augment,
-                           task.prepare, data.lengths.get("train"), s.bucket_pool_batches, s.trim_multiple,
-                           s.augment_chunk_steps)  # fmt: skip
+    batches = train_batches(data, task, s, run["seed"], device, ctx, augment)
     n_params = sum(p.numel() for p in model.parameters())
     return Prepared(step, batches, settings, data.total_steps, n_params, int(task.max_len))
 

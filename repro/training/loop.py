@@ -57,6 +57,22 @@ from .step import LossLog, TrainStep, make_optimizer
 from .swa import WeightAverage, swa_start_epoch
 
 
+def run_controller(s: TrainSettings, swa_start: int | None) -> LRController:
+    """The learning-rate schedule of a run's settings (``swa_start``: ``swa_start_epoch`` of them)."""
+    return LRController(s.lr, s.schedule, s.warmup_steps, s.final_fraction, s.plateau_factor, s.plateau_patience,
+                        s.plateau_threshold, s.plateau_min_lr, s.final_phase, s.final_factor, swa_start,
+                        s.swa_lr, s.swa_anneal_epochs)  # fmt: skip
+
+
+def train_batches(
+    data: TrainingData, task: TaskData, s: TrainSettings, seed: int, device: torch.device, ctx: DistContext, augment
+) -> TrainBatches:
+    """The loader of a run's training steps: its split, order, bucketing, techniques and chunks."""
+    return TrainBatches(data.splits["train"], seed, s.batch_size, data.steps_per_epoch, device, ctx, augment,
+                        task.prepare, data.lengths.get("train"), s.bucket_pool_batches, s.trim_multiple,
+                        s.augment_chunk_steps)  # fmt: skip
+
+
 def train(
     model: torch.nn.Module,
     task: TaskData,
@@ -102,9 +118,7 @@ def train(
     optimizer = make_optimizer(model, s, device)
     data = TrainingData.build(task, s, model, augment is not None, device)
     swa_start = swa_start_epoch(s.swa_start, s.epochs)
-    controller = LRController(s.lr, s.schedule, s.warmup_steps, s.final_fraction, s.plateau_factor, s.plateau_patience,
-                              s.plateau_threshold, s.plateau_min_lr, s.final_phase, s.final_factor, swa_start,
-                              s.swa_lr, s.swa_anneal_epochs)  # fmt: skip
+    controller = run_controller(s, swa_start)
     average = WeightAverage(model, swa_start) if swa_start is not None else None
     last = LastCheckpoint(run_dir, ctx, model, optimizer, controller, average, fingerprint)
     state = last.start(resume, seed, s, data.batching, device)
@@ -112,9 +126,7 @@ def train(
                    data.lengths, s.trim_multiple, progress=progress and ctx.is_main,
                    forward=compiled_forward(model, s.compile))  # fmt: skip
     best_path = run_dir / "checkpoints" / "best.pt"
-    batches = TrainBatches(data.splits["train"], seed, s.batch_size, data.steps_per_epoch, device, ctx, augment,
-                           task.prepare, data.lengths.get("train"), s.bucket_pool_batches, s.trim_multiple,
-                           s.augment_chunk_steps)  # fmt: skip
+    batches = train_batches(data, task, s, seed, device, ctx, augment)
     # Without progress bars (batch jobs, GPU drivers) one line per evaluation is the sign of life, and
     # progress.json the step a grid reads: history.csv is written with the record, at the end.
     on_validate = partial(validate, score, steps_per_epoch=data.steps_per_epoch, best_path=best_path,
