@@ -743,6 +743,14 @@ def summary_line(row: dict) -> str:
     return ", ".join(parts)
 
 
+def seconds_or_null(block: dict, key: str, where: str, null_means: str) -> float | None:
+    """``block[key]`` as seconds > 0, or None; anything else raises naming ``followup.<key>``."""
+    value = block.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+        raise ValueError(f"followup.{key}={value!r}{where}: give seconds > 0, or null ({null_means})")
+    return None if value is None else float(value)
+
+
 def options_from(cfg) -> Options:
     """The ``followup`` block of the benchmark's config as Options; a bad value raises with its key."""
     from ..run.validate import is_int
@@ -770,17 +778,8 @@ def options_from(cfg) -> Options:
     cap = block.get("generated_cap")
     if cap is not None and (not is_int(cap) or cap < 1):
         raise ValueError(f"followup.generated_cap={cap!r}: give a whole number of examples >= 1, or null (no cap)")
-    round_cap = block.get("max_round_seconds")
-    if round_cap is not None and (
-        isinstance(round_cap, bool) or not isinstance(round_cap, (int, float)) or round_cap <= 0
-    ):
-        raise ValueError(
-            f"followup.max_round_seconds={round_cap!r} (experiments/conf/bench.yaml): "
-            "give seconds > 0, or null (no cap)"
-        )
-    budget = block.get("time_budget_s")
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget <= 0):
-        raise ValueError(f"followup.time_budget_s={budget!r}: give seconds > 0, or null (no limit)")
+    round_cap = seconds_or_null(block, "max_round_seconds", " (experiments/conf/bench.yaml)", "no cap")
+    budget = seconds_or_null(block, "time_budget_s", "", "no limit")
     isolate = block.get("isolate_rows", Options.isolate_rows)
     if not isinstance(isolate, bool):
         raise ValueError(f"followup.isolate_rows={isolate!r} (experiments/conf/bench.yaml): give true or false")
@@ -789,13 +788,13 @@ def options_from(cfg) -> Options:
         warmup=int(block.get("warmup", Options.warmup)),
         steps=int(block.get("steps", Options.steps)),
         rounds=int(block.get("rounds", Options.rounds)),
-        max_round_seconds=None if round_cap is None else float(round_cap),
+        max_round_seconds=round_cap,
         staged_batches=int(block.get("staged_batches", Options.staged_batches)),
         generated_cap=cap,
         data_dir=Path(str(block.get("data_dir", "data"))),
         cache_dir=Path(str(block.get("cache_dir", ".cache/lra-repro"))),
         workers=int(block.get("workers") or min(16, os.cpu_count() or 1)),
-        time_budget_s=None if budget is None else float(budget),
+        time_budget_s=budget,
         profile_steps=int(block.get("profile_steps", Options.profile_steps)),
         resume=Path(str(block["resume"])) if block.get("resume") else None,
         overrides={str(k): [str(o) for o in v] for k, v in overrides.items()},
