@@ -512,6 +512,42 @@ def git_commit(cwd: Path | None = None) -> str:
         return fallback
 
 
+CHANGE_KINDS = {"D": "deleted", "A": "added", "R": "renamed", "C": "copied", "U": "unmerged"}
+
+
+def tree_changes(cwd: Path | None = None) -> list[str] | None:
+    """Where the tracked files differ from HEAD, the ``+dirty`` of ``git_commit`` spelled out: one entry per
+    top-level folder (``name/``) or file, with how many paths changed how, e.g. ``results/: 12 deleted``.
+    ``[]`` for a clean tree; None outside a checkout, or when ``LRA_REPRO_GIT_COMMIT`` stands in for git
+    (the tree's own metadata is then not trusted)."""
+    if os.environ.get("LRA_REPRO_GIT_COMMIT"):
+        return None
+    where = str(cwd or Path(__file__).resolve().parent)
+    try:
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--no-renames"],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if status.returncode != 0:
+        return None
+    counts: dict[str, dict[str, int]] = {}
+    for line in status.stdout.splitlines():
+        code, path = line[:2], line[3:].strip('"')
+        kind = next((word for letter, word in CHANGE_KINDS.items() if letter in code), "modified")
+        top, sep, _ = path.partition("/")
+        per_kind = counts.setdefault(top + ("/" if sep else ""), {})
+        per_kind[kind] = per_kind.get(kind, 0) + 1
+    return [
+        f"{top}: " + ", ".join(f"{n} {kind}" for kind, n in sorted(per_kind.items()))
+        for top, per_kind in sorted(counts.items())
+    ]
+
+
 def versions() -> dict:
     import torch
 

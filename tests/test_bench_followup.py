@@ -181,7 +181,7 @@ def test_the_record_has_every_requested_row_and_column(record):
 def test_the_record_names_its_environment_and_command(record):
     meta = json.loads((record / "bench.json").read_text())
     assert meta["complete"] is True and meta["rows_planned"] == 4 and meta["device"] == "cpu"
-    assert {"torch", "cuda", "git_commit", "command"} <= set(meta)
+    assert {"torch", "cuda", "git_commit", "tree_changes", "command"} <= set(meta)
     assert "mode=followup" in meta["command"]
     table = (record / "table.md").read_text()
     assert all(f"| {name} |" in table for name in ["reference@listops", *ROWS])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -180,6 +181,38 @@ def test_without_task_an_arm_runs_its_tasks_and_skips_missing_data(tmp_path, sha
     assert "ListOps official files not found" in skipped[0]
     assert (run_folder(tmp_path, "two_tasks", "listops") / "metrics.json").exists()
     assert "arm two_tasks: 1 task(s) done, skipped (no data): listops_official" in done.stdout
+
+
+def test_tree_changes_spell_out_what_dirty_means(tmp_path, monkeypatch):
+    """A benchmark record says where its tree differed from HEAD: per top-level folder or file, how many
+    tracked paths were deleted, modified or added; untracked files are not counted."""
+    from repro import records
+
+    monkeypatch.delenv("LRA_REPRO_GIT_COMMIT", raising=False)
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    for name in ["results/a/x.json", "results/b.json", "repro/m.py", "README.md"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x\n")
+    git("add", ".")
+    git("-c", "user.email=t@example.org", "-c", "user.name=t", "commit", "-q", "-m", "start")
+    assert records.tree_changes(tmp_path) == []
+    (tmp_path / "results/a/x.json").unlink()
+    (tmp_path / "results/b.json").unlink()
+    (tmp_path / "README.md").write_text("changed\n")
+    (tmp_path / "repro/new.py").write_text("y\n")  # untracked
+    git("add", "repro/new.py")
+    (tmp_path / "notes.txt").write_text("untracked\n")
+    assert records.tree_changes(tmp_path) == ["README.md: 1 modified", "repro/: 1 added", "results/: 2 deleted"]
+    assert records.git_commit(tmp_path).endswith("+dirty")
+    plain = tmp_path.parent / f"{tmp_path.name}-plain"  # a folder outside any checkout
+    plain.mkdir()
+    assert records.tree_changes(plain) is None
+    monkeypatch.setenv("LRA_REPRO_GIT_COMMIT", "0123456789abcdef0123456789abcdef01234567")
+    assert records.tree_changes(tmp_path) is None  # the variable stands in for the tree's metadata
 
 
 def test_git_commit_prefers_the_environment_variable(monkeypatch):

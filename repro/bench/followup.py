@@ -807,7 +807,7 @@ def main(cfg) -> None:
     from omegaconf import OmegaConf
 
     from ..invocation import fail, invoked_as
-    from ..records import commit_variable_problem, git_commit
+    from ..records import commit_variable_problem, git_commit, tree_changes
     from ..run.runner import pick_device
     from ..tasks import task_names
 
@@ -840,6 +840,7 @@ def main(cfg) -> None:
         "cuda": torch.version.cuda if device.type == "cuda" else None,
         "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
         "git_commit": git_commit(),
+        "tree_changes": tree_changes(),  # what +dirty stands for
         "command": " ".join([invoked_as("lra-bench"), *sys.argv[1:]]),
     }
     print(f"{len(specs)} rows ({sum(s.kind == 'reference' for s in specs)} references) at profile={options.profile}")

@@ -115,7 +115,7 @@ def bench_app(cfg: DictConfig) -> None:
     from ..bench.matrix import run_matrix
     from ..bench.models import attention_dropout_setting
     from ..bench.timing import device_name, matmul_peak_tflops
-    from ..records import commit_variable_problem, git_commit
+    from ..records import commit_variable_problem, git_commit, tree_changes
 
     if str(cfg.mode) == "followup":  # the follow-up arms at their protocols' settings (repro/bench/followup.py)
         from ..bench import followup
@@ -177,6 +177,7 @@ def bench_app(cfg: DictConfig) -> None:
         else "not measured (CUDA only)",
         "flops_counted": "matrix products only, 2 per multiply-add; training = 3x forward (repro/bench/flops.py)",
         "git_commit": git_commit(),
+        "tree_changes": tree_changes(),  # what +dirty stands for
         "command": " ".join([invoked_as("lra-bench"), *sys.argv[1:]]),
     }
     notes = {s.name: s.note for s in specs if s.note}
