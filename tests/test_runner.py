@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 import subprocess
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 import yaml
 from conftest import CONF, composed, read_json, run_cli
 
+from repro import records
 from repro.records import METRIC_FIELDS
 
 
@@ -46,6 +48,9 @@ def test_smoke_run_writes_a_complete_record(tmp_path, shared_cache):
     missing = [f for f in METRIC_FIELDS if f not in metrics]
     assert not missing, missing
     assert metrics["status"] == "complete" and metrics["arm"] == "locality_k61" and metrics["task"] == "listops"
+    assert metrics["tree_changes"] == records.tree_changes()  # what the commit's +dirty, if any, stands for
+    if "LRA_REPRO_GIT_COMMIT" not in os.environ:  # else the variable names the commit and no tree is read
+        assert metrics["git_commit"].endswith("+dirty") == bool(metrics["tree_changes"])
     assert 0.0 <= metrics["test_acc"] <= 1.0 and metrics["best_val_step"] > 0
     assert metrics["steps"] == 32 and metrics["device"] == "cpu" and metrics["train_examples_per_s"] > 0
     assert metrics["data_wait_sampled_steps"] == 1 and 0.0 < metrics["data_wait_share"] < 1.0  # step 1 of 32
@@ -184,10 +189,8 @@ def test_without_task_an_arm_runs_its_tasks_and_skips_missing_data(tmp_path, sha
 
 
 def test_tree_changes_spell_out_what_dirty_means(tmp_path, monkeypatch):
-    """A benchmark record says where its tree differed from HEAD: per top-level folder or file, how many
-    tracked paths were deleted, modified or added; untracked files are not counted."""
-    from repro import records
-
+    """A record says where its tree differed from HEAD: per top-level folder or file, how many tracked
+    paths were deleted, modified or added; untracked files are not counted."""
     monkeypatch.delenv("LRA_REPRO_GIT_COMMIT", raising=False)
 
     def git(*args):
@@ -217,8 +220,6 @@ def test_tree_changes_spell_out_what_dirty_means(tmp_path, monkeypatch):
 
 def test_git_commit_prefers_the_environment_variable(monkeypatch):
     """A copied tree may carry stale git metadata: LRA_REPRO_GIT_COMMIT, when set, wins."""
-    from repro import records
-
     full = "0123456789abcdef0123456789abcdef01234567"
     monkeypatch.setenv("LRA_REPRO_GIT_COMMIT", full + "+dirty")
     assert records.git_commit() == full + "+dirty"

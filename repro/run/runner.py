@@ -446,6 +446,7 @@ def _write_run_record(
         **collect_record_info(model),  # e.g. conv_impls: the convolution implementations that ran
         "versions": records.versions(),
         "git_commit": records.git_commit(),
+        "tree_changes": records.tree_changes(),  # what +dirty stands for
         "data": task.info,
         **identity,
     }
