@@ -415,20 +415,6 @@ def _hashes_problem(run_dir: Path, config: dict, metrics: dict) -> str | None:
             f"run {describe_fingerprint(metrics.get('fingerprint'))}"
         )
     return None
-    if not isinstance(listed, dict) or set(listed) != set(HASHED_FILES):
-        return metrics, f"inconsistent: metrics.json's files lists {listed!r}, not {', '.join(HASHED_FILES)}"
-    changed = [name for name in HASHED_FILES if file_sha256(run_dir / name) != listed[name]]
-    if changed:
-        return metrics, (
-            f"inconsistent: {', '.join(changed)} changed after the run wrote it (sha256 differs from "
-            "metrics.json's files)"
-        )
-    if config.get("fingerprint") != metrics.get("fingerprint"):
-        return metrics, (
-            f"inconsistent: config.yaml is run {describe_fingerprint(config.get('fingerprint'))}, metrics.json "
-            f"run {describe_fingerprint(metrics.get('fingerprint'))}"
-        )
-    return metrics, None
 
 
 def complete_metrics(run_dir: Path) -> dict | None:
@@ -505,6 +491,7 @@ def git_commit(cwd: Path | None = None) -> str:
             cwd=where,
             capture_output=True,
             text=True,
+            errors="replace",
             timeout=10,
         )
         return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
@@ -512,7 +499,15 @@ def git_commit(cwd: Path | None = None) -> str:
         return fallback
 
 
-CHANGE_KINDS = {"D": "deleted", "A": "added", "R": "renamed", "C": "copied", "U": "unmerged"}
+def change_kind(code: str) -> str:
+    """The word for a porcelain status code ``XY`` (index, work tree): unmerged first (``U`` on either side,
+    ``AA``, ``DD``), then added, deleted, copied, else modified."""
+    if "U" in code or code in ("AA", "DD"):
+        return "unmerged"
+    for letter, word in (("A", "added"), ("D", "deleted"), ("C", "copied")):
+        if letter in code:
+            return word
+    return "modified"
 
 
 def tree_changes(cwd: Path | None = None) -> list[str] | None:
@@ -525,10 +520,11 @@ def tree_changes(cwd: Path | None = None) -> list[str] | None:
     where = str(cwd or Path(__file__).resolve().parent)
     try:
         status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--no-renames"],
+            ["git", "status", "--porcelain", "-z", "--untracked-files=no", "--no-renames"],
             cwd=where,
             capture_output=True,
             text=True,
+            errors="replace",  # a file name that is not UTF-8 is counted, not a crash after training
             timeout=10,
         )
     except (OSError, subprocess.SubprocessError):
@@ -536,9 +532,9 @@ def tree_changes(cwd: Path | None = None) -> list[str] | None:
     if status.returncode != 0:
         return None
     counts: dict[str, dict[str, int]] = {}
-    for line in status.stdout.splitlines():
-        code, path = line[:2], line[3:].strip('"')
-        kind = next((word for letter, word in CHANGE_KINDS.items() if letter in code), "modified")
+    for entry in filter(None, status.stdout.split("\0")):  # -z: "XY path", paths unquoted
+        code, path = entry[:2], entry[3:]
+        kind = change_kind(code)
         top, sep, _ = path.partition("/")
         per_kind = counts.setdefault(top + ("/" if sep else ""), {})
         per_kind[kind] = per_kind.get(kind, 0) + 1

@@ -66,7 +66,18 @@ def bundle(tmp_path_factory) -> Path:
 def test_cli_writes_a_record_with_every_field(bundle):
     assert sorted(p.name for p in bundle.iterdir()) == ["bench.csv", "bench.json", "figure.png", "table.md"]
     record = json.loads((bundle / "bench.json").read_text())
-    for key in ("device", "torch", "cuda", "dtype", "date", "batch", "lengths", "matmul_peak_tflops", "git_commit"):
+    for key in (
+        "device",
+        "torch",
+        "cuda",
+        "dtype",
+        "date",
+        "batch",
+        "lengths",
+        "matmul_peak_tflops",
+        "git_commit",
+        "tree_changes",
+    ):
         assert key in record, key
     assert record["device"] == "cpu" and record["batch"] == 2 and record["lengths"] == LENGTHS
     assert record["task"] == "listops"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -191,13 +192,19 @@ def test_without_task_an_arm_runs_its_tasks_and_skips_missing_data(tmp_path, sha
 def test_tree_changes_spell_out_what_dirty_means(tmp_path, monkeypatch):
     """A record says where its tree differed from HEAD: per top-level folder or file, how many tracked
     paths were deleted, modified or added; untracked files are not counted."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
     monkeypatch.delenv("LRA_REPRO_GIT_COMMIT", raising=False)
+    for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):  # e.g. set by a hook that runs the tests
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)  # no signing, hooks or status settings of the user's
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
 
     def git(*args):
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
 
     git("init", "-q")
-    for name in ["results/a/x.json", "results/b.json", "repro/m.py", "README.md"]:
+    for name in ["results/a/x.json", "results/b.json", "repro/m.py", "README.md", "dir with space/é.txt"]:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x\n")
     git("add", ".")
@@ -209,8 +216,17 @@ def test_tree_changes_spell_out_what_dirty_means(tmp_path, monkeypatch):
     (tmp_path / "repro/new.py").write_text("y\n")  # untracked
     git("add", "repro/new.py")
     (tmp_path / "notes.txt").write_text("untracked\n")
-    assert records.tree_changes(tmp_path) == ["README.md: 1 modified", "repro/: 1 added", "results/: 2 deleted"]
+    (tmp_path / "dir with space/é.txt").write_text("changed\n")  # git quotes such paths without -z
+    assert records.tree_changes(tmp_path) == [
+        "README.md: 1 modified",
+        "dir with space/: 1 modified",
+        "repro/: 1 added",
+        "results/: 2 deleted",
+    ]
     assert records.git_commit(tmp_path).endswith("+dirty")
+    codes = [" M", "MM", "AM", " D", "D ", "AD", "UU", "UD", "AA", "DD", "C "]
+    kinds = ["modified", "modified", "added", "deleted", "deleted", "added"] + ["unmerged"] * 4 + ["copied"]
+    assert [records.change_kind(code) for code in codes] == kinds
     plain = tmp_path.parent / f"{tmp_path.name}-plain"  # a folder outside any checkout
     plain.mkdir()
     assert records.tree_changes(plain) is None
