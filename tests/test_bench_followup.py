@@ -6,6 +6,7 @@ import csv
 import json
 import random
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -98,6 +99,7 @@ def test_rows_are_written_as_measured_and_a_resumed_run_measures_only_the_missin
 
     monkeypatch.setattr(followup, "measure", cut_after_two)
     meta = {"date": "2026-01-01", "profile": "smoke", "warmup": 1, "steps": 2, "torch": "x", "cuda": None}
+    later = {**meta, "date": "2026-01-02"}  # the next slot
     options = followup.Options(profile="smoke")
     with hydra_context(), pytest.raises(KeyboardInterrupt):
         followup.run_followup(specs, options, followup.torch.device("cpu"), tmp_path, meta)
@@ -112,11 +114,45 @@ def test_rows_are_written_as_measured_and_a_resumed_run_measures_only_the_missin
     monkeypatch.setattr(followup, "measure", lambda spec, *a, **k: again.append(spec.name) or fake_row(spec))
     options = followup.Options(profile="smoke", resume=folder)
     with hydra_context():
-        followup.run_followup(specs, options, followup.torch.device("cpu"), tmp_path, meta)
+        followup.run_followup(specs, options, followup.torch.device("cpu"), tmp_path, {**later, "command": "again"})
     assert again == ["s4+followup@listops"]
     rows = list(csv.DictReader(open(folder / "bench.csv")))
     assert [r["row"] for r in rows] == [s.name for s in specs]
-    assert json.loads((folder / "bench.json").read_text())["complete"] is True
+    record = json.loads((folder / "bench.json").read_text())
+    assert record["complete"] is True
+    assert record["date"] == "2026-01-01" and record["resumed"] == [{"date": "2026-01-02", "command": "again"}]
+
+
+@pytest.mark.parametrize(
+    "key, theirs, ours",
+    [("device", "NVIDIA H100 80GB HBM3", "cpu"), ("git_commit", "a" * 40, "b" * 40), ("rounds", 3, 5)],
+)
+def test_a_record_is_resumed_only_with_the_device_software_and_settings_it_began_with(
+    tmp_path, monkeypatch, key, theirs, ours
+):
+    spec = followup.RowSpec("s4", "listops", "followup")
+    monkeypatch.setattr(followup, "measure", fake_row)
+    meta = {"date": "2026-01-01", "profile": "smoke", "warmup": 1, "steps": 2, "torch": "x", "cuda": None}
+    with hydra_context():
+        folder, _ = followup.run_followup([spec], followup.Options(profile="smoke"), followup.torch.device("cpu"),
+                                          tmp_path, {**meta, "git_commit": "a" * 40, "rounds": 3})  # fmt: skip
+    record = json.loads((folder / "bench.json").read_text())
+    (folder / "bench.json").write_text(json.dumps({**record, key: theirs}))
+    before = (folder / "bench.json").read_text()
+    measured = []
+    monkeypatch.setattr(followup, "measure", lambda s, *a, **k: measured.append(s.name) or fake_row(s))
+    options = followup.Options(profile="smoke", resume=folder)
+    now = {**meta, "git_commit": "a" * 40, "rounds": 3}
+    if key != "device":  # the device is the one this run measures on: the CPU here
+        now[key] = ours
+    with hydra_context(), pytest.raises(ValueError) as refused:
+        followup.run_followup([spec], options, followup.torch.device("cpu"), tmp_path, now)
+    assert str(refused.value) == (
+        f"followup.resume={folder}: its rows were measured with {key}={theirs!r}, this run has {key}={ours!r}; "
+        "resume with the same GPU kind, software, commit and settings, or leave followup.resume out to start "
+        "a new record"
+    )
+    assert measured == [] and (folder / "bench.json").read_text() == before
 
 
 def test_rows_not_started_within_the_time_budget_are_recorded_as_skipped(tmp_path, monkeypatch):
@@ -156,6 +192,22 @@ def record(tmp_path_factory) -> Path:
     (folder,) = (tmp / "out").iterdir()
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}_cpu_followup-protocol", folder.name)
     return folder
+
+
+def test_the_command_refuses_to_resume_a_record_begun_on_another_device_in_one_line(record, tmp_path):
+    copy = tmp_path / record.name
+    shutil.copytree(record, copy)
+    earlier = json.loads((copy / "bench.json").read_text())
+    (copy / "bench.json").write_text(json.dumps({**earlier, "device": "NVIDIA H200"}))
+    done = run_bench("device=cpu", "followup.profile=smoke", f"followup.rows=[{ROWS[0]}]",
+                     f"followup.resume={copy}", f"out_dir={tmp_path / 'out'}")  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"bench: followup.resume={copy}: its rows were measured with device='NVIDIA H200', this run has "
+        "device='cpu'; resume with the same GPU kind, software, commit and settings, or leave followup.resume "
+        "out to start a new record"
+    )
+    assert json.loads((copy / "bench.json").read_text())["device"] == "NVIDIA H200"  # untouched
 
 
 def test_the_record_has_every_requested_row_and_column(record):

@@ -664,13 +664,37 @@ def _jsonable(value):
     return str(value)
 
 
-def read_done(folder: Path) -> list[dict]:
-    """The measured rows of an earlier run's record (``bench.json``), to resume it."""
+# What a resumed record's earlier rows and its new rows must share, or they would not be one measurement.
+RESUME_MUST_MATCH = (
+    "device", "torch", "cuda", "cudnn", "git_commit", "tree_changes", "profile", "warmup", "steps", "rounds",
+    "max_round_seconds", "staged_batches", "generated_cap",
+)  # fmt: skip
+
+
+class ResumeRefused(ValueError):
+    """``followup.resume`` names no record of this mode, or one this run may not add rows to."""
+
+
+def read_record(folder: Path) -> dict:
+    """An earlier run's record (``bench.json``), to resume it."""
     path = Path(folder) / "bench.json"
     if not path.is_file():
-        raise ValueError(f"followup.resume={folder}: no bench.json there; pass a folder this mode wrote")
-    record = json.loads(path.read_text())
-    return [r for r in record["rows"] if r.get("status") == "ok"]
+        raise ResumeRefused(f"followup.resume={folder}: no bench.json there; pass a folder this mode wrote")
+    return json.loads(path.read_text())
+
+
+def resume_problem(earlier: dict, meta: dict, folder: Path) -> str | None:
+    """Why this run cannot add rows to the record ``earlier`` (in ``folder``), or None: every key of
+    ``RESUME_MUST_MATCH`` that both name must be equal (another GPU, torch, commit or timing setting would
+    make one record of two measurements)."""
+    for key in RESUME_MUST_MATCH:
+        if key in earlier and key in meta and earlier[key] != meta[key]:
+            return (
+                f"followup.resume={folder}: its rows were measured with {key}={earlier[key]!r}, this run has "
+                f"{key}={meta[key]!r}; resume with the same GPU kind, software, commit and settings, or leave "
+                "followup.resume out to start a new record"
+            )
+    return None
 
 
 def record_folder(out_dir: Path, date: str, device_name: str) -> Path:
@@ -690,10 +714,18 @@ def run_followup(
 
     name = device_name(device)
     peak = dense_bf16_peak(name) if device.type == "cuda" else None
-    rows = read_done(options.resume) if options.resume else []
+    meta = {**meta, "device": name, "peak_tflops": peak, "rows_planned": len(specs), "complete": False}
+    rows = []
+    if options.resume:
+        earlier = read_record(options.resume)
+        if problem := resume_problem(earlier, meta, options.resume):
+            raise ResumeRefused(problem)
+        rows = [r for r in earlier["rows"] if r.get("status") == "ok"]
+        # the record keeps the date and command that began it, and lists each run that added to it
+        resumed = [*earlier.get("resumed", []), {"date": meta.get("date"), "command": meta.get("command")}]
+        meta = {**meta, "date": earlier.get("date"), "command": earlier.get("command"), "resumed": resumed}
     folder = Path(options.resume) if options.resume else record_folder(out_dir, meta["date"], name)
     folder.mkdir(parents=True, exist_ok=True)
-    meta = {**meta, "device": name, "peak_tflops": peak, "rows_planned": len(specs), "complete": False}
     done = {r["row"] for r in rows}
     order = {spec.name: i for i, spec in enumerate(specs)}
     transformer = {spec.arm: is_transformer_arm(spec.arm) for spec in specs}
@@ -844,7 +876,10 @@ def main(cfg) -> None:
         "command": " ".join([invoked_as("lra-bench"), *sys.argv[1:]]),
     }
     print(f"{len(specs)} rows ({sum(s.kind == 'reference' for s in specs)} references) at profile={options.profile}")
-    folder, measured = run_followup(specs, options, device, Path(cfg.out_dir), meta)
+    try:
+        folder, measured = run_followup(specs, options, device, Path(cfg.out_dir), meta)
+    except ResumeRefused as err:  # before any row is measured or the record is touched
+        fail(f"bench: {err}")
     failed = [r for r in measured if r["status"].startswith(("error", "OOM"))]
     print(f"wrote {folder} ({len(measured)} rows, {len(failed)} failed)")
     if failed:
