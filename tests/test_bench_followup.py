@@ -121,6 +121,10 @@ def test_rows_are_written_as_measured_and_a_resumed_run_measures_only_the_missin
     record = json.loads((folder / "bench.json").read_text())
     assert record["complete"] is True
     assert record["date"] == "2026-01-01" and record["resumed"] == [{"date": "2026-01-02", "command": "again"}]
+    with hydra_context():  # a complete record: nothing to measure, and no run is listed as having added to it
+        followup.run_followup(specs, options, followup.torch.device("cpu"), tmp_path, {**later, "command": "idle"})
+    assert again == ["s4+followup@listops"]
+    assert json.loads((folder / "bench.json").read_text())["resumed"] == record["resumed"]
 
 
 @pytest.mark.parametrize(
@@ -147,12 +151,27 @@ def test_a_record_is_resumed_only_with_the_device_software_and_settings_it_began
         now[key] = ours
     with hydra_context(), pytest.raises(ValueError) as refused:
         followup.run_followup([spec], options, followup.torch.device("cpu"), tmp_path, now)
+    name = "followup.rounds" if key == "rounds" else key  # a setting is named as its command-line key
     assert str(refused.value) == (
-        f"followup.resume={folder}: its rows were measured with {key}={theirs!r}, this run has {key}={ours!r}; "
+        f"followup.resume={folder}: its rows were measured with {name}={theirs!r}, this run has {name}={ours!r}; "
         "resume with the same GPU kind, software, commit and settings, or leave followup.resume out to start "
         "a new record"
     )
     assert measured == [] and (folder / "bench.json").read_text() == before
+
+
+def test_a_resume_names_every_difference_and_a_key_the_record_lacks(tmp_path):
+    earlier = {"device": "NVIDIA H200", "torch": "2.11", "steps": 30, "rows": []}  # no rounds: one timing a round
+    now = {"device": "NVIDIA H200", "torch": "2.12", "steps": 30, "rounds": 5, "tree_changes": []}
+    assert followup.resume_problem(earlier, now, tmp_path) == (
+        f"followup.resume={tmp_path}: its rows were measured with torch='2.11', tree_changes=<not recorded>, "
+        "followup.rounds=1, this run has torch='2.12', tree_changes=[], followup.rounds=5; resume "
+        "with the same GPU kind, software, commit and settings, or leave followup.resume out to start a new record"
+    )
+    assert followup.resume_problem({**earlier, "rounds": 5, "tree_changes": [], "torch": "2.12"}, now, tmp_path) is None
+    (tmp_path / "bench.json").write_text("{not json")
+    with pytest.raises(followup.ResumeRefused, match="bench.json cannot be read"):
+        followup.read_record(tmp_path)
 
 
 def test_rows_not_started_within_the_time_budget_are_recorded_as_skipped(tmp_path, monkeypatch):
@@ -202,10 +221,11 @@ def test_the_command_refuses_to_resume_a_record_begun_on_another_device_in_one_l
     done = run_bench("device=cpu", "followup.profile=smoke", f"followup.rows=[{ROWS[0]}]",
                      f"followup.resume={copy}", f"out_dir={tmp_path / 'out'}")  # fmt: skip
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines()[-1] == (
-        f"bench: followup.resume={copy}: its rows were measured with device='NVIDIA H200', this run has "
-        "device='cpu'; resume with the same GPU kind, software, commit and settings, or leave followup.resume "
-        "out to start a new record"
+    line = done.stderr.strip().splitlines()[-1]  # one line naming each difference (here also the settings)
+    assert line.startswith(f"bench: followup.resume={copy}: its rows were measured with device='NVIDIA H200', ")
+    assert ", this run has device='cpu', " in line and line.endswith(
+        "; resume with the same GPU kind, software, commit and settings, or leave followup.resume out to start "
+        "a new record"
     )
     assert json.loads((copy / "bench.json").read_text())["device"] == "NVIDIA H200"  # untouched
 

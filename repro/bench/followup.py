@@ -664,11 +664,16 @@ def _jsonable(value):
     return str(value)
 
 
-# What a resumed record's earlier rows and its new rows must share, or they would not be one measurement.
+# What a resumed record's earlier rows and its new rows must share, or they would not be one measurement:
+# the machine and software, the commit and its tree, and every setting that changes a row's numbers.
 RESUME_MUST_MATCH = (
-    "device", "torch", "cuda", "cudnn", "git_commit", "tree_changes", "profile", "warmup", "steps", "rounds",
-    "max_round_seconds", "staged_batches", "generated_cap",
+    "mode", "device", "torch", "cuda", "cudnn", "git_commit", "tree_changes", "profile", "warmup", "steps",
+    "rounds", "max_round_seconds", "staged_batches", "generated_cap", "isolate_rows", "overrides", "planned_rows",
 )  # fmt: skip
+# Keys that records written before they were recorded held at one value: a round was one timing, uncapped.
+RESUME_LEGACY = {"rounds": 1, "max_round_seconds": None}
+NOT_RECORDED = "<not recorded>"
+RUN_KEYS = ("mode", "device", "torch", "cuda", "cudnn", "git_commit", "tree_changes")  # the rest are followup.*
 
 
 class ResumeRefused(ValueError):
@@ -680,21 +685,40 @@ def read_record(folder: Path) -> dict:
     path = Path(folder) / "bench.json"
     if not path.is_file():
         raise ResumeRefused(f"followup.resume={folder}: no bench.json there; pass a folder this mode wrote")
-    return json.loads(path.read_text())
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ResumeRefused(f"followup.resume={folder}: bench.json cannot be read ({err}); start a new record") from err
+    if not isinstance(record, dict) or not isinstance(record.get("rows"), list):
+        raise ResumeRefused(f"followup.resume={folder}: bench.json holds no rows; pass a folder this mode wrote")
+    return record
 
 
 def resume_problem(earlier: dict, meta: dict, folder: Path) -> str | None:
-    """Why this run cannot add rows to the record ``earlier`` (in ``folder``), or None: every key of
-    ``RESUME_MUST_MATCH`` that both name must be equal (another GPU, torch, commit or timing setting would
-    make one record of two measurements)."""
-    for key in RESUME_MUST_MATCH:
-        if key in earlier and key in meta and earlier[key] != meta[key]:
-            return (
-                f"followup.resume={folder}: its rows were measured with {key}={earlier[key]!r}, this run has "
-                f"{key}={meta[key]!r}; resume with the same GPU kind, software, commit and settings, or leave "
-                "followup.resume out to start a new record"
-            )
-    return None
+    """Why this run cannot add rows to the record ``earlier`` (in ``folder``), or None: each key of
+    ``RESUME_MUST_MATCH`` must be equal, a key the record lacks counting as its legacy value or as not
+    recorded (another GPU, torch, commit, tree or timing setting would make one record of two measurements)."""
+    differ = [
+        key
+        for key in RESUME_MUST_MATCH
+        if earlier.get(key, RESUME_LEGACY.get(key, NOT_RECORDED)) != meta.get(key, RESUME_LEGACY.get(key, NOT_RECORDED))
+    ]
+    if not differ:
+        return None
+
+    def spelled(record: dict) -> str:
+        named = []
+        for key in differ:
+            value = record.get(key, RESUME_LEGACY.get(key, NOT_RECORDED))
+            name = key if key in RUN_KEYS else "followup.rows" if key == "planned_rows" else f"followup.{key}"
+            named.append(f"{name}={value}" if value == NOT_RECORDED else f"{name}={value!r}")
+        return ", ".join(named)
+
+    return (
+        f"followup.resume={folder}: its rows were measured with {spelled(earlier)}, this run has {spelled(meta)}; "
+        "resume with the same GPU kind, software, commit and settings, or leave followup.resume out to start a "
+        "new record"
+    )
 
 
 def record_folder(out_dir: Path, date: str, device_name: str) -> Path:
@@ -715,14 +739,17 @@ def run_followup(
     name = device_name(device)
     peak = dense_bf16_peak(name) if device.type == "cuda" else None
     meta = {**meta, "device": name, "peak_tflops": peak, "rows_planned": len(specs), "complete": False}
+    meta["planned_rows"] = [spec.name for spec in specs]
     rows = []
     if options.resume:
         earlier = read_record(options.resume)
         if problem := resume_problem(earlier, meta, options.resume):
             raise ResumeRefused(problem)
         rows = [r for r in earlier["rows"] if r.get("status") == "ok"]
-        # the record keeps the date and command that began it, and lists each run that added to it
-        resumed = [*earlier.get("resumed", []), {"date": meta.get("date"), "command": meta.get("command")}]
+        # the record keeps the date and command that began it, and lists each run that measured rows into it
+        resumed = list(earlier.get("resumed", []))
+        if any(spec.name not in {r["row"] for r in rows} for spec in specs):
+            resumed.append({"date": meta.get("date"), "command": meta.get("command")})
         meta = {**meta, "date": earlier.get("date"), "command": earlier.get("command"), "resumed": resumed}
     folder = Path(options.resume) if options.resume else record_folder(out_dir, meta["date"], name)
     folder.mkdir(parents=True, exist_ok=True)
@@ -868,6 +895,9 @@ def main(cfg) -> None:
         "max_round_seconds": options.max_round_seconds,
         "staged_batches": options.staged_batches,
         "generated_cap": options.generated_cap,
+        "isolate_rows": options.isolate_rows,
+        "overrides": options.overrides,
+        "profile_steps": options.profile_steps,
         "torch": torch.__version__,
         "cuda": torch.version.cuda if device.type == "cuda" else None,
         "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
