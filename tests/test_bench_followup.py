@@ -121,6 +121,8 @@ def test_rows_are_written_as_measured_and_a_resumed_run_measures_only_the_missin
     record = json.loads((folder / "bench.json").read_text())
     assert record["complete"] is True
     assert record["date"] == "2026-01-01" and record["resumed"] == [{"date": "2026-01-02", "command": "again"}]
+    heading = (folder / "table.md").read_text().splitlines()[0]
+    assert heading == "# Training steps at the follow-up protocols' settings (2026-01-01, resumed 2026-01-02, cpu)"
     with hydra_context():  # a complete record: nothing to measure, and no run is listed as having added to it
         followup.run_followup(specs, options, followup.torch.device("cpu"), tmp_path, {**later, "command": "idle"})
     assert again == ["s4+followup@listops"]

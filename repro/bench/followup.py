@@ -591,8 +591,10 @@ def table_markdown(meta: dict, rows: list[dict]) -> str:
     done = sum(r["status"] == "ok" for r in rows)
     state = "complete" if meta.get("complete") else f"partial: {len(rows)} of {meta['rows_planned']} rows so far"
     peak = meta.get("peak_tflops")
+    resumed = sorted({str(r.get("date")) for r in meta.get("resumed", [])} - {str(meta["date"])})
+    dates = meta["date"] + (f", resumed {', '.join(resumed)}" if resumed else "")
     lines = [
-        f"# Training steps at the follow-up protocols' settings ({meta['date']}, {meta['device']})",
+        f"# Training steps at the follow-up protocols' settings ({dates}, {meta['device']})",
         "",
         f"profile={meta['profile']}: each arm's resolved settings on the task (batch, length, precision, optimiser, "
         f"train.compile); torch {meta['torch']}, CUDA {meta['cuda']}; {meta['warmup']} warm-up steps, then "
