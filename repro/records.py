@@ -484,19 +484,30 @@ def git_commit(cwd: Path | None = None) -> str:
     fallback = "unknown"
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10)
-        if head.returncode != 0:
-            return fallback
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+    except (OSError, subprocess.SubprocessError):
+        return fallback
+    if head.returncode != 0:
+        return fallback
+    return head.stdout.strip() + ("+dirty" if tracked_status(where) else "")
+
+
+def tracked_status(where: str) -> list[tuple[str, str]] | None:
+    """``git status`` of the tracked files under ``where``: each changed path as (``XY`` code, path), renames
+    as a deletion and an addition; None when git cannot say (no checkout, no git)."""
+    try:
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "-z", "--untracked-files=no", "--no-renames"],
             cwd=where,
             capture_output=True,
             text=True,
-            errors="replace",
+            errors="replace",  # a file name that is not UTF-8 is counted, not a crash after training
             timeout=10,
         )
-        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
-        return fallback
+        return None
+    if status.returncode != 0:
+        return None
+    return [(entry[:2], entry[3:]) for entry in status.stdout.split("\0") if entry]  # -z: "XY path", unquoted
 
 
 def change_kind(code: str) -> str:
@@ -517,23 +528,11 @@ def tree_changes(cwd: Path | None = None) -> list[str] | None:
     (the tree's own metadata is then not trusted)."""
     if os.environ.get("LRA_REPRO_GIT_COMMIT"):
         return None
-    where = str(cwd or Path(__file__).resolve().parent)
-    try:
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "-z", "--untracked-files=no", "--no-renames"],
-            cwd=where,
-            capture_output=True,
-            text=True,
-            errors="replace",  # a file name that is not UTF-8 is counted, not a crash after training
-            timeout=10,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if status.returncode != 0:
+    changed = tracked_status(str(cwd or Path(__file__).resolve().parent))
+    if changed is None:
         return None
     counts: dict[str, dict[str, int]] = {}
-    for entry in filter(None, status.stdout.split("\0")):  # -z: "XY path", paths unquoted
-        code, path = entry[:2], entry[3:]
+    for code, path in changed:
         kind = change_kind(code)
         top, sep, _ = path.partition("/")
         per_kind = counts.setdefault(top + ("/" if sep else ""), {})

@@ -668,14 +668,23 @@ def _jsonable(value):
 
 # What a resumed record's earlier rows and its new rows must share, or they would not be one measurement:
 # the machine and software, the commit and its tree, and every setting that changes a row's numbers.
+RUN_KEYS = ("mode", "device", "torch", "cuda", "cudnn", "git_commit", "tree_changes")
 RESUME_MUST_MATCH = (
-    "mode", "device", "torch", "cuda", "cudnn", "git_commit", "tree_changes", "profile", "warmup", "steps",
-    "rounds", "max_round_seconds", "staged_batches", "generated_cap", "isolate_rows", "overrides", "planned_rows",
-)  # fmt: skip
+    *RUN_KEYS,  # then the settings, named followup.<key> on the command line
+    "profile",
+    "warmup",
+    "steps",
+    "rounds",
+    "max_round_seconds",
+    "staged_batches",
+    "generated_cap",
+    "isolate_rows",
+    "overrides",
+    "planned_rows",
+)
 # Keys that records written before they were recorded held at one value: a round was one timing, uncapped.
 RESUME_LEGACY = {"rounds": 1, "max_round_seconds": None}
 NOT_RECORDED = "<not recorded>"
-RUN_KEYS = ("mode", "device", "torch", "cuda", "cudnn", "git_commit", "tree_changes")  # the rest are followup.*
 
 
 class ResumeRefused(ValueError):
@@ -700,18 +709,18 @@ def resume_problem(earlier: dict, meta: dict, folder: Path) -> str | None:
     """Why this run cannot add rows to the record ``earlier`` (in ``folder``), or None: each key of
     ``RESUME_MUST_MATCH`` must be equal, a key the record lacks counting as its legacy value or as not
     recorded (another GPU, torch, commit, tree or timing setting would make one record of two measurements)."""
-    differ = [
-        key
-        for key in RESUME_MUST_MATCH
-        if earlier.get(key, RESUME_LEGACY.get(key, NOT_RECORDED)) != meta.get(key, RESUME_LEGACY.get(key, NOT_RECORDED))
-    ]
+
+    def recorded(record: dict, key: str):
+        return record.get(key, RESUME_LEGACY.get(key, NOT_RECORDED))
+
+    differ = [key for key in RESUME_MUST_MATCH if recorded(earlier, key) != recorded(meta, key)]
     if not differ:
         return None
 
     def spelled(record: dict) -> str:
         named = []
         for key in differ:
-            value = record.get(key, RESUME_LEGACY.get(key, NOT_RECORDED))
+            value = recorded(record, key)
             name = key if key in RUN_KEYS else "followup.rows" if key == "planned_rows" else f"followup.{key}"
             named.append(f"{name}={value}" if value == NOT_RECORDED else f"{name}={value!r}")
         return ", ".join(named)
@@ -740,22 +749,23 @@ def run_followup(
 
     name = device_name(device)
     peak = dense_bf16_peak(name) if device.type == "cuda" else None
-    meta = {**meta, "device": name, "peak_tflops": peak, "rows_planned": len(specs), "complete": False}
-    meta["planned_rows"] = [spec.name for spec in specs]
+    planned = [spec.name for spec in specs]
+    meta = {**meta, "device": name, "peak_tflops": peak, "rows_planned": len(specs), "planned_rows": planned,
+            "complete": False}  # fmt: skip
     rows = []
     if options.resume:
         earlier = read_record(options.resume)
         if problem := resume_problem(earlier, meta, options.resume):
             raise ResumeRefused(problem)
         rows = [r for r in earlier["rows"] if r.get("status") == "ok"]
-        # the record keeps the date and command that began it, and lists each run that measured rows into it
+        # the record keeps the date and command that began it, and lists each later run that measured rows
         resumed = list(earlier.get("resumed", []))
-        if any(spec.name not in {r["row"] for r in rows} for spec in specs):
+        if set(planned) - {r["row"] for r in rows}:
             resumed.append({"date": meta.get("date"), "command": meta.get("command")})
         meta = {**meta, "date": earlier.get("date"), "command": earlier.get("command"), "resumed": resumed}
+    done = {r["row"] for r in rows}
     folder = Path(options.resume) if options.resume else record_folder(out_dir, meta["date"], name)
     folder.mkdir(parents=True, exist_ok=True)
-    done = {r["row"] for r in rows}
     order = {spec.name: i for i, spec in enumerate(specs)}
     transformer = {spec.arm: is_transformer_arm(spec.arm) for spec in specs}
     started = clock()
