@@ -758,12 +758,13 @@ def run_followup(
         if problem := resume_problem(earlier, meta, options.resume):
             raise ResumeRefused(problem)
         rows = [r for r in earlier["rows"] if r.get("status") == "ok"]
+    done = {r["row"] for r in rows}
+    if options.resume:
         # the record keeps the date and command that began it, and lists each later run that measured rows
         resumed = list(earlier.get("resumed", []))
-        if set(planned) - {r["row"] for r in rows}:
+        if set(planned) - done:
             resumed.append({"date": meta.get("date"), "command": meta.get("command")})
         meta = {**meta, "date": earlier.get("date"), "command": earlier.get("command"), "resumed": resumed}
-    done = {r["row"] for r in rows}
     folder = Path(options.resume) if options.resume else record_folder(out_dir, meta["date"], name)
     folder.mkdir(parents=True, exist_ok=True)
     order = {spec.name: i for i, spec in enumerate(specs)}
