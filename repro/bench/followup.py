@@ -752,14 +752,14 @@ def run_followup(
     planned = [spec.name for spec in specs]
     meta = {**meta, "device": name, "peak_tflops": peak, "rows_planned": len(specs), "planned_rows": planned,
             "complete": False}  # fmt: skip
-    rows = []
+    rows: list[dict] = []
+    done: set[str] = set()
     if options.resume:
         earlier = read_record(options.resume)
         if problem := resume_problem(earlier, meta, options.resume):
             raise ResumeRefused(problem)
         rows = [r for r in earlier["rows"] if r.get("status") == "ok"]
-    done = {r["row"] for r in rows}
-    if options.resume:
+        done = {r["row"] for r in rows}
         # the record keeps the date and command that began it, and lists each later run that measured rows
         resumed = list(earlier.get("resumed", []))
         if set(planned) - done:
