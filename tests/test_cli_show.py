@@ -14,7 +14,7 @@ from test_pathfinder import write_fixture
 from test_retrieval import write_release
 from test_text import make_acl
 
-from repro.cli.show import task_shape
+from repro.run.footprint import task_shape
 from repro.tasks import get_task_builder
 
 FACTS = ("name", "num_classes", "vocab_size", "max_len", "two_tower", "pad_id")

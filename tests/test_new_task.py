@@ -110,8 +110,8 @@ def toy_registered(tmp_path, monkeypatch):
 
 
 def test_a_new_task_is_registered_by_its_module_and_named_in_the_claims_file(toy_registered, tmp_path):
-    from repro.cli.show import task_shape
     from repro.paper import claims
+    from repro.run.footprint import task_shape
     from repro.tasks import get_task_builder, task_titles
 
     assert task_titles()[TOY] == "Parity (toy)"

@@ -177,6 +177,13 @@ def _clear(out: Path, keep: set[Path]) -> None:
             folder.rmdir()
 
 
+def room_bytes(max_files: int = 8, max_mib: float = 16.0, transfers: int = 1, transfer_mib: float = 64.0) -> int:
+    """The most bytes ``pack`` can hold with these limits: each transfer's parts (its files less the manifest,
+    each of at most ``max_mib``) within ``transfer_mib`` less the room kept for the manifest's copy."""
+    per_transfer = min((max_files - 1) * int(max_mib * 2**20), int(transfer_mib * 2**20) - MANIFEST_RESERVE)
+    return transfers * max(0, per_transfer)
+
+
 def pack(
     root: Path,
     out: Path,

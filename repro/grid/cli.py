@@ -42,12 +42,13 @@ folder each, brought back by one call each: ``parts``). It returns 0 when no cel
 everything fitted (cells left for the next slot are listed, not failures), 1 when a cell failed
 or something did not fit the archives (named on stderr), 128 + signum when stopped by a signal
 (after archiving), 2 on bad input. ``--carry-over`` also starts cells that cannot end before
-the deadline while 5 minutes are left (they continue from their checkpoint in the next slot; a
-checkpoint too big for the transfers allowed is lost: ListOps at ``profile=paper`` is about 230
-MB, four transfers of 64 MiB); a block's ``carry_over: false`` or ``true`` wins over it for the
-block's cells. A running cell that cannot carry over is stopped as soon as its pace (its
-``progress.json`` at each validation: the last two minutes of its own clock, once five have
-been seen) says it will end after the deadline, and its GPU takes the next cell that fits.
+the deadline while 5 minutes are left (they continue from their checkpoint in the next slot); a
+block's ``carry_over: false`` or ``true`` wins over it for the block's cells, and with ``--archive-to``
+a cell whose checkpoint (its own, else ``footprint.checkpoint_bytes`` of its settings) the archive's
+transfers cannot hold does not carry over (a line says how many transfers would). A running
+cell that cannot carry over is stopped as soon as its pace (its ``progress.json`` at each
+validation: the last two minutes of its own clock, once five have been seen) says it will end
+after the deadline, and its GPU takes the next cell that fits.
 Cell output goes to ``<output_dir>/grid_logs/ARM__TASK__seedS.log``, except when the cells run
 one at a time on this process's device (no ``--gpus``), where it is this process's output.
 ``--claim-dir D`` shares the queue with other grid processes on a shared file system.

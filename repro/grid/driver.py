@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from .. import records
-from .archive import pack
+from .archive import pack, room_bytes
 from .cells import Grid, GridError, comma_list, command, output_dir
 from .costs import cell_seconds, seconds_left
 from .gridlog import append_rows, gpu_totals, summary_line
@@ -226,7 +226,7 @@ def build_jobs(
 ) -> tuple[list[Job], int]:
     """A job per cell without a complete record of its settings (here or in a ``--records`` folder); returns
     (jobs, cells skipped as complete)."""
-    jobs, skipped = [], 0
+    jobs, skipped, sizes = [], 0, {}
     cells = [cell_run.cell for cell_run in cell_runs]
     located = locate(cells, campaign.grid.common, extra, args.records or [], str(campaign.grid.path))
     elsewhere = {run.cell.key: folder for run, folder in located if folder is not None}
@@ -262,10 +262,48 @@ def build_jobs(
             carry_over=cell.carry_over,
             gpus=cell.gpus,
         )
+        may_carry_over = args.carry_over if cell.carry_over is None else cell.carry_over
+        if may_carry_over and args.archive_to is not None:
+            job.carry_over = carry_over_room(cell_run, args, sizes)
         campaign.by_key[job.key] = cell_run
         campaign.planned_steps[job.key] = steps
         jobs.append(job)
     return jobs, skipped
+
+
+def checkpoint_size(cell_run: CellRun, sizes: dict) -> tuple[int, str]:
+    """(bytes, how known) of the checkpoint the cell's archive would carry: its own ``last.pt`` and ``best.pt``
+    when it has them, else ``footprint.checkpoint_bytes`` of its settings (``sizes`` caches it per model)."""
+    folder = cell_run.run_dir / "checkpoints"
+    if (folder / "last.pt").exists():
+        return sum((folder / name).stat().st_size for name in ("last.pt", "best.pt") if (folder / name).exists()), ""
+    run = cell_run.run
+    key = json.dumps([run["model"], run["task"], run["techniques"], run["train"].get("swa_start")], default=str)
+    if key not in sizes:
+        from ..run.footprint import checkpoint_bytes  # builds the model on the CPU: torch, only when asked
+
+        sizes[key] = checkpoint_bytes(run)
+    return sizes[key], "about "
+
+
+def carry_over_room(cell_run: CellRun, args, sizes: dict) -> bool:
+    """Whether the cell's checkpoint fits the archive the slot writes (``--archive-*``); when it does not, a
+    line says so and what would carry it, and the cell starts only if it can end before the deadline."""
+    limits = (args.archive_files, args.archive_mib)
+    room = room_bytes(*limits, args.archive_transfers, args.archive_transfer_mib)
+    size, how = checkpoint_size(cell_run, sizes)
+    if size <= room:
+        return True
+    per_transfer = room_bytes(*limits, 1, args.archive_transfer_mib)
+    needed = -(-size // per_transfer) if per_transfer else 0
+    advice = f"--archive-transfers {needed} would carry it" if needed else "raise --archive-files or --archive-mib"
+    print(
+        f"[grid] {cell_run.cell} cannot carry over: its checkpoint ({how}{size / 2**20:.2f} MiB) is more than "
+        f"the archive holds ({room / 2**20:.2f} MiB in {args.archive_transfers} transfer(s)); it starts only if "
+        f"it can end before the deadline ({advice})",
+        flush=True,
+    )
+    return False
 
 
 def report(campaign: Campaign, outcome, skipped: int, total: int, too_wide: int = 0) -> None:
