@@ -7,6 +7,7 @@ import pytest
 import yaml
 from conftest import SHORT_LISTOPS_OVERRIDES, run_cli
 from test_grid_schedule import _cell_rows, _grid, _run
+from test_record_identity import common
 
 from repro.grid.cells import load_grid
 from repro.grid.runs import resolve_cells
@@ -19,14 +20,7 @@ def test_the_checkpoint_estimate_is_the_real_files_less_their_pickling(tmp_path,
     never less, and less than half a copy of the model more (a copy left out or counted twice shows)."""
     overrides = ["arm=locality_k5", "task=listops", "profile=smoke", *SHORT_LISTOPS_OVERRIDES, *extra]
     folder = tmp_path / "out" / "runs" / "locality_k5" / "listops" / "smoke" / "seed0"
-    done = run_cli(
-        *overrides,
-        f"output_dir={tmp_path / 'out'}",
-        f"cache_dir={shared_cache}",
-        f"data_dir={tmp_path / 'no_data'}",
-        "task.source=generated",
-        "progress=false",
-    )
+    done = run_cli(*overrides, *common(tmp_path, shared_cache))
     assert done.returncode == 0, done.stderr[-3000:]
     run = yaml.safe_load((folder / "config.yaml").read_text())
     assert (run["train"].get("swa_start") is not None) is bool(extra)
