@@ -177,11 +177,16 @@ def _clear(out: Path, keep: set[Path]) -> None:
             folder.rmdir()
 
 
+def _limits(max_files: int, max_mib: float, transfer_mib: float) -> tuple[int, int, int]:
+    """(parts a transfer holds, bytes a part holds, bytes a transfer's parts hold): a transfer's files less
+    its manifest, and its MiB less the room kept for the manifest's copy."""
+    return max_files - 1, int(max_mib * 2**20), int(transfer_mib * 2**20) - MANIFEST_RESERVE
+
+
 def room_bytes(max_files: int = 8, max_mib: float = 16.0, transfers: int = 1, transfer_mib: float = 64.0) -> int:
-    """The most bytes ``pack`` can hold with these limits: each transfer's parts (its files less the manifest,
-    each of at most ``max_mib``) within ``transfer_mib`` less the room kept for the manifest's copy."""
-    per_transfer = min((max_files - 1) * int(max_mib * 2**20), int(transfer_mib * 2**20) - MANIFEST_RESERVE)
-    return transfers * max(0, per_transfer)
+    """The most bytes ``pack`` can hold with these limits (before compression and the parts' framing)."""
+    parts, limit, transfer_limit = _limits(max_files, max_mib, transfer_mib)
+    return transfers * max(0, min(parts * limit, transfer_limit))
 
 
 def pack(
@@ -205,11 +210,11 @@ def pack(
         raise GridError(f"--archive-transfers {transfers}: give 1 or more")
     if transfer_mib * 2**20 <= MANIFEST_RESERVE:
         raise GridError(f"--archive-transfer-mib {transfer_mib:g}: give more than {MANIFEST_RESERVE // 1024} KiB")
-    root, out, limit = Path(root), Path(out), int(max_mib * 2**20)
-    transfer_limit = int(transfer_mib * 2**20) - MANIFEST_RESERVE
+    root, out = Path(root), Path(out)
+    per_transfer, limit, transfer_limit = _limits(max_files, max_mib, transfer_mib)
     # a piece fits an empty part: room for its tar header and gzip's framing (incompressible data grows 0.03%)
     piece_bytes = max(512, min(piece_bytes, (min(limit, transfer_limit) - 8192) * 9 // 10))
-    packer = _Packer(max_files - 1, transfers, limit, transfer_limit, piece_bytes)
+    packer = _Packer(per_transfer, transfers, limit, transfer_limit, piece_bytes)
     units, left_out = [], []
     for unit in collect_units(root):
         entries = packer.add(root, unit)

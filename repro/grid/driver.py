@@ -262,8 +262,7 @@ def build_jobs(
             carry_over=cell.carry_over,
             gpus=cell.gpus,
         )
-        may_carry_over = args.carry_over if cell.carry_over is None else cell.carry_over
-        if may_carry_over and args.archive_to is not None:
+        if job.may_carry_over(args.carry_over) and args.archive_to is not None:
             job.carry_over = carry_over_room(cell_run, args, sizes)
         campaign.by_key[job.key] = cell_run
         campaign.planned_steps[job.key] = steps

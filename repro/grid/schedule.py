@@ -145,6 +145,10 @@ class Job:
     carry_over: bool | None = None
     gpus: int = 1
 
+    def may_carry_over(self, default: bool) -> bool:
+        """Its own ``carry_over`` when set, else ``default`` (the scheduler's ``--carry-over``)."""
+        return default if self.carry_over is None else self.carry_over
+
 
 @dataclass
 class Ended:
@@ -238,14 +242,11 @@ class Scheduler:
         self.outcome.busy_s = dict(self.slots.busy_s)
         return self.outcome
 
-    def _may_carry_over(self, job: Job) -> bool:
-        return self.carry_over if job.carry_over is None else job.carry_over
-
     def _fits(self, job: Job, now: float) -> bool:
         if self.deadline is None or job.est_s is None:
             return True
         left = self.deadline - now
-        return job.est_s <= left or (self._may_carry_over(job) and left >= CARRY_OVER_MIN_S)
+        return job.est_s <= left or (job.may_carry_over(self.carry_over) and left >= CARRY_OVER_MIN_S)
 
     def _stop_overruns(self, now: float) -> None:
         """SIGTERM (it checkpoints) to each running job that may not carry over and is projected to end
@@ -254,7 +255,7 @@ class Scheduler:
             return
         self._checked = now
         for key, entry in self.running.items():
-            if key in self._stopping or self._may_carry_over(entry.job):
+            if key in self._stopping or entry.job.may_carry_over(self.carry_over):
                 continue
             end = self.projected_end(entry.job, now)
             if end is not None and end + PROJECTION_TAIL_S > self.deadline:
