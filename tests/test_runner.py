@@ -414,3 +414,29 @@ def test_a_run_that_died_before_its_first_checkpoint_is_not_guarded(tmp_path, sh
     done = run_cli(*args)
     assert done.returncode == 0, done.stderr[-3000:]
     assert yaml.safe_load((folder / "config.yaml").read_text())["train"]["batch_size"] == 8
+
+
+def test_a_packed_run_trains_what_the_padded_run_trains_and_either_resumes_the_other(tmp_path, shared_cache):
+    """train.pack_sequences: the rotary Transformer's smoke run on ListOps, packed, has the padded run's losses
+    and validation accuracies (float32 on the CPU: summation order alone differs); it is a way of computing,
+    so a run stopped padded resumes packed, to the same record."""
+    args = ["arm=rotary_transformer", "task=listops", "profile=smoke", *SHORT_TREES]
+    padded = run_cli(*args, *common(tmp_path / "padded", shared_cache))
+    assert padded.returncode == 0, padded.stderr[-3000:]
+    cut = tmp_path / "cut"
+    stopped = run_cli(*args, *common(cut, shared_cache), "debug.sigterm_at_step=13")
+    assert stopped.returncode == 128 + 15, stopped.stderr[-3000:]
+    resumed = run_cli(*args, *common(cut, shared_cache), "++train.pack_sequences=true")
+    assert resumed.returncode == 0 and "from step 13" in resumed.stdout, resumed.stderr[-3000:]
+    a = read_csv(run_folder(tmp_path / "padded", "rotary_transformer") / "history.csv")
+    b = read_csv(run_folder(cut, "rotary_transformer") / "history.csv")
+    assert [row["step"] for row in a] == [row["step"] for row in b]
+    for row_a, row_b in zip(a, b, strict=True):
+        for key in ("train_loss", "val_loss", "val_acc"):
+            if row_a[key]:
+                assert float(row_b[key]) == pytest.approx(float(row_a[key]), rel=1e-4, abs=1e-5), (row_a, key)
+    config = yaml.safe_load((run_folder(cut, "rotary_transformer") / "config.yaml").read_text())
+    assert config["train"]["pack_sequences"] is True  # the record says how its last part computed
+    packing = read_json(run_folder(cut, "rotary_transformer") / "metrics.json")["packing"]
+    assert packing["capacity"] == 0.7 and packing["packed_passes"] > 0  # it did run packed
+    assert read_json(run_folder(tmp_path / "padded", "rotary_transformer") / "metrics.json")["packing"] is None

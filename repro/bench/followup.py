@@ -73,7 +73,7 @@ from ..run.settings import compose_run
 from ..tasks import DataMissing, Split, TaskData, get_task_builder
 from ..training.batches import Batch, TrainBatches, TrainingData
 from ..training.distributed import DistContext
-from ..training.loop import configure_device, run_controller, train_batches
+from ..training.loop import configure_device, run_controller, start_packing, train_batches
 from ..training.settings import TrainSettings
 from ..training.state import seed_everything
 from ..training.step import TrainStep, make_optimizer
@@ -357,6 +357,7 @@ def prepare(run: dict, task: TaskData, augment, device: torch.device, compile_mo
         augment.compile_transforms(settings.compile_transforms)
     autocast = configure_device(device, settings)
     model.to(device)
+    start_packing(model, settings)
     optimizer = make_optimizer(model, settings, device)
     data = TrainingData.build(task, settings, model, augment is not None, device)
     s = settings

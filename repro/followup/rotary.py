@@ -61,7 +61,13 @@ from torch import Tensor
 from ..models.mixer import BACKBONES, TokenMixer
 from ..models.settings import encoder_setting
 from ..original.attention._common import AttentionMixer, QKVOut, sdpa_key_mask, split_heads
-from ..original.attention._flex import eager_padding_block_mask, padded_flex_attention
+from ..original.attention._flex import (
+    dense_flex,
+    document_block_mask,
+    eager_padding_block_mask,
+    flex_fn,
+    padded_flex_attention,
+)
 from ..original.encoder import FeedForward
 from .rotary_settings import ROTARY_DEFAULTS
 
@@ -119,6 +125,7 @@ class RotarySelfAttention(AttentionMixer):
     """Multi-head softmax self-attention whose queries and keys are rotated by position (``rotary=True``)."""
 
     PLAIN_PATH = {"impl": "library", "attention_backend": "sdpa"}  # what FLOP counting runs (repro/bench/flops.py)
+    packable = True  # positions restart with each packed example; attention under the document mask
 
     def __init__(
         self,
@@ -195,6 +202,37 @@ class RotarySelfAttention(AttentionMixer):
         q, k = qk.transpose(1, 2).split(H, dim=1)  # [B, H, L, Dh] each
         return q, k, split_heads(v, H)
 
+    def project_at(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``project`` for a packed stream ``x`` [1, C, D] whose slot ``c`` holds position ``positions[c]``
+        of its example: the rotation by the library's angles at those positions (float32 arithmetic, as the
+        fused path; float64 stays)."""
+        if self.rotary is None:
+            return self.proj.project(x)
+        H, D = self.n_heads, self.d_model
+        qk, v = self.proj.qkv(x).split((2 * D, D), dim=-1)
+        wide = torch.float64 if qk.dtype == torch.float64 else torch.float32
+        cos, sin = self.rotation_tables(self.max_len, qk.device, wide)
+        rotate = rotation_fn(qk.device)
+        qk = rotate(qk.unflatten(-1, (2 * H, self.head_dim)), cos[positions], sin[positions])
+        q, k = qk.transpose(1, 2).split(H, dim=1)
+        return q, k, split_heads(v, H)
+
+    def shared_packing(self, device) -> tuple[str, Callable[[object], object]]:
+        return ("document_block_mask", packed_block_mask)
+
+    def forward_packed(self, x: Tensor, packed) -> Tensor:
+        """Self-attention within each example of the packed stream ``x`` [1, C, D] (``repro/models/packing.py``):
+        flex_attention's fused kernel under the document block mask on CUDA whatever ``attention_backend``
+        says (a dense mask of the stream would take C^2 entries), its dense reference elsewhere; empty slots 0."""
+        q, k, v = self.project_at(x, packed.positions)
+        block_mask = packed.shared["document_block_mask"]
+        if q.device.type == "cpu":
+            ctx = dense_flex(q, k, v, None, block_mask, with_lse=False)[0]
+        else:
+            ctx = flex_fn(q.device)(q, k, v, block_mask=block_mask)
+        y = self.proj.output(ctx)
+        return torch.where(packed.real[..., None], y, torch.zeros((), dtype=y.dtype, device=y.device))
+
     def forward(self, x: Tensor, mask: Tensor | None = None, shared: object = None) -> Tensor:
         if mask is None:  # a task without padding (pixels): the flash kernel, with no mask to build or check
             return self.proj.output(F.scaled_dot_product_attention(*self.project(x)))
@@ -222,6 +260,11 @@ class RotarySelfAttention(AttentionMixer):
             super().extra_repr() + f", rotary={self.rotary is not None}, disable_half={self.disable_half}, "
             f"impl={self.impl!r}, layout={self.layout!r}, attention_backend={self.attention_backend!r}"
         )
+
+
+def packed_block_mask(packed):
+    """The document block mask of a ``PackedBatch`` (``_flex.document_block_mask``)."""
+    return document_block_mask(packed.doc, packed.lengths, packed.starts, packed.length, packed.tile)
 
 
 @BACKBONES.register("rotary_transformer")

@@ -46,6 +46,21 @@ class TokenMixer(nn.Module):
     """Trimming trailing padding leaves every real position's output unchanged: no padded position reaches a
     real one and no weight is tied to the padded length (length bucketing, ``repro/training/batching.py``)."""
 
+    packable: ClassVar[bool] = False
+    """It runs on a packed stream (``train.pack_sequences``, ``repro/models/packing.py``) through
+    ``forward_packed``, computing for each example what it computes on the padded batch."""
+
+    def forward_packed(self, x: Tensor, packed) -> Tensor:
+        """``x`` [1, C, D], the stream of a ``repro.models.packing.PackedBatch`` -> [1, C, D]; only a mixer
+        that declares ``packable`` is called so. A position-wise mixer's is its forward without a mask."""
+        raise NotImplementedError(f"{type(self).__name__} does not run on packed sequences")
+
+    def shared_packing(self, device) -> tuple[str, Callable[[object], object]] | None:
+        """``(name, build)`` where the mixer takes a structure built from the ``PackedBatch`` (a block mask)
+        that every mixer naming ``name`` shares: the encoder stores ``build(packed)`` in ``packed.shared``
+        once a forward pass, outside any compiled graph. None by default."""
+        return None
+
     def shared_padding(self, mask: Tensor) -> tuple[str, Callable[[Tensor], object]] | None:
         """``(name, build)`` where the mixer takes a structure built from the padding mask ``mask`` [B, L] that
         every mixer naming the same ``name`` can share: the encoder builds ``build(mask)`` once a forward pass

@@ -31,6 +31,7 @@ from torch import nn
 from ..registry import Registry
 from .heads import OneTowerHead, TwoTowerHead
 from .mixer import BACKBONES, BackboneBuilder, TokenMixer
+from .packing import PackedBatch, capacity_for, pack, plan_packing, unpack
 from .settings import EncoderSettings
 
 BACKBONE_PACKAGES = ("repro.original", "repro.followup")  # the packages whose modules register backbones
@@ -161,6 +162,12 @@ class ResidualSublayer(nn.Module):
     def mix(self, x: torch.Tensor, mask: torch.Tensor | None, shared: object) -> torch.Tensor:
         return self.mixer(x, mask) if shared is None else self.mixer(x, mask, shared)
 
+    def forward_packed(self, x: torch.Tensor, packed: PackedBatch) -> torch.Tensor:
+        """The same sublayer on a packed stream [1, C, D] (``repro/models/packing.py``)."""
+        if self.prenorm:
+            return x + self.drop(self.mixer.forward_packed(self.norm(x), packed))
+        return self.norm(x + self.drop(self.mixer.forward_packed(x, packed)))
+
 
 def release_mask_use(mixer: TokenMixer) -> bool:
     """Under ``model.release_masking``: does ``mixer`` get the ``(ids > 0)`` mask? As in the LRA release,
@@ -197,6 +204,21 @@ def build_shared(wants: list, mask: torch.Tensor) -> dict[str, object]:
         if want is not None and want[0] not in shared:
             shared[want[0]] = want[1](mask)
     return shared
+
+
+@torch.compiler.disable
+def prepare_packing(wants: list, mask: torch.Tensor, capacity: int, counts: dict) -> PackedBatch | None:
+    """The packed layout of the batch ``mask`` marks, with each ``(name, build)`` of the mixers'
+    ``shared_packing`` built once into its ``shared``; None when the batch does not fit ``capacity``.
+    ``counts["packed"]`` or ``counts["padded"]`` counts the pass. Outside any compiled graph, as
+    ``build_shared``: the one graph break of a packed forward pass."""
+    packed = plan_packing(mask, capacity)
+    counts["padded" if packed is None else "packed"] += 1
+    if packed is not None:
+        for want in wants:
+            if want is not None and want[0] not in packed.shared:
+                packed.shared[want[0]] = want[1](packed)
+    return packed
 
 
 class Encoder(nn.Module):
@@ -236,6 +258,21 @@ class Encoder(nn.Module):
         # model.final_norm: false leaves the pre-norm stack's output unnormalised (the follow-up's code)
         final = settings.prenorm and settings.final_norm
         self.final_norm = make_norm(norm, d_model) if final else nn.Identity()
+        self.pack_fraction: float | None = None  # train.pack_sequences: the stream's share of the padded batch
+        self.pack_counts = {"packed": 0, "padded": 0}  # forward passes with packing on, by how they ran
+
+    def packing_problem(self) -> str | None:
+        """Why this encoder cannot run on packed sequences, one line (None: it can)."""
+        mixers = [s.mixer for s in self.sublayers]
+        if refused := sorted({type(m).__name__ for m in mixers if not m.packable}):
+            return f"{', '.join(refused)} do not run on packed sequences (TokenMixer.packable)"
+        if any(s.drop.p for s in self.sublayers) or self.embed_drop.p:
+            return "model.dropout > 0 would draw other dropout masks on the packed layout than on the padded one"
+        if self.cls is not None:
+            return "model.cls_token=true prepends one vector to the padded batch, not to each packed example"
+        if self.release_masking:
+            return "model.release_masking=true masks by token id, not by example"
+        return None
 
     def state_mask(self, mask: torch.Tensor | None) -> torch.Tensor | None:
         """The padding mask aligned with the encoder's output states (CLS included)."""
@@ -247,6 +284,11 @@ class Encoder(nn.Module):
         """Token states [B, L, D] ([B, L + 1, D] with ``cls_token``, the CLS state first)."""
         x = self.embed_drop(self.embed(ids, self.cls))
         mask = self.state_mask(mask)
+        if self.pack_fraction is not None and mask is not None:
+            capacity = capacity_for(mask.shape[0], mask.shape[1], self.pack_fraction)
+            wants = [s.mixer.shared_packing(x.device) for s in self.sublayers]
+            if (packed := prepare_packing(wants, mask, capacity, self.pack_counts)) is not None:
+                return self.forward_stream(x, packed)
         wants = [s.mixer.shared_padding(mask) if t and mask is not None else None
                  for s, t in zip(self.sublayers, self.takes_mask, strict=True)]  # fmt: skip
         # name -> the structure of the mask that mixers share, built once before the layers (one graph break)
@@ -254,6 +296,14 @@ class Encoder(nn.Module):
         for sublayer, takes_mask, want in zip(self.sublayers, self.takes_mask, wants, strict=True):
             x = sublayer(x, mask if takes_mask else None, None if want is None else shared[want[0]])
         return self.final_norm(x)
+
+    def forward_stream(self, x: torch.Tensor, packed: PackedBatch) -> torch.Tensor:
+        """The embedded batch ``x`` [B, L, D] through the sublayers as the packed stream, back in the padded
+        layout (padded positions 0; ``repro/models/packing.py``)."""
+        h = pack(x, packed)
+        for sublayer in self.sublayers:
+            h = sublayer.forward_packed(h, packed)
+        return unpack(self.final_norm(h), packed)
 
 
 class SequenceClassifier(nn.Module):
@@ -300,6 +350,34 @@ class SequenceClassifier(nn.Module):
         )
         combine = settings.two_tower_combine if combine is None else combine
         self.head = TwoTowerHead(**head_args, combine=combine) if two_tower else OneTowerHead(**head_args)
+
+    def use_packing(self, fraction: float | None) -> None:
+        """Run padded batches packed end to end in a stream of ``fraction`` of their positions
+        (``train.pack_sequences``, ``train.pack_capacity``; ``repro/models/packing.py``), or, None, padded.
+        Refused, in one line naming the setting, for a model whose function packing would change."""
+        if fraction is None:
+            self.encoder.pack_fraction = None
+            return
+        if not 0 < fraction <= 1:
+            raise ValueError(f"train.pack_capacity={fraction}: give the stream's share of a padded batch, in (0, 1]")
+        problem = self.encoder.packing_problem()
+        if problem is None and self.pad_id is None:
+            problem = "the task has no padding (every sequence is full length): there is nothing to pack"
+        if problem is None and self.head.pooling == "mean_all":
+            problem = "model.pooling=mean_all averages the padded positions, which a packed run leaves at 0"
+        if problem is not None:
+            raise ValueError(f"train.pack_sequences=true: {problem}; set train.pack_sequences=false")
+        self.encoder.pack_fraction = float(fraction)
+
+    def packing_info(self) -> dict | None:
+        """For the run record: the stream's share and this process's forward passes packed and run padded (a
+        batch over the capacity), None without packing."""
+        if self.encoder.pack_fraction is None:
+            return None
+        return {
+            "capacity": self.encoder.pack_fraction,
+            **{f"{k}_passes": v for k, v in self.encoder.pack_counts.items()},
+        }
 
     def padding_mask(self, ids: torch.Tensor) -> torch.Tensor | None:
         return None if self.pad_id is None else ids != self.pad_id

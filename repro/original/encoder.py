@@ -69,6 +69,7 @@ class FeedForward(TokenMixer):
     """
 
     RELEASE_ZERO_MASK = "ignored"  # position-wise: no mask to apply (repro.models.model.release_mask_use)
+    packable = True  # position-wise: the packed stream's slots are positions like any other
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "gelu_tanh", dropout: float = 0.0):
         super().__init__()
@@ -81,6 +82,9 @@ class FeedForward(TokenMixer):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         return self.fc2(self.drop(self.act(self.fc1(x))))
+
+    def forward_packed(self, x: torch.Tensor, packed) -> torch.Tensor:
+        return self.forward(x)
 
 
 def _refit_fused_qkv(proj: QKVOut, d_model: int, qkv_dim: int) -> None:

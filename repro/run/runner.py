@@ -80,8 +80,9 @@ def run_dir_for(cfg: DictConfig, run: dict) -> Path:
 
 
 # Settings an unfinished run may change while it keeps its record folder: a resumed run may get
-# a longer budget or another stop step, other evaluation or checkpoint intervals, or the data kept
-# elsewhere. Once a record is complete, its budget and step caps are part of what it measured.
+# a longer budget or another stop step, other evaluation or checkpoint intervals, the data kept
+# elsewhere, or another way of computing the same function (compiled, packed). Once a record is
+# complete, its budget and step caps are part of what it measured.
 FREE_TRAIN_KEYS = frozenset(
     {
         "budget_minutes",
@@ -97,6 +98,8 @@ FREE_TRAIN_KEYS = frozenset(
         "compile",
         "compile_mode",
         "compile_transforms",
+        "pack_sequences",
+        "pack_capacity",
     }
 )
 FREE_UNTIL_COMPLETE = frozenset({"budget_minutes", "max_steps", "stop_at_step"})

@@ -113,6 +113,7 @@ def train(
         )
     autocast_dtype = configure_device(device, s)
     model.to(device)
+    packing_info = start_packing(model, s)
     if augment is not None:
         augment.compile_transforms(s.compile_transforms)
     optimizer = make_optimizer(model, s, device)
@@ -152,6 +153,8 @@ def train(
         last_test = score("test")  # the final weights, as the LRA release tests: reported, never selected on
         test = score_test_with_best(score, best_path, state, device, fingerprint)
         metrics = run_metrics(state, data, s, ctx, device, autocast_dtype, test, clock.wall_time())
+        # train.pack_sequences: the stream's share and this process's forward passes packed / run padded
+        metrics["packing"] = packing_info()
         metrics.update(test_acc_last=last_test["acc"], test_loss_last=last_test["loss"])
         if metrics["stopped_by"] == "budget" and loop.early_stopped(state):
             metrics["stopped_by"] = "early_stopping"  # no better validation for train.early_stop_patience epochs
@@ -294,6 +297,19 @@ def score_test_with_best(
     best = load_on_rank_0(score.ctx, load, best_path, device)
     score.model.load_state_dict(best["model"])
     return score("test")
+
+
+def start_packing(model: torch.nn.Module, s: TrainSettings) -> Callable[[], dict | None]:
+    """With ``train.pack_sequences``, the model set to run packed (refused, in one line, where packing would
+    change its function: ``SequenceClassifier.use_packing``); returns what the record says of it."""
+    if not s.pack_sequences:
+        return lambda: None
+    if (use_packing := getattr(model, "use_packing", None)) is None:
+        raise ValueError(
+            f"train.pack_sequences=true: {type(model).__name__} has no packed path; set train.pack_sequences=false"
+        )
+    use_packing(s.pack_capacity)
+    return getattr(model, "packing_info", lambda: None)
 
 
 def run_metrics(

@@ -54,6 +54,8 @@ class TrainSettings:
     compile: bool = False  # the model's forward (and so its backward) through torch.compile as a whole; scoring too
     compile_mode: str = "default"  # with compile: torch.compile's mode, one of COMPILE_MODES
     compile_transforms: bool = False  # the techniques' batch transforms through torch.compile (speed only)
+    pack_sequences: bool = False  # padded batches packed end to end (repro/models/packing.py): the same function
+    pack_capacity: float = 0.7  # with pack_sequences: the stream's share of a padded batch's positions (our choice)
     augment_chunk_steps: int = 1  # the techniques' transforms act on this many steps' batches at once (batches.py)
     deterministic: bool = False  # torch.use_deterministic_algorithms on CUDA (CPU runs are deterministic)
     length_bucketing: str = "off"  # off | auto | on: batches of similar length, trimmed (repro/training/batching.py)

@@ -472,6 +472,48 @@ def padding_block_mask(mask: Tensor, block: int = PADDING_TILE):
     )
 
 
+def document_block_mask(doc: Tensor, lengths: Tensor, starts: Tensor, max_len: int, block: int = PADDING_TILE):
+    """A ``BlockMask`` for softmax attention over a packed stream (``repro.models.packing``): ``doc``
+    [C] the example each slot's token belongs to (-1: an empty slot), ``lengths`` and ``starts`` [B] each
+    example's real tokens and first slot (a multiple of ``block``; examples of at most ``max_len`` tokens, in
+    whole tiles of their own). Query q may see key k when both hold tokens of one example; an empty slot sees
+    nothing (0 out).
+
+    Built on the device with no host synchronisation: a tile of an example's is full against the example's
+    tiles of real tokens alone when it is one itself, partial against the example's last tile when that one
+    ends inside it, and partial against every tile of the example when it is that last tile; tiles of
+    different examples, and empty tiles, are absent. So the kernel computes each example's own tiles, about
+    what attention over the padded batch's examples computes."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    capacity, device = int(doc.shape[0]), doc.device
+    n, width = capacity // block, -(-max_len // block)  # tiles in the stream; an example's tiles at most
+    tile_doc = doc[::block]  # a tile's first slot is real unless the tile is empty (examples start on tiles)
+    inside = tile_doc >= 0
+    d = tile_doc.clamp(min=0)
+    first = starts[d] // block
+    every = lengths[d] // block  # the example's tiles of real tokens alone
+    some = -(-lengths[d] // block)  # the example's tiles
+    own = torch.arange(n, device=device) - first  # the tile's place in its example
+    q_full = inside & (own < every)
+    full_num = torch.where(q_full, every, 0)
+    partial_num = torch.where(q_full, some - every, torch.where(inside, some, 0))
+    m = torch.arange(width, device=device)[None, :]
+    full_idx = (first[:, None] + m).clamp(max=n - 1)
+    partial_idx = torch.where(q_full[:, None], (first + every)[:, None] + m, first[:, None] + m).clamp(max=n - 1)
+
+    def mask_mod(b, h, q, k):
+        return (doc[q] == doc[k]) & (doc[q] >= 0)
+
+    tables = (partial_num, partial_idx, full_num, full_idx)
+    return BlockMask.from_kv_blocks(
+        *(table[None, None].to(torch.int32) for table in tables),
+        BLOCK_SIZE=block,
+        mask_mod=mask_mod,
+        seq_lengths=(capacity, capacity),
+    )
+
+
 @torch.compiler.disable
 def eager_padding_block_mask(mask: Tensor, block: int = PADDING_TILE):
     """``padding_block_mask`` built outside any compiled graph (a compiled model breaks its graph here and
