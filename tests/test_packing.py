@@ -123,6 +123,32 @@ def test_the_packed_model_computes_the_padded_one_s_function(extra):
         torch.testing.assert_close(packed[2][name], grad, rtol=0, atol=1e-11, msg=name)
 
 
+@pytest.mark.parametrize("kernel_size", [5, 61, 257])
+def test_the_packed_bounded_convolution_computes_the_padded_one_s_function(kernel_size):
+    """The follow-up's convolution (locality arms): each example followed by at least K // 2 empty slots, so
+    no output sees another example's token; examples of 128 and 300 tokens test the gap past a whole tile."""
+    torch.manual_seed(4)
+    cfg = dict(backbone="conv", d_model=16, d_hidden=24, kernel_size=kernel_size, depth=2, pooling="mean")
+    model = SequenceClassifier(cfg, vocab_size=20, max_len=300, num_classes=5, pad_id=0, two_tower=False).double()
+    ids = padded_ids()
+    padded = logits_states_grads(model, ids)
+    model.use_packing(1.0)
+    packed = logits_states_grads(model, ids)
+    assert model.encoder.pack_counts == {"packed": 1, "padded": 0}
+    for got, want in zip(packed[:2], padded[:2], strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    for name, grad in padded[2].items():
+        torch.testing.assert_close(packed[2][name], grad, rtol=0, atol=1e-11, msg=name)
+
+
+def test_a_gap_keeps_empty_slots_after_every_example():
+    mask = lengths_mask(LENGTHS)
+    packed = plan_packing(mask, capacity_for(len(LENGTHS), 300, 1.0, gap=30), gap=30)
+    spans = [(int(s), int(n)) for s, n in zip(packed.starts, packed.lengths, strict=True) if n > 0]
+    assert all(nxt - (start + n) >= 30 for (start, n), (nxt, _) in zip(spans, spans[1:], strict=False))
+    assert packed.starts.tolist()[:4] == [0, 384, 512, 768]  # 300 + 30 -> 384; 1 + 30 -> 128; 128 + 30 -> 256
+
+
 def test_a_batch_that_does_not_fit_runs_padded_with_the_same_result():
     model, ids = classifier(), padded_ids()
     expected = model(ids).detach()
@@ -195,13 +221,20 @@ def test_flex_attention_over_the_stream_is_sdpa_within_each_example():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="flex_attention's fused kernel under the document mask")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_on_cuda_the_packed_model_is_as_close_to_the_float64_function_as_the_padded_one(dtype):
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        dict(backbone="rotary_transformer", d_model=64, n_heads=4, depth=2, d_ff=128, rotary_layout="full_width"),
+        dict(backbone="conv", d_model=64, d_hidden=128, kernel_size=61, depth=2),
+    ],
+    ids=["rotary", "conv61"],
+)
+def test_on_cuda_the_packed_model_is_as_close_to_the_float64_function_as_the_padded_one(dtype, cfg):
     """On the GPU the packed and the padded model run other kernels (the document mask's tiles, not the padding
-    mask's): each is compared with the float64 function (the model on the CPU), and the packed one may be off
-    by at most twice the padded one's error plus a float32 rounding."""
+    mask's; a convolution of another shape): each is compared with the float64 function (the model on the
+    CPU), and the packed one may be off by at most twice the padded one's error plus a float32 rounding."""
     torch.manual_seed(5)
-    cfg = dict(backbone="rotary_transformer", d_model=64, n_heads=4, depth=2, d_ff=128, pooling="mean",
-               rotary_layout="full_width", attention_backend="flex")  # fmt: skip
+    cfg = {**cfg, "pooling": "mean"}
     model = SequenceClassifier(cfg, vocab_size=20, max_len=600, num_classes=10, pad_id=0, two_tower=False)
     lengths = [600, 1, 128, 129, 263, 17, 77, 512, 300, 400, 599, 2, 130, 255, 256, 33]
     ids = torch.randint(1, 20, (len(lengths), 600), generator=torch.Generator().manual_seed(6))

@@ -29,6 +29,9 @@ class BoundedConvMixer(TokenMixer):
     # Padded positions are zeroed before the convolution and the linear layer is per token, so
     # trimming trailing padding leaves every real position's output unchanged (repro/training/batching.py).
     length_flexible = True
+    # Packed (train.pack_sequences): the same zeroing, with K // 2 empty slots between examples, so that no
+    # output of one sees a token of another, as 'same' padding sees zeros past each end of an example.
+    packable = True
 
     def __init__(
         self,
@@ -62,6 +65,12 @@ class BoundedConvMixer(TokenMixer):
         h = conv1d_same(h_in, self.conv.weight, self.conv.bias, self.groups, impl)
         h = self.activation(h.transpose(1, 2))
         return self.out(h)
+
+    def packing_gap(self) -> int:
+        return self.conv.kernel_size[0] // 2
+
+    def forward_packed(self, x: torch.Tensor, packed) -> torch.Tensor:
+        return self.forward(x, packed.real)
 
     def record_info(self) -> dict[str, set[str]]:
         """For the run record (``repro.models.model.collect_record_info``): the conv implementations that ran."""

@@ -50,6 +50,12 @@ class TokenMixer(nn.Module):
     """It runs on a packed stream (``train.pack_sequences``, ``repro/models/packing.py``) through
     ``forward_packed``, computing for each example what it computes on the padded batch."""
 
+    def packing_gap(self) -> int:
+        """Empty slots the mixer needs between two packed examples so that neither reaches the other (a
+        convolution's half width); 0 for a mixer that keeps each example to itself by a mask or by acting on
+        each position alone."""
+        return 0
+
     def forward_packed(self, x: Tensor, packed) -> Tensor:
         """``x`` [1, C, D], the stream of a ``repro.models.packing.PackedBatch`` -> [1, C, D]; only a mixer
         that declares ``packable`` is called so. A position-wise mixer's is its forward without a mask."""

@@ -207,12 +207,13 @@ def build_shared(wants: list, mask: torch.Tensor) -> dict[str, object]:
 
 
 @torch.compiler.disable
-def prepare_packing(wants: list, mask: torch.Tensor, capacity: int, counts: dict) -> PackedBatch | None:
+def prepare_packing(wants: list, mask: torch.Tensor, capacity: int, gap: int, counts: dict) -> PackedBatch | None:
     """The packed layout of the batch ``mask`` marks, with each ``(name, build)`` of the mixers'
-    ``shared_packing`` built once into its ``shared``; None when the batch does not fit ``capacity``.
+    ``shared_packing`` built once into its ``shared`` (``gap``: the empty slots the mixers need between two
+    examples); None when the batch does not fit ``capacity``.
     ``counts["packed"]`` or ``counts["padded"]`` counts the pass. Outside any compiled graph, as
     ``build_shared``: the one graph break of a packed forward pass."""
-    packed = plan_packing(mask, capacity)
+    packed = plan_packing(mask, capacity, gap=gap)
     counts["padded" if packed is None else "packed"] += 1
     if packed is not None:
         for want in wants:
@@ -285,9 +286,10 @@ class Encoder(nn.Module):
         x = self.embed_drop(self.embed(ids, self.cls))
         mask = self.state_mask(mask)
         if self.pack_fraction is not None and mask is not None:
-            capacity = capacity_for(mask.shape[0], mask.shape[1], self.pack_fraction)
+            gap = max(s.mixer.packing_gap() for s in self.sublayers)
+            capacity = capacity_for(mask.shape[0], mask.shape[1], self.pack_fraction, gap=gap)
             wants = [s.mixer.shared_packing(x.device) for s in self.sublayers]
-            if (packed := prepare_packing(wants, mask, capacity, self.pack_counts)) is not None:
+            if (packed := prepare_packing(wants, mask, capacity, gap, self.pack_counts)) is not None:
                 return self.forward_stream(x, packed)
         wants = [s.mixer.shared_padding(mask) if t and mask is not None else None
                  for s, t in zip(self.sublayers, self.takes_mask, strict=True)]  # fmt: skip

@@ -4,12 +4,14 @@ A padded batch [B, L] of ListOps trees or IMDb reviews is mostly padding (ListOp
 average about half of their 2,000 positions, IMDb reviews about a third of 4,096). Every position-wise
 layer (projections, feed-forward, norms) computes those positions and throws the results away. Packed,
 the examples' real tokens are laid end to end in one stream of ``capacity`` slots, each example starting
-on a tile boundary (``tile`` slots, the attention kernel's tile side), and the encoder runs on that stream
+on a tile boundary (``tile`` slots, the attention kernel's tile side) and followed by at least the empty
+slots its mixers ask for (a convolution's half width), and the encoder runs on that stream
 [1, capacity, D]: the position-wise layers see about the real tokens alone, and attention sees a
 document mask (a token attends to the tokens of its own example only) whose tiles follow the examples'.
 
 It computes each example's function exactly: no token of one example reaches another's (attention is
-masked by example; every other layer acts on each position alone), positions restart at 0 with each
+masked by example, a convolution's reach ends in the empty slots between examples, every other layer acts
+on each position alone), positions restart at 0 with each
 example (rotary angles and summed positional tables are the unpacked ones), and the states are put
 back in the padded layout before pooling and the heads. Only the states at padded positions differ:
 zero here, where the unpacked encoder leaves the position-wise layers' output on the padding token
@@ -58,29 +60,30 @@ class PackedBatch:
         return int(self.source.shape[0])
 
 
-def capacity_for(batch: int, length: int, fraction: float, tile: int = PACK_TILE) -> int:
+def capacity_for(batch: int, length: int, fraction: float, tile: int = PACK_TILE, gap: int = 0) -> int:
     """The stream's slots for batches of ``batch`` x ``length``: ``fraction`` of the padded positions,
-    rounded up to whole tiles, and at least one example's tiles (so every single example fits)."""
-    tiles = -(-length // tile)
+    rounded up to whole tiles, and at least one example's span (so every single example fits)."""
+    tiles = -(-(length + gap) // tile)
     return max(-(-int(batch * length * fraction) // tile), tiles) * tile
 
 
-def rounded_lengths(mask: Tensor, tile: int = PACK_TILE) -> tuple[Tensor, Tensor]:
-    """Each example's length (real tokens, ``mask`` [B, L] True first) and its span in the stream, the
-    length rounded up to whole tiles."""
+def rounded_lengths(mask: Tensor, tile: int = PACK_TILE, gap: int = 0) -> tuple[Tensor, Tensor]:
+    """Each example's length (real tokens, ``mask`` [B, L] True first) and its span in the stream: the
+    length and ``gap`` empty slots after it, rounded up to whole tiles (0 for an example without tokens)."""
     lengths = mask.sum(dim=-1)
-    return lengths, -(-lengths // tile) * tile
+    return lengths, torch.where(lengths > 0, -(-(lengths + gap) // tile) * tile, 0)
 
 
-def plan_packing(mask: Tensor, capacity: int, tile: int = PACK_TILE) -> PackedBatch | None:
+def plan_packing(mask: Tensor, capacity: int, tile: int = PACK_TILE, gap: int = 0) -> PackedBatch | None:
     """The packed layout of the padded batch whose real tokens ``mask`` [B, L] marks (every real token
-    before every padded one), in ``capacity`` slots (a multiple of ``tile``); None when the examples'
-    tile-rounded lengths need more slots than that (one host synchronisation)."""
+    before every padded one), in ``capacity`` slots (a multiple of ``tile``), with at least ``gap`` empty
+    slots after each example (``TokenMixer.packing_gap``); None when the examples' spans need more slots
+    than that (one host synchronisation)."""
     if capacity % tile:
         raise ValueError(f"packing capacity {capacity} is not a multiple of the tile side {tile}")
     B, L = mask.shape
     device = mask.device
-    lengths, spans = rounded_lengths(mask, tile)
+    lengths, spans = rounded_lengths(mask, tile, gap)
     columns = torch.arange(L, device=device)[None, :]
     suffix = columns < lengths[:, None]
     if device.type == "cuda":
