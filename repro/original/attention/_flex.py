@@ -487,7 +487,9 @@ def document_block_mask(doc: Tensor, lengths: Tensor, starts: Tensor, max_len: i
     from torch.nn.attention.flex_attention import BlockMask
 
     capacity, device = int(doc.shape[0]), doc.device
-    n, width = capacity // block, -(-max_len // block)  # tiles in the stream; an example's tiles at most
+    # Index tables as wide as the stream's tiles (an example holds at most ceil(max_len / block) of them, but
+    # torch 2.11's BlockMask transposes its tables through a dense [tiles, table width] grid)
+    n = width = capacity // block
     tile_doc = doc[::block]  # a tile's first slot is real unless the tile is empty (examples start on tiles)
     inside = tile_doc >= 0
     d = tile_doc.clamp(min=0)
