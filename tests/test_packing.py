@@ -183,11 +183,28 @@ def test_packing_a_model_whose_function_it_would_change_is_refused():
     )
     position_wise = dict(d_model=32, dropout=0.1, pooling="mean")
     model = SequenceClassifier(position_wise, pad_id=0, backbone=lambda cfg, max_len: [FeedForward(32, 48)], **padded)
-    refused(model, "model.dropout > 0 would draw other dropout masks on the packed layout than on the padded one")
-    refused(
-        classifier(pooling="mean_all"),
-        "model.pooling=mean_all averages the padded positions, which a packed run leaves at 0",
+    dropout = "model.dropout > 0 would draw other dropout masks on the packed layout than on the padded one"
+    refused(model, dropout)
+    position_wise["dropout"] = 0.0  # a mixer's own dropout
+    own = SequenceClassifier(
+        position_wise, pad_id=0, backbone=lambda c, max_len: [FeedForward(32, 48, dropout=0.2)], **padded
     )
+    refused(own, dropout)
+
+    class Shifted(FeedForward):  # computes something else: does not inherit FeedForward's packable
+        def forward(self, x, mask=None):
+            return super().forward(x.roll(1, dims=1))
+
+    refused(
+        SequenceClassifier(position_wise, pad_id=0, backbone=lambda c, max_len: [Shifted(32, 48)], **padded),
+        "Shifted do not run on packed sequences (TokenMixer.packable)",
+    )
+    for pooling in ("mean_all", "first"):
+        refused(
+            classifier(pooling=pooling),
+            f"model.pooling={pooling} reads padded positions (an example without tokens, or every position), "
+            "which a packed run leaves at 0; packing takes mean or max pooling",
+        )
     rotary = dict(backbone="rotary_transformer", d_model=32, n_heads=2, depth=1, d_ff=48)
     refused(
         classifier(cls_token=True),

@@ -416,6 +416,17 @@ def test_a_run_that_died_before_its_first_checkpoint_is_not_guarded(tmp_path, sh
     assert yaml.safe_load((folder / "config.yaml").read_text())["train"]["batch_size"] == 8
 
 
+def test_packing_with_length_bucketing_is_refused_in_one_line(tmp_path, shared_cache):
+    """Bucketed batches fill their trimmed width: none would fit the stream, so the pair is refused."""
+    args = ["arm=locality_k5", "task=listops", "profile=smoke", "techniques=none", *SHORT_TREES]
+    done = run_cli(*args, "++train.length_bucketing=on", "++train.pack_sequences=true", *common(tmp_path, shared_cache))
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert (
+        "train.pack_sequences=true with length bucketing: bucketed batches fill their trimmed width, so none would "
+        "fit the stream; set train.length_bucketing=off or train.pack_sequences=false"
+    ) in done.stderr.splitlines()[-1]
+
+
 def test_a_packed_run_trains_what_the_padded_run_trains_and_either_resumes_the_other(tmp_path, shared_cache):
     """train.pack_sequences: the rotary Transformer's smoke run on ListOps, packed, has the padded run's losses
     and validation accuracies (float32 on the CPU: summation order alone differs); it is a way of computing,

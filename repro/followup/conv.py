@@ -70,6 +70,8 @@ class BoundedConvMixer(TokenMixer):
         return self.conv.kernel_size[0] // 2
 
     def forward_packed(self, x: torch.Tensor, packed) -> torch.Tensor:
+        """The stream [1, C, D] with its empty slots zeroed; ``conv_impl=auto`` chooses by the stream's
+        length, so it may run another implementation (another rounding) than the padded batch's."""
         return self.forward(x, packed.real)
 
     def record_info(self) -> dict[str, set[str]]:

@@ -223,7 +223,8 @@ class RotarySelfAttention(AttentionMixer):
     def forward_packed(self, x: Tensor, packed) -> Tensor:
         """Self-attention within each example of the packed stream ``x`` [1, C, D] (``repro/models/packing.py``):
         flex_attention's fused kernel under the document block mask on CUDA whatever ``attention_backend``
-        says (a dense mask of the stream would take C^2 entries), its dense reference elsewhere; empty slots 0."""
+        says (a dense mask of the stream would take C^2 entries), its dense reference elsewhere (for tests: it
+        holds [H, C, C] scores); empty slots 0."""
         q, k, v = self.project_at(x, packed.positions)
         block_mask = packed.shared["document_block_mask"]
         if q.device.type == "cpu":

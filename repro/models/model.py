@@ -212,7 +212,7 @@ def prepare_packing(wants: list, mask: torch.Tensor, capacity: int, gap: int, co
     ``shared_packing`` built once into its ``shared`` (``gap``: the empty slots the mixers need between two
     examples); None when the batch does not fit ``capacity``.
     ``counts["packed"]`` or ``counts["padded"]`` counts the pass. Outside any compiled graph, as
-    ``build_shared``: the one graph break of a packed forward pass."""
+    ``build_shared``: a compiled model breaks its graph here once a pass."""
     packed = plan_packing(mask, capacity, gap=gap)
     counts["padded" if packed is None else "packed"] += 1
     if packed is not None:
@@ -265,9 +265,10 @@ class Encoder(nn.Module):
     def packing_problem(self) -> str | None:
         """Why this encoder cannot run on packed sequences, one line (None: it can)."""
         mixers = [s.mixer for s in self.sublayers]
-        if refused := sorted({type(m).__name__ for m in mixers if not m.packable}):
+        # declared by the class itself: a subclass that computes something else does not inherit it
+        if refused := sorted({type(m).__name__ for m in mixers if not type(m).__dict__.get("packable", False)}):
             return f"{', '.join(refused)} do not run on packed sequences (TokenMixer.packable)"
-        if any(s.drop.p for s in self.sublayers) or self.embed_drop.p:
+        if any(isinstance(m, nn.Dropout) and m.p for m in self.modules()):
             return "model.dropout > 0 would draw other dropout masks on the packed layout than on the padded one"
         if self.cls is not None:
             return "model.cls_token=true prepends one vector to the padded batch, not to each packed example"
@@ -365,8 +366,11 @@ class SequenceClassifier(nn.Module):
         problem = self.encoder.packing_problem()
         if problem is None and self.pad_id is None:
             problem = "the task has no padding (every sequence is full length): there is nothing to pack"
-        if problem is None and self.head.pooling == "mean_all":
-            problem = "model.pooling=mean_all averages the padded positions, which a packed run leaves at 0"
+        if problem is None and self.head.pooling not in ("mean", "max"):
+            problem = (
+                f"model.pooling={self.head.pooling} reads padded positions (an example without tokens, or every "
+                "position), which a packed run leaves at 0; packing takes mean or max pooling"
+            )
         if problem is not None:
             raise ValueError(f"train.pack_sequences=true: {problem}; set train.pack_sequences=false")
         self.encoder.pack_fraction = float(fraction)

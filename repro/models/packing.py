@@ -14,8 +14,9 @@ masked by example, a convolution's reach ends in the empty slots between example
 on each position alone), positions restart at 0 with each
 example (rotary angles and summed positional tables are the unpacked ones), and the states are put
 back in the padded layout before pooling and the heads. Only the states at padded positions differ:
-zero here, where the unpacked encoder leaves the position-wise layers' output on the padding token
-(no pooling but ``mean_all`` and no loss reads them; ``mean_all`` is refused).
+zero here, where the unpacked encoder leaves the position-wise layers' output on the padding token.
+Mean and max pooling and the losses never read them; the other poolings can (``mean_all`` always,
+``first`` on an example without tokens) and are refused.
 
 A batch whose tile-rounded lengths exceed the capacity is run unpacked (the same function): the
 capacity is fixed per batch shape (``capacity_for``), so a compiled model meets two shapes, the

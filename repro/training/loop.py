@@ -118,6 +118,11 @@ def train(
         augment.compile_transforms(s.compile_transforms)
     optimizer = make_optimizer(model, s, device)
     data = TrainingData.build(task, s, model, augment is not None, device)
+    if s.pack_sequences and data.bucketing:
+        raise ValueError(
+            "train.pack_sequences=true with length bucketing: bucketed batches fill their trimmed width, so none "
+            "would fit the stream; set train.length_bucketing=off or train.pack_sequences=false"
+        )
     swa_start = swa_start_epoch(s.swa_start, s.epochs)
     controller = run_controller(s, swa_start)
     average = WeightAverage(model, swa_start) if swa_start is not None else None
