@@ -357,9 +357,9 @@ def prepare(run: dict, task: TaskData, augment, device: torch.device, compile_mo
         augment.compile_transforms(settings.compile_transforms)
     autocast = configure_device(device, settings)
     model.to(device)
-    start_packing(model, settings)
     optimizer = make_optimizer(model, settings, device)
     data = TrainingData.build(task, settings, model, augment is not None, device)
+    start_packing(model, settings, data.bucketing)
     s = settings
     controller = run_controller(s, swa_start_epoch(s.swa_start, s.epochs))
     ctx = DistContext(device=device)

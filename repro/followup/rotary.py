@@ -194,27 +194,24 @@ class RotarySelfAttention(AttentionMixer):
         if self.rotary is None or not self.fused(x):
             q, k, v = self.proj.project(x)
             return self.rotate(q), self.rotate(k), v
-        H, D = self.n_heads, self.d_model
-        qk, v = self.proj.qkv(x).split((2 * D, D), dim=-1)  # q and k heads side by side (split: one cat backward)
-        wide = torch.float64 if qk.dtype == torch.float64 else torch.float32
-        cos, sin = self.rotation_tables(qk.shape[1], qk.device, wide)
-        qk = rotation_fn(qk.device)(qk.unflatten(-1, (2 * H, self.head_dim)), cos, sin)
-        q, k = qk.transpose(1, 2).split(H, dim=1)  # [B, H, L, Dh] each
-        return q, k, split_heads(v, H)
+        return self.fused_project(x)
 
     def project_at(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``project`` for a packed stream ``x`` [1, C, D] whose slot ``c`` holds position ``positions[c]``
-        of its example: the rotation by the library's angles at those positions (float32 arithmetic, as the
-        fused path; float64 stays)."""
-        if self.rotary is None:
-            return self.proj.project(x)
+        of its example: the fused rotation by the library's angles at those positions."""
+        return self.proj.project(x) if self.rotary is None else self.fused_project(x, positions)
+
+    def fused_project(self, x: Tensor, positions: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """q, k, v [B, H, L, Dh] with q and k turned together, straight from the projection (float32
+        arithmetic; float64 stays), at positions 0..L-1, or at ``positions`` [L] (a packed stream)."""
         H, D = self.n_heads, self.d_model
-        qk, v = self.proj.qkv(x).split((2 * D, D), dim=-1)
+        qk, v = self.proj.qkv(x).split((2 * D, D), dim=-1)  # q and k heads side by side (split: one cat backward)
         wide = torch.float64 if qk.dtype == torch.float64 else torch.float32
-        cos, sin = self.rotation_tables(self.max_len, qk.device, wide)
-        rotate = rotation_fn(qk.device)
-        qk = rotate(qk.unflatten(-1, (2 * H, self.head_dim)), cos[positions], sin[positions])
-        q, k = qk.transpose(1, 2).split(H, dim=1)
+        cos, sin = self.rotation_tables(qk.shape[1] if positions is None else self.max_len, qk.device, wide)
+        if positions is not None:
+            cos, sin = cos[positions], sin[positions]
+        qk = rotation_fn(qk.device)(qk.unflatten(-1, (2 * H, self.head_dim)), cos, sin)
+        q, k = qk.transpose(1, 2).split(H, dim=1)  # [B, H, L, Dh] each
         return q, k, split_heads(v, H)
 
     def shared_packing(self, device) -> tuple[str, Callable[[object], object]]:

@@ -195,14 +195,15 @@ def release_mask_use(mixer: TokenMixer) -> bool:
 
 
 @torch.compiler.disable
-def build_shared(wants: list, mask: torch.Tensor) -> dict[str, object]:
-    """Each ``(name, build)`` of the mixers' ``shared_padding`` built once, ``name -> build(mask)``; outside any
-    compiled graph, so a compiled encoder breaks its graph here once, before its layers (a break inside the
-    loop over the layers made dynamo give up on the whole loop)."""
+def build_shared(wants: list, source: object) -> dict[str, object]:
+    """Each ``(name, build)`` of the mixers' ``shared_padding`` (``shared_packing``) built once from the
+    padding mask (the ``PackedBatch``), ``name -> build(source)``; outside any compiled graph, so a compiled
+    encoder breaks its graph here once, before its layers (a break inside the loop over the layers made
+    dynamo give up on the whole loop)."""
     shared: dict[str, object] = {}
     for want in wants:
         if want is not None and want[0] not in shared:
-            shared[want[0]] = want[1](mask)
+            shared[want[0]] = want[1](source)
     return shared
 
 
@@ -216,9 +217,7 @@ def prepare_packing(wants: list, mask: torch.Tensor, capacity: int, gap: int, co
     packed = plan_packing(mask, capacity, gap=gap)
     counts["padded" if packed is None else "packed"] += 1
     if packed is not None:
-        for want in wants:
-            if want is not None and want[0] not in packed.shared:
-                packed.shared[want[0]] = want[1](packed)
+        packed.shared.update(build_shared(wants, packed))
     return packed
 
 

@@ -113,16 +113,11 @@ def train(
         )
     autocast_dtype = configure_device(device, s)
     model.to(device)
-    packing_info = start_packing(model, s)
     if augment is not None:
         augment.compile_transforms(s.compile_transforms)
     optimizer = make_optimizer(model, s, device)
     data = TrainingData.build(task, s, model, augment is not None, device)
-    if s.pack_sequences and data.bucketing:
-        raise ValueError(
-            "train.pack_sequences=true with length bucketing: bucketed batches fill their trimmed width, so none "
-            "would fit the stream; set train.length_bucketing=off or train.pack_sequences=false"
-        )
+    packing_info = start_packing(model, s, data.bucketing)
     swa_start = swa_start_epoch(s.swa_start, s.epochs)
     controller = run_controller(s, swa_start)
     average = WeightAverage(model, swa_start) if swa_start is not None else None
@@ -304,11 +299,17 @@ def score_test_with_best(
     return score("test")
 
 
-def start_packing(model: torch.nn.Module, s: TrainSettings) -> Callable[[], dict | None]:
+def start_packing(model: torch.nn.Module, s: TrainSettings, bucketing: bool) -> Callable[[], dict | None]:
     """With ``train.pack_sequences``, the model set to run packed (refused, in one line, where packing would
-    change its function: ``SequenceClassifier.use_packing``); returns what the record says of it."""
+    change its function: ``SequenceClassifier.use_packing``, or with length bucketing, ``bucketing``: the
+    run's ``TrainingData.bucketing``); returns what the record says of it."""
     if not s.pack_sequences:
         return lambda: None
+    if bucketing:
+        raise ValueError(
+            "train.pack_sequences=true with length bucketing: bucketed batches fill their trimmed width, so none "
+            "would fit the stream; set train.length_bucketing=off or train.pack_sequences=false"
+        )
     if (use_packing := getattr(model, "use_packing", None)) is None:
         raise ValueError(
             f"train.pack_sequences=true: {type(model).__name__} has no packed path; set train.pack_sequences=false"
