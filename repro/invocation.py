@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parent
 def invoked_as(default: str, argv0: str | None = None) -> str:
     """The command as typed: an installed script by its name, a module of this package as ``python -m MODULE``
     (its package for a ``__main__.py``), another Python file as ``python PATH`` (PATH as typed); ``default`` (the
-    installed name) when there is no script (``python -c``, an interactive session)."""
+    installed name) when there is no script (``python -c``, the interactive interpreter)."""
     argv0 = (sys.argv[0] if sys.argv else "") if argv0 is None else argv0
     if argv0 in ("", "-c", "-"):
         return default
