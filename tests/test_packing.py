@@ -54,6 +54,43 @@ def test_a_batch_over_the_capacity_is_not_packed_and_a_bad_mask_is_refused():
         plan_packing(mask, 100)
 
 
+@pytest.mark.parametrize("gap", [0, 30])
+def test_lengths_given_from_the_host_make_the_same_layout_and_the_same_decision(gap):
+    """The loader's lengths (train.pack_sequences) replace reading them from the mask: every field of the layout
+    is the same, and a batch over the capacity is refused the same way, on 200 random batches."""
+    generator = torch.Generator().manual_seed(3)
+    fields = ("source", "target", "doc", "positions", "real", "lengths", "starts")
+    for _ in range(200):
+        B = int(torch.randint(1, 9, (1,), generator=generator))
+        lengths = torch.randint(0, 301, (B,), generator=generator)
+        lengths[torch.rand(B, generator=generator) < 0.2] = 0
+        mask = lengths_mask(lengths.tolist())
+        capacity = capacity_for(B, 300, float(torch.rand(1, generator=generator)) * 0.9 + 0.1, gap=gap)
+        read, given = plan_packing(mask, capacity, gap=gap), plan_packing(mask, capacity, gap=gap, lengths=lengths)
+        assert (read is None) == (given is None), (lengths, capacity)
+        if read is not None:
+            for name in fields:
+                assert torch.equal(getattr(given, name), getattr(read, name)), name
+
+
+def test_lengths_that_are_not_the_batch_s_are_refused():
+    mask = lengths_mask(LENGTHS)
+    wrong = torch.tensor(LENGTHS)
+    wrong[2] += 1
+    with pytest.raises(
+        ValueError,
+        match="^plan_packing: the lengths given are not the batch's: its padding must follow exactly that many tokens$",
+    ):
+        plan_packing(mask, capacity_for(len(LENGTHS), 300, 1.0), lengths=wrong)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "plan_packing: lengths of shape (6,) on cpu for a batch of 7: give one length per example, on the host"
+        ),
+    ):
+        plan_packing(mask, capacity_for(len(LENGTHS), 300, 1.0), lengths=wrong[:6])
+
+
 def test_the_document_block_mask_classifies_every_tile_exactly():
     """Each (query tile, key tile) of the stream: absent unless both hold tokens of one example, full when every
     pair is allowed, partial otherwise; the mask function allows exactly the same-example pairs."""
@@ -147,6 +184,48 @@ def test_a_gap_keeps_empty_slots_after_every_example():
     spans = [(int(s), int(n)) for s, n in zip(packed.starts, packed.lengths, strict=True) if n > 0]
     assert all(nxt - (start + n) >= 30 for (start, n), (nxt, _) in zip(spans, spans[1:], strict=False))
     assert packed.starts.tolist()[:4] == [0, 384, 512, 768]  # 300 + 30 -> 384; 1 + 30 -> 128; 128 + 30 -> 256
+
+
+def test_the_model_plans_its_next_pass_from_the_lengths_it_is_given_then_forgets_them():
+    """SequenceClassifier.expect_lengths (what the training step passes from the loader): the next packed pass
+    uses those lengths (wrong ones are refused there, so they were read) and the same result as without; the
+    pass after it reads them from the mask again."""
+    model, ids = classifier(), padded_ids()
+    model.use_packing(1.0)
+    expected = model(ids).detach()
+    model.expect_lengths(torch.tensor(LENGTHS))
+    torch.testing.assert_close(model(ids).detach(), expected, rtol=0, atol=0)
+    assert model.encoder.pack_expected["lengths"] is None
+    wrong = torch.tensor(LENGTHS)
+    wrong[0] -= 1
+    model.expect_lengths(wrong)
+    with pytest.raises(ValueError, match="^plan_packing: the lengths given are not the batch's"):
+        model(ids)
+    torch.testing.assert_close(model(ids).detach(), expected, rtol=0, atol=0)
+    model.use_packing(None)
+    model.expect_lengths(wrong)  # ignored: the model runs padded
+    torch.testing.assert_close(model(ids).detach(), expected, rtol=0, atol=1e-12)
+
+
+def test_the_training_loader_gives_each_batch_its_lengths_from_the_host():
+    """TrainBatches with pack_lengths: every batch's Batch.lengths are its inputs' real tokens, on the host,
+    through epochs (a new order each) and for each rank's slice of the global batch."""
+    from repro.training.batches import TrainBatches
+    from repro.training.batching import sequence_lengths
+    from repro.training.distributed import DistContext
+
+    generator = torch.Generator().manual_seed(8)
+    lengths = torch.randint(0, 41, (24,), generator=generator)
+    x = torch.randint(1, 9, (24, 40), generator=generator).masked_fill(torch.arange(40)[None, :] >= lengths[:, None], 0)
+    split = {"x": x, "y": torch.zeros(24, dtype=torch.long)}
+    host = torch.from_numpy(sequence_lengths(x.numpy(), 0))
+    assert torch.equal(host, lengths)
+    for ctx in (DistContext(device=torch.device("cpu")), DistContext(rank=1, world=2, device=torch.device("cpu"))):
+        batches = TrainBatches(split, 4, 8, 3, torch.device("cpu"), ctx, pack_lengths=host)
+        for step in range(7):
+            batch = batches.fetch(step)
+            assert batch.lengths.device.type == "cpu"
+            assert torch.equal(batch.lengths, (batch.inputs != 0).sum(-1)), (ctx.rank, step)
 
 
 def test_a_batch_that_does_not_fit_runs_padded_with_the_same_result():
@@ -267,3 +346,39 @@ def test_on_cuda_the_packed_model_is_as_close_to_the_float64_function_as_the_pad
     padded, packed = errors
     assert gpu.encoder.pack_counts == {"packed": 1, "padded": 0}
     assert packed <= 2 * padded + 1e-5, errors
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="host synchronisations exist on CUDA only")
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        dict(backbone="rotary_transformer", d_model=64, n_heads=4, depth=2, d_ff=128),
+        dict(backbone="conv", d_model=64, d_hidden=128, kernel_size=61, depth=2),
+    ],
+    ids=["rotary", "conv61"],
+)
+def test_on_cuda_a_packed_pass_given_its_lengths_never_waits_for_the_device(cfg):
+    """With the loader's lengths (SequenceClassifier.expect_lengths) a packed forward and backward pass queue
+    their work without a host synchronisation, so the host runs ahead of the GPU as on the padded path."""
+    torch.manual_seed(5)
+    model = SequenceClassifier({**cfg, "pooling": "mean"}, vocab_size=20, max_len=600, num_classes=10, pad_id=0,
+                               two_tower=False).cuda()  # fmt: skip
+    model.use_packing(0.7)
+    lengths = torch.tensor([600, 1, 128, 129, 263, 17, 77, 512, 300, 400, 599, 2, 130, 255, 256, 33])
+    ids = torch.randint(1, 20, (len(lengths), 600), generator=torch.Generator().manual_seed(6))
+    ids = ids.masked_fill(~(torch.arange(600)[None, :] < lengths[:, None]), 0).cuda()
+
+    def packed_pass():
+        model.expect_lengths(lengths)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            model(ids).float().square().sum().backward()
+
+    packed_pass()  # the first pass builds what is built once (kernels, tables)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        packed_pass()
+        packed_pass()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert model.encoder.pack_counts == {"packed": 3, "padded": 0}

@@ -208,13 +208,17 @@ def build_shared(wants: list, source: object) -> dict[str, object]:
 
 
 @torch.compiler.disable
-def prepare_packing(wants: list, mask: torch.Tensor, capacity: int, gap: int, counts: dict) -> PackedBatch | None:
+def prepare_packing(
+    wants: list, mask: torch.Tensor, capacity: int, gap: int, counts: dict, expected: dict
+) -> PackedBatch | None:
     """The packed layout of the batch ``mask`` marks, with each ``(name, build)`` of the mixers'
     ``shared_packing`` built once into its ``shared`` (``gap``: the empty slots the mixers need between two
-    examples); None when the batch does not fit ``capacity``.
+    examples); None when the batch does not fit ``capacity``. ``expected["lengths"]``, when set
+    (``SequenceClassifier.expect_lengths``), holds this batch's lengths on the host and is used up here.
     ``counts["packed"]`` or ``counts["padded"]`` counts the pass. Outside any compiled graph, as
     ``build_shared``: a compiled model breaks its graph here once a pass."""
-    packed = plan_packing(mask, capacity, gap=gap)
+    lengths, expected["lengths"] = expected["lengths"], None
+    packed = plan_packing(mask, capacity, gap=gap, lengths=lengths)
     counts["padded" if packed is None else "packed"] += 1
     if packed is not None:
         packed.shared.update(build_shared(wants, packed))
@@ -260,6 +264,7 @@ class Encoder(nn.Module):
         self.final_norm = make_norm(norm, d_model) if final else nn.Identity()
         self.pack_fraction: float | None = None  # train.pack_sequences: the stream's share of the padded batch
         self.pack_counts = {"packed": 0, "padded": 0}  # forward passes with packing on, by how they ran
+        self.pack_expected: dict = {"lengths": None}  # the next packed pass's lengths, from the host
 
     def packing_problem(self) -> str | None:
         """Why this encoder cannot run on packed sequences, one line (None: it can)."""
@@ -289,7 +294,8 @@ class Encoder(nn.Module):
             gap = max(s.mixer.packing_gap() for s in self.sublayers)
             capacity = capacity_for(mask.shape[0], mask.shape[1], self.pack_fraction, gap=gap)
             wants = [s.mixer.shared_packing(x.device) for s in self.sublayers]
-            if (packed := prepare_packing(wants, mask, capacity, gap, self.pack_counts)) is not None:
+            packed = prepare_packing(wants, mask, capacity, gap, self.pack_counts, self.pack_expected)
+            if packed is not None:
                 return self.forward_stream(x, packed)
         wants = [s.mixer.shared_padding(mask) if t and mask is not None else None
                  for s, t in zip(self.sublayers, self.takes_mask, strict=True)]  # fmt: skip
@@ -373,6 +379,14 @@ class SequenceClassifier(nn.Module):
         if problem is not None:
             raise ValueError(f"train.pack_sequences=true: {problem}; set train.pack_sequences=false")
         self.encoder.pack_fraction = float(fraction)
+
+    def expect_lengths(self, lengths: torch.Tensor | None) -> None:
+        """The next forward pass's real tokens per example, on the host (the training loader's), so that a
+        packed pass plans its layout without waiting for the device (``repro/models/packing.py``); it is
+        checked against the pass's padding there. Ignored without packing or with two towers (their
+        documents are packed one by one, and the loader's lengths are per example)."""
+        if self.encoder.pack_fraction is not None and not self.two_tower:
+            self.encoder.pack_expected["lengths"] = lengths
 
     def packing_info(self) -> dict | None:
         """For the run record: the stream's share and this process's forward passes packed and run padded (a

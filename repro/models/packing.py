@@ -20,7 +20,10 @@ Mean and max pooling and the losses never read them; the other poolings can (``m
 
 A batch whose tile-rounded lengths exceed the capacity is run unpacked (the same function): the
 capacity is fixed per batch shape (``capacity_for``), so a compiled model meets two shapes, the
-packed stream and the padded batch. Deciding costs one host synchronisation a forward pass.
+packed stream and the padded batch. Deciding from the mask on the device costs one host
+synchronisation a forward pass, which empties the GPU's queue; the training loader therefore gives
+the batch's lengths from the host (``TrainBatches``, ``SequenceClassifier.expect_lengths``), the
+decision and the examples' starts are made there, and the device only checks them against the mask.
 """
 
 from __future__ import annotations
@@ -68,32 +71,53 @@ def capacity_for(batch: int, length: int, fraction: float, tile: int = PACK_TILE
     return max(-(-int(batch * length * fraction) // tile), tiles) * tile
 
 
-def rounded_lengths(mask: Tensor, tile: int = PACK_TILE, gap: int = 0) -> tuple[Tensor, Tensor]:
-    """Each example's length (real tokens, ``mask`` [B, L] True first) and its span in the stream: the
-    length and ``gap`` empty slots after it, rounded up to whole tiles (0 for an example without tokens)."""
-    lengths = mask.sum(dim=-1)
-    return lengths, torch.where(lengths > 0, -(-(lengths + gap) // tile) * tile, 0)
+def tile_spans(lengths: Tensor, tile: int = PACK_TILE, gap: int = 0) -> Tensor:
+    """Each example's span in the stream: its ``lengths`` real tokens and ``gap`` empty slots after them,
+    rounded up to whole tiles (0 for an example without tokens)."""
+    return torch.where(lengths > 0, -(-(lengths + gap) // tile) * tile, 0)
 
 
-def plan_packing(mask: Tensor, capacity: int, tile: int = PACK_TILE, gap: int = 0) -> PackedBatch | None:
+def plan_packing(
+    mask: Tensor, capacity: int, tile: int = PACK_TILE, gap: int = 0, lengths: Tensor | None = None
+) -> PackedBatch | None:
     """The packed layout of the padded batch whose real tokens ``mask`` [B, L] marks (every real token
     before every padded one), in ``capacity`` slots (a multiple of ``tile``), with at least ``gap`` empty
     slots after each example (``TokenMixer.packing_gap``); None when the examples' spans need more slots
-    than that (one host synchronisation)."""
+    than that. ``lengths``: each example's real tokens, on the host (the loader's): the decision and the
+    starts are made there, without waiting for the device, and the device checks them against ``mask``;
+    without it they are read from ``mask`` (one host synchronisation)."""
     if capacity % tile:
         raise ValueError(f"packing capacity {capacity} is not a multiple of the tile side {tile}")
     B, L = mask.shape
     device = mask.device
-    lengths, spans = rounded_lengths(mask, tile, gap)
+    given = lengths is not None
+    if lengths is None:
+        lengths = mask.sum(dim=-1)
+        problem = "plan_packing: padding must come after every real token of an example"
+    else:
+        if lengths.shape != (B,) or lengths.device.type != "cpu":
+            raise ValueError(
+                f"plan_packing: lengths of shape {tuple(lengths.shape)} on {lengths.device.type} for a batch of {B}: "
+                "give one length per example, on the host"
+            )
+        lengths = lengths.long()
+        problem = (
+            "plan_packing: the lengths given are not the batch's: its padding must follow exactly that many tokens"
+        )
+    spans = tile_spans(lengths, tile, gap)
+    ends = torch.cumsum(spans, dim=0)
+    if int(ends[-1]) > capacity:  # on the host when the lengths were given; else it waits for the device
+        return None
+    if given:
+        table = torch.stack([lengths, spans, ends])  # one copy to the device, queued behind its work
+        table = table.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else table.to(device)
+        lengths, spans, ends = table.unbind(0)
     columns = torch.arange(L, device=device)[None, :]
     suffix = columns < lengths[:, None]
     if device.type == "cuda":
         torch._assert_async((suffix == mask).all())
     elif not torch.equal(suffix, mask):
-        raise ValueError("plan_packing: padding must come after every real token of an example")
-    ends = torch.cumsum(spans, dim=0)
-    if int(ends[-1]) > capacity:
-        return None
+        raise ValueError(problem)
     starts = ends - spans
     slots = torch.arange(capacity, device=device)
     doc = torch.searchsorted(ends, slots, right=True)  # the example whose span holds the slot; B past the last

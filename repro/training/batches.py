@@ -50,6 +50,7 @@ class TrainingData:
     bucketing_reason: str
     lengths: dict  # name -> sequence lengths (bucketing only), else empty
     batching: dict  # {"bucketing", "pool_batches"}: what a resumed run must match
+    pack_lengths: torch.Tensor | None = None  # train.pack_sequences: the training examples' lengths, on the host
 
     @classmethod
     def build(
@@ -80,7 +81,11 @@ class TrainingData:
                 for name, split in task.splits().items()
             }
         batching = {"bucketing": bucketing, "pool_batches": s.bucket_pool_batches if bucketing else None}
-        return cls(splits, steps_per_epoch, total_steps, bucketing, reason, lengths, batching)
+        pack_lengths = None
+        if s.pack_sequences and task.pad_id is not None and task.train.inputs.ndim == 2:
+            # so that a packed step plans its layout on the host (repro/models/packing.py)
+            pack_lengths = torch.from_numpy(sequence_lengths(task.train.inputs, task.pad_id))
+        return cls(splits, steps_per_epoch, total_steps, bucketing, reason, lengths, batching, pack_lengths)
 
     @property
     def full_width(self) -> int:
@@ -96,6 +101,7 @@ class Batch:
     labels: torch.Tensor
     draws: object  # repro.followup.techniques.StepDraws, or None without techniques
     width: int | None  # the trimmed width (length bucketing), else None
+    lengths: torch.Tensor | None = None  # each example's real tokens, on the host (train.pack_sequences)
 
 
 class TrainBatches:
@@ -104,7 +110,8 @@ class TrainBatches:
     ``augment``: training techniques (or None); ``prepare``: the task's hook before the model;
     ``lengths`` (length bucketing only): the examples' lengths, for batches of similar length,
     each trimmed to its longest rounded up to ``trim_multiple``; ``augment_chunk``: the steps whose
-    batches the transforms act on at once (module docstring).
+    batches the transforms act on at once (module docstring); ``pack_lengths``: the examples' lengths on the
+    host, given with each batch (``Batch.lengths``) for a packed model (train.pack_sequences).
     """
 
     def __init__(
@@ -121,6 +128,7 @@ class TrainBatches:
         pool_batches: int = 64,
         trim_multiple: int = 128,
         augment_chunk: int = 1,
+        pack_lengths: torch.Tensor | None = None,
     ):
         if augment_chunk < 1:
             raise ValueError(f"train.augment_chunk_steps={augment_chunk}: give a whole number of steps >= 1")
@@ -141,6 +149,8 @@ class TrainBatches:
         self._chunked = chunked
         self._chunk_key: tuple[int, int] | None = None  # (epoch, first index) of the transformed chunk held
         self._chunk: torch.Tensor | None = None
+        self.pack_lengths = pack_lengths
+        self._order_host: torch.Tensor | None = None
 
     def _epoch_order(self, epoch: int) -> None:
         """The permutation of ``epoch`` (bucketed: regrouped by length, with each batch's trimmed width)."""
@@ -155,7 +165,7 @@ class TrainBatches:
                 regroup,
             )
             self._widths = batch_widths(order, self.lengths, self.batch_size, self.trim_multiple, int(self.x.shape[-1]))
-        self._epoch, self._order = epoch, order.to(self.x.device)
+        self._epoch, self._order, self._order_host = epoch, order.to(self.x.device), order
 
     def fetch(self, step: int) -> Batch:
         """The batch of optimiser step ``step`` (0-based): this rank's part of the global batch, on the device."""
@@ -181,7 +191,11 @@ class TrainBatches:
                 if self.ctx.rank > 0:  # the objective's own draws (MLM masks) differ between ranks
                     draws = self.augment.draws(self.seed + 1_000_003 * self.ctx.rank, step)
         inputs = self.prepare(inputs) if self.prepare else inputs.long()
-        return Batch(inputs, labels, draws, width)
+        lengths = None
+        if self.pack_lengths is not None:  # the same rows as ``rows``, read on the host
+            lengths = self.pack_lengths[self._order_host[index * self.batch_size : (index + 1) * self.batch_size]]
+            lengths = lengths[self.rank_rows] if self.ctx.active else lengths
+        return Batch(inputs, labels, draws, width, lengths)
 
     def _from_chunk(self, epoch: int, index: int) -> torch.Tensor:
         """The transformed global batch of step ``index`` of ``epoch``, cut from its chunk's (transformed

@@ -70,7 +70,7 @@ def train_batches(
     """The loader of a run's training steps: its split, order, bucketing, techniques and chunks."""
     return TrainBatches(data.splits["train"], seed, s.batch_size, data.steps_per_epoch, device, ctx, augment,
                         task.prepare, data.lengths.get("train"), s.bucket_pool_batches, s.trim_multiple,
-                        s.augment_chunk_steps)  # fmt: skip
+                        s.augment_chunk_steps, data.pack_lengths)  # fmt: skip
 
 
 def train(

@@ -129,6 +129,8 @@ class TrainStep:
         # CUDA graphs replay into the same memory: each step is marked as a new one, and the loss kept
         # past the step (the loss log holds it on the device) is copied out of the graph's memory
         self.graphs = settings.compile and settings.compile_mode in CUDA_GRAPH_MODES
+        # train.pack_sequences: the batch's lengths, read on the host, for the model's packed layout
+        self.expect_lengths = getattr(model, "expect_lengths", None)
 
     def __call__(self, batch: Batch, step: int, progress: float) -> tuple[torch.Tensor, float]:
         if self.graphs:
@@ -136,6 +138,8 @@ class TrainStep:
         lr = self.controller.lr(step, progress)
         for group in self.optimizer.param_groups:
             group["lr"] = lr * group.get("lr_scale", 1.0)
+        if batch.lengths is not None and self.expect_lengths is not None:
+            self.expect_lengths(batch.lengths)
         with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
             if self.technique_loss:  # task + auxiliary (through DDP, where active: its gradients are averaged)
                 loss = self.forward(*self.augment.loss_inputs(batch.inputs, batch.draws), batch.labels)
