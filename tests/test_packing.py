@@ -89,6 +89,13 @@ def test_lengths_that_are_not_the_batch_s_are_refused():
         ),
     ):
         plan_packing(mask, capacity_for(len(LENGTHS), 300, 1.0), lengths=wrong[:6])
+    wrong = torch.tensor(LENGTHS)
+    wrong[0] = 301  # a full row looks the same to the mask for any length >= 300
+    with pytest.raises(
+        ValueError,
+        match=re.escape("plan_packing: lengths from 0 to 301 for a batch 300 wide: each must be in [0, 300]"),
+    ):
+        plan_packing(mask, capacity_for(len(LENGTHS), 300, 1.0), lengths=wrong)
 
 
 def test_the_document_block_mask_classifies_every_tile_exactly():

@@ -101,6 +101,11 @@ def plan_packing(
                 "give one length per example, on the host"
             )
         lengths = lengths.long()
+        if len(lengths) and not 0 <= int(lengths.min()) <= int(lengths.max()) <= L:  # host tensor: no sync
+            raise ValueError(
+                f"plan_packing: lengths from {int(lengths.min())} to {int(lengths.max())} for a batch {L} wide: "
+                f"each must be in [0, {L}]"
+            )
         problem = (
             "plan_packing: the lengths given are not the batch's: its padding must follow exactly that many tokens"
         )
