@@ -103,7 +103,7 @@ def test_the_document_block_mask_classifies_every_tile_exactly():
     pair is allowed, partial otherwise; the mask function allows exactly the same-example pairs."""
     mask = lengths_mask(LENGTHS)
     packed = plan_packing(mask, capacity_for(len(LENGTHS), 300, 1.0) + 256)  # two empty tiles at the end
-    block = document_block_mask(packed.doc, packed.lengths, packed.starts, 300, 128)
+    block = document_block_mask(packed.doc, packed.lengths, packed.starts, 128)
     doc = packed.doc
     pairs = (doc[:, None] == doc[None, :]) & (doc[:, None] >= 0)
     n = packed.capacity // 128

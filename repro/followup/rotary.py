@@ -262,7 +262,7 @@ class RotarySelfAttention(AttentionMixer):
 
 def packed_block_mask(packed):
     """The document block mask of a ``PackedBatch`` (``_flex.document_block_mask``)."""
-    return document_block_mask(packed.doc, packed.lengths, packed.starts, packed.length, packed.tile)
+    return document_block_mask(packed.doc, packed.lengths, packed.starts, packed.tile)
 
 
 @BACKBONES.register("rotary_transformer")

@@ -172,7 +172,8 @@ class TrainBatches:
         epoch, index = divmod(step, self.steps_per_epoch)
         if epoch != self._epoch:
             self._epoch_order(epoch)
-        rows = self._order[index * self.batch_size : (index + 1) * self.batch_size]
+        global_rows = slice(index * self.batch_size, (index + 1) * self.batch_size)
+        rows = self._order[global_rows]
         if self.ctx.active and self.augment is None:
             rows = rows[self.rank_rows]
         source, width = self.x, None
@@ -193,7 +194,7 @@ class TrainBatches:
         inputs = self.prepare(inputs) if self.prepare else inputs.long()
         lengths = None
         if self.pack_lengths is not None:  # the same rows as ``rows``, read on the host
-            lengths = self.pack_lengths[self._order_host[index * self.batch_size : (index + 1) * self.batch_size]]
+            lengths = self.pack_lengths[self._order_host[global_rows]]
             lengths = lengths[self.rank_rows] if self.ctx.active else lengths
         return Batch(inputs, labels, draws, width, lengths)
 

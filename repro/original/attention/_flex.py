@@ -472,12 +472,11 @@ def padding_block_mask(mask: Tensor, block: int = PADDING_TILE):
     )
 
 
-def document_block_mask(doc: Tensor, lengths: Tensor, starts: Tensor, max_len: int, block: int = PADDING_TILE):
+def document_block_mask(doc: Tensor, lengths: Tensor, starts: Tensor, block: int = PADDING_TILE):
     """A ``BlockMask`` for softmax attention over a packed stream (``repro.models.packing``): ``doc``
     [C] the example each slot's token belongs to (-1: an empty slot), ``lengths`` and ``starts`` [B] each
-    example's real tokens and first slot (a multiple of ``block``; examples of at most ``max_len`` tokens, in
-    whole tiles of their own). Query q may see key k when both hold tokens of one example; an empty slot sees
-    nothing (0 out).
+    example's real tokens and first slot (a multiple of ``block``; each example in whole tiles of its own).
+    Query q may see key k when both hold tokens of one example; an empty slot sees nothing (0 out).
 
     Built on the device with no host synchronisation: a tile of an example's is full against the example's
     tiles of real tokens alone when it is one itself, partial against the example's last tile when that one
@@ -487,8 +486,8 @@ def document_block_mask(doc: Tensor, lengths: Tensor, starts: Tensor, max_len: i
     from torch.nn.attention.flex_attention import BlockMask
 
     capacity, device = int(doc.shape[0]), doc.device
-    # Index tables as wide as the stream's tiles (an example holds at most ceil(max_len / block) of them, but
-    # torch 2.11's BlockMask transposes its tables through a dense [tiles, table width] grid)
+    # Index tables as wide as the stream's tiles (an example holds at most ceil(its length / block) of them,
+    # but torch 2.11's BlockMask transposes its tables through a dense [tiles, table width] grid)
     n = width = capacity // block
     tile_doc = doc[::block]  # a tile's first slot is real unless the tile is empty (examples start on tiles)
     inside = tile_doc >= 0
