@@ -139,6 +139,17 @@ def test_a_cell_counts_as_done_in_any_of_several_records_folders(tmp_path):
     ledger = (tmp_path / "camp" / "LEDGER.md").read_text()
     assert _table(ledger, "required")[:3] == ["required", "2 of 2", f"{(3.5 + 60.0) / 60:.1f}"]
     assert f"`{bundle.as_posix()}/extra/grid_log.csv`" in ledger
+    # a later slot that completed no record: its log, given with --grid-log, counts besides the bundle's
+    slot_log = tmp_path / "slot2" / "grid_log.csv"
+    append_rows(slot_log, [{"arm": "lra_transformer", "task": "listops", "seed": 0, "exit": 143, "wall_s": 50.0,
+                            "gpu_s": 30.0}])  # fmt: skip
+    added = subprocess.run([*command, "--records", str(bundle), "--grid-log", str(slot_log)],
+                           capture_output=True, text=True, cwd=ROOT, timeout=300)  # fmt: skip
+    assert added.returncode == 0, added.stderr[-2000:]
+    ledger = (tmp_path / "camp" / "LEDGER.md").read_text()
+    # (a cell the grid log charges is charged its GPU seconds there instead of its record's own time)
+    assert _table(ledger, "required")[:3] == ["required", "2 of 2", f"{(30.0 + 60.0) / 60:.1f}"]
+    assert f"`{bundle.as_posix()}/extra/grid_log.csv`" in ledger and f"`{slot_log.as_posix()}`" in ledger
     # a merged bundle keeps its slot bundles' grid logs under sources/<slot version>/extra/: read there too
     (bundle / "sources" / "slot1" / "extra").mkdir(parents=True)
     (bundle / "extra" / "grid_log.csv").rename(bundle / "sources" / "slot1" / "extra" / "grid_log.csv")

@@ -214,7 +214,8 @@ def _ledger_parser(prog: str) -> argparse.ArgumentParser:
         type=Path,
         action="append",
         default=None,
-        help="grid_log.csv files (default: each records folder's grid_log.csv or extra/grid_log.csv when present)",
+        help="a grid_log.csv to count besides each records folder's grid_log.csv or extra/grid_log.csv (repeatable: "
+        "the logs of slots that completed no record)",
     )
     parser.add_argument(
         "--progress",

@@ -287,7 +287,8 @@ def ledger_command(args, extra: list[str]) -> int:
     args.records = grid.records_folders(args.records)
     if not args.records and not grid.records:
         raise GridError(f"{args.grid}: no records folder: pass --records or give the grid file a records list")
-    logs = args.grid_log or _default_logs(args.records)
+    # --grid-log adds a slot's log that no records folder holds yet (a slot that completed no record)
+    logs = list(dict.fromkeys([*_default_logs(args.records), *(args.grid_log or [])]))
     log_rows = [row for path in logs for row in read_rows(path)]
     plan = read_plan(args.plan_file) if args.plan_file else {}
     spent = spent_seconds(log_rows)
