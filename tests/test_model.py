@@ -11,7 +11,7 @@ import torch
 
 from repro.followup.conv import BoundedConvMixer
 from repro.models.model import SequenceClassifier, sinusoidal_table
-from repro.ops.conv import IMPL_CHOICES, conv1d_same
+from repro.ops.conv import IMPL_CHOICES, conv1d_same, conv1d_same_windows
 from repro.ops.toeplitz import conv1d_same_toeplitz
 from repro.tasks.base import Split, TaskData
 from repro.training import NonFiniteLoss, TrainSettings, make_optimizer, train
@@ -49,6 +49,24 @@ def test_conv_equals_direct_convolution(groups, impl):
     # the tf32 path computes in float32 by design
     tol = 1e-5 if impl == "tf32" else 1e-10
     np.testing.assert_allclose(got.double().numpy(), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize(("kernel", "width", "groups"), [(7, 10, 1), (7, 37, 4), (61, 16, 1), (61, 200, 2)])
+def test_conv_in_windows_is_the_whole_row_s_conv_with_its_gradients(kernel, width, groups):
+    """Windows narrower than the kernel, a last window cut short, and one window longer than the row."""
+    torch.manual_seed(2)
+    x = torch.randn(2, 8, 157, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(12, 8 // groups, kernel, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(12, dtype=torch.float64, requires_grad=True)
+    upstream = torch.randn(2, 12, 157, dtype=torch.float64)
+    whole = conv1d_same(x, w, b, groups, "bf16")
+    windows = conv1d_same_windows(x, w, b, groups, "auto", width)
+    assert windows.shape == whole.shape
+    torch.testing.assert_close(windows, whole, rtol=0, atol=1e-12)
+    want = torch.autograd.grad((whole * upstream).sum(), [x, w, b])
+    got = torch.autograd.grad((windows * upstream).sum(), [x, w, b])
+    for name, g, ref in zip("xwb", got, want, strict=True):
+        torch.testing.assert_close(g, ref, rtol=0, atol=1e-10, msg=name)
 
 
 @pytest.mark.parametrize("groups", [1, 4])

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ..models.mixer import BACKBONES, TokenMixer
-from ..ops.conv import IMPL_CHOICES, choose_impl, conv1d_same, ran_as
+from ..ops.conv import IMPL_CHOICES, choose_impl, conv1d_same, conv1d_same_windows, ran_as
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
 
@@ -56,13 +56,18 @@ class BoundedConvMixer(TokenMixer):
         self.impl = impl
         self.resolved_impls: set[str] = set()  # what ran, every shape seen (run records; bucketed widths differ)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, window: int | None = None) -> torch.Tensor:
+        """``window``: convolve in windows of that many positions (``conv1d_same_windows``), the same function."""
         if mask is not None:
             x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
         h_in = x.transpose(1, 2)
-        impl = choose_impl(h_in, self.conv.kernel_size[0], self.groups) if self.impl == "auto" else self.impl
+        rows = None if window is None else window + 2 * self.packing_gap()  # what the convolution runs on
+        impl = choose_impl(h_in, self.conv.kernel_size[0], self.groups, rows) if self.impl == "auto" else self.impl
         self.resolved_impls.add(ran_as(impl, h_in))
-        h = conv1d_same(h_in, self.conv.weight, self.conv.bias, self.groups, impl)
+        if window is None:
+            h = conv1d_same(h_in, self.conv.weight, self.conv.bias, self.groups, impl)
+        else:
+            h = conv1d_same_windows(h_in, self.conv.weight, self.conv.bias, self.groups, impl, window)
         h = self.activation(h.transpose(1, 2))
         return self.out(h)
 
@@ -70,9 +75,10 @@ class BoundedConvMixer(TokenMixer):
         return self.conv.kernel_size[0] // 2
 
     def forward_packed(self, x: torch.Tensor, packed) -> torch.Tensor:
-        """The stream [1, C, D] with its empty slots zeroed; ``conv_impl=auto`` chooses by the stream's
-        length, so it may run another implementation (another rounding) than the padded batch's."""
-        return self.forward(x, packed.real)
+        """The stream [1, S, D] with its empty slots zeroed, convolved in windows as wide as the padded
+        batch's rows (``packed.length``): the shape, and so the implementation ``conv_impl=auto`` picks, of
+        the padded batch, where one row of the stream's length can fall on a slow cuDNN kernel."""
+        return self.forward(x, packed.real, window=packed.length)
 
     def record_info(self) -> dict[str, set[str]]:
         """For the run record (``repro.models.model.collect_record_info``): the conv implementations that ran."""

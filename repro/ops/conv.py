@@ -60,6 +60,28 @@ def conv1d_same(
     raise ValueError(f"conv impl {impl!r}: choose one of {', '.join(CONV_IMPLS)}")
 
 
+def conv1d_same_windows(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, groups: int, impl: str, width: int
+) -> torch.Tensor:
+    """``conv1d_same`` of ``x`` [N, C_in, S], computed on windows of ``width`` outputs each.
+
+    Each window holds its ``width`` inputs and the K // 2 on either side (zeros past the ends), so its
+    middle ``width`` outputs are the whole row's; the windows run as one batch [N * ceil(S / width),
+    C_in, width + K - 1]. A packed stream (``train.pack_sequences``) is one row tens of thousands of
+    positions long, on which cuDNN may pick a slow generic kernel (paper/performance.md, "Packed
+    sequences"); cut into windows as wide as the padded batch's rows, it has the padded batch's shape
+    again. ``impl=auto`` chooses by the window's length."""
+    n, c_in, length = x.shape
+    pad = weight.shape[-1] // 2
+    rows = -(-length // width)
+    if impl == "auto":
+        impl = choose_impl(x, weight.shape[-1], groups, length=width + 2 * pad)
+    padded = F.pad(x, (pad, rows * width - length + pad))
+    windows = padded.unfold(-1, width + 2 * pad, width).transpose(1, 2).reshape(n * rows, c_in, width + 2 * pad)
+    out = conv1d_same(windows, weight, bias, groups, impl)[..., pad : pad + width]
+    return out.reshape(n, rows, -1, width).transpose(1, 2).reshape(n, -1, rows * width)[..., :length]
+
+
 def ran_as(impl: str, x: torch.Tensor) -> str:
     """The name a run record gives ``impl`` applied to ``x``: ``bf16`` is the plain convolution in the
     operands' dtype, so without autocast it ran in float32 (``fp32`` on the CPU, ``tf32`` on CUDA, where
@@ -69,20 +91,21 @@ def ran_as(impl: str, x: torch.Tensor) -> str:
     return "fp32" if x.device.type == "cpu" else "tf32"
 
 
-def choose_impl(x: torch.Tensor, kernel_size: int, groups: int) -> str:
+def choose_impl(x: torch.Tensor, kernel_size: int, groups: int, length: int | None = None) -> str:
     """``impl=auto``: the fastest forward+backward measured by experiments/check_fast.py conv.
 
     Off CUDA or outside bf16 autocast: the plain convolution (``bf16`` names cuDNN's own
     kernels in the input's dtype). Otherwise, if the environment variable
     ``LRA_CONV_AUTO_TABLE`` names a bench_conv.json (check_fast.py conv) measured on this device, its fastest impl
     near this shape (``table_choice``), else the built-in rule (``builtin_choice``); decided
-    once per shape.
+    once per shape. ``length``: the rows' length the convolution will run on, if not ``x``'s (windows).
     """
     if x.device.type != "cuda":
         return "bf16"
     if not (torch.is_autocast_enabled(x.device.type) and torch.get_autocast_dtype(x.device.type) == torch.bfloat16):
         return "bf16"  # full precision asked for (train.precision=fp32): the plain convolution, in fp32
-    return _cuda_choice(os.environ.get(AUTO_TABLE_ENV), x.device.index, kernel_size, x.shape[-1], groups)
+    rows = x.shape[-1] if length is None else length
+    return _cuda_choice(os.environ.get(AUTO_TABLE_ENV), x.device.index, kernel_size, rows, groups)
 
 
 @functools.cache
