@@ -150,6 +150,23 @@ def test_a_cell_counts_as_done_in_any_of_several_records_folders(tmp_path):
     # (a cell the grid log charges is charged its GPU seconds there instead of its record's own time)
     assert _table(ledger, "required")[:3] == ["required", "2 of 2", f"{(30.0 + 60.0) / 60:.1f}"]
     assert f"`{bundle.as_posix()}/extra/grid_log.csv`" in ledger and f"`{slot_log.as_posix()}`" in ledger
+    # the same log spelled otherwise, and a later slot's log that carries the earlier slot's rows (a slot resumed
+    # from its files): every row counts once
+    resumed = tmp_path / "slot3" / "grid_log.csv"
+    resumed.parent.mkdir()
+    resumed.write_text(slot_log.read_text())
+    again = [*command, "--records", str(bundle), "--records", f"{bundle}/../bundle", "--grid-log", str(slot_log),
+             "--grid-log", f"{slot_log.parent}/../slot2/grid_log.csv", "--grid-log", str(resumed)]  # fmt: skip
+    twice = subprocess.run(again, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert twice.returncode == 0, twice.stderr[-2000:]
+    ledger = (tmp_path / "camp" / "LEDGER.md").read_text()
+    assert _table(ledger, "required")[:3] == ["required", "2 of 2", f"{(30.0 + 60.0) / 60:.1f}"]
+    missing = subprocess.run([*command, "--grid-log", str(tmp_path / "nowhere.csv")], capture_output=True, text=True,
+                             cwd=ROOT, timeout=300)  # fmt: skip
+    assert missing.returncode != 0
+    last_line = missing.stderr.strip().splitlines()[-1]
+    why = "no such file (a slot's grid_log.csv, as lra-grid unpack writes it)"
+    assert last_line.endswith(f"--grid-log {tmp_path / 'nowhere.csv'}: {why}")
     # a merged bundle keeps its slot bundles' grid logs under sources/<slot version>/extra/: read there too
     (bundle / "sources" / "slot1" / "extra").mkdir(parents=True)
     (bundle / "extra" / "grid_log.csv").rename(bundle / "sources" / "slot1" / "extra" / "grid_log.csv")

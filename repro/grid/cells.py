@@ -108,7 +108,7 @@ class Grid:
         as ``--records``; a campaign's frozen slot bundles, for example), sorted, then ``given`` (the
         command line's ``--records``), each once."""
         found = sorted({Path(p) for pattern in self.records for p in glob.glob(pattern) if Path(p).is_dir()})
-        return list(dict.fromkeys([*found, *(Path(f) for f in given or [])]))
+        return list({folder.resolve(): folder for folder in [*found, *(Path(f) for f in given or [])]}.values())
 
     @property
     def default_minutes(self) -> float:

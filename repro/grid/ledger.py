@@ -287,9 +287,13 @@ def ledger_command(args, extra: list[str]) -> int:
     args.records = grid.records_folders(args.records)
     if not args.records and not grid.records:
         raise GridError(f"{args.grid}: no records folder: pass --records or give the grid file a records list")
-    # --grid-log adds a slot's log that no records folder holds yet (a slot that completed no record)
-    logs = list(dict.fromkeys([*_default_logs(args.records), *(args.grid_log or [])]))
-    log_rows = [row for path in logs for row in read_rows(path)]
+    for path in args.grid_log or []:
+        if not path.is_file():
+            raise GridError(f"--grid-log {path}: no such file (a slot's grid_log.csv, as lra-grid unpack writes it)")
+    # --grid-log adds a slot's log that no records folder holds yet (a slot that completed no record); each
+    # file once however it is spelled, each row once: a slot resumed from another's files carries its rows
+    logs = list({path.resolve(): path for path in [*_default_logs(args.records), *(args.grid_log or [])]}.values())
+    log_rows = list({tuple(row.values()): row for path in logs for row in read_rows(path)}.values())
     plan = read_plan(args.plan_file) if args.plan_file else {}
     spent = spent_seconds(log_rows)
     overhead_s = 60.0 * grid.overhead_minutes
