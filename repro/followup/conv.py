@@ -75,10 +75,13 @@ class BoundedConvMixer(TokenMixer):
         return self.conv.kernel_size[0] // 2
 
     def forward_packed(self, x: torch.Tensor, packed) -> torch.Tensor:
-        """The stream [1, S, D] with its empty slots zeroed, convolved in windows as wide as the padded
-        batch's rows (``packed.length``): the shape, and so the implementation ``conv_impl=auto`` picks, of
-        the padded batch, where one row of the stream's length can fall on a slow cuDNN kernel."""
-        return self.forward(x, packed.real, window=packed.length)
+        """The stream [1, S, D] with its empty slots zeroed, convolved in windows that, with their K // 2
+        inputs on either side, are as long as the padded batch's rows (``packed.length``, where it is over
+        twice the kernel): the shape, and so the implementation ``conv_impl=auto`` picks, of the padded
+        batch, where one row of the stream's length can fall on a slow cuDNN kernel."""
+        halo = 2 * self.packing_gap()
+        window = packed.length - halo if packed.length > 2 * halo else packed.length
+        return self.forward(x, packed.real, window=window)
 
     def record_info(self) -> dict[str, set[str]]:
         """For the run record (``repro.models.model.collect_record_info``): the conv implementations that ran."""
