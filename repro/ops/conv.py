@@ -70,12 +70,10 @@ def conv1d_same_windows(
     C_in, width + K - 1]. A packed stream (``train.pack_sequences``) is one row tens of thousands of
     positions long, on which cuDNN may pick a slow generic kernel (paper/performance.md, "Packed
     sequences"); cut into windows as wide as the padded batch's rows, it has the padded batch's shape
-    again. ``impl=auto`` chooses by the window's length."""
+    again. ``impl=auto`` chooses by the window's length (``conv1d_same`` decides on the windows)."""
     n, c_in, length = x.shape
     pad = weight.shape[-1] // 2
     rows = -(-length // width)
-    if impl == "auto":
-        impl = choose_impl(x, weight.shape[-1], groups, length=width + 2 * pad)
     padded = F.pad(x, (pad, rows * width - length + pad))
     windows = padded.unfold(-1, width + 2 * pad, width).transpose(1, 2).reshape(n * rows, c_in, width + 2 * pad)
     out = conv1d_same(windows, weight, bias, groups, impl)[..., pad : pad + width]
