@@ -12,6 +12,7 @@ import torch
 from repro.followup.conv import BoundedConvMixer
 from repro.models.model import SequenceClassifier, sinusoidal_table
 from repro.ops.conv import IMPL_CHOICES, conv1d_same, conv1d_same_windows
+from repro.ops.fft import block_fft_size, conv1d_same_fft_blocks
 from repro.ops.toeplitz import conv1d_same_toeplitz
 from repro.tasks.base import Split, TaskData
 from repro.training import NonFiniteLoss, TrainSettings, make_optimizer, train
@@ -119,6 +120,54 @@ def test_toeplitz_conv_under_autocast_computes_in_bf16_close_to_float64():
     want = reference_conv(x.double().numpy(), w.double().numpy(), np.zeros(128), 32)
     error = np.abs(got.double().numpy() - want).max() / np.abs(want).max()
     assert error < 2e-2, error
+
+
+@pytest.mark.parametrize("mix", ["complex64", "bf16"])
+@pytest.mark.parametrize(
+    ("length", "kernel", "n", "groups"), [(157, 61, None, 2), (300, 61, 64, 1), (36, 5, 16, 4), (5, 3, None, 1)]
+)
+def test_block_fft_conv_equals_direct_convolution_and_its_gradients(mix, length, kernel, n, groups):
+    """Overlap-save over several blocks (a ragged last one, an exact fit of 36 = 3 x 12, one block longer
+    than the row); float64 runs the bf16 mix's real product in float64."""
+    torch.manual_seed(4)
+    x = torch.randn(2, 8, length, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(12, 8 // groups, kernel, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(12, dtype=torch.float64, requires_grad=True)
+    got = conv1d_same_fft_blocks(x, w, b, groups, mix, n)
+    want = reference_conv(x.detach().numpy(), w.detach().numpy(), b.detach().numpy(), groups)
+    np.testing.assert_allclose(got.detach().numpy(), want, rtol=1e-10, atol=1e-10)
+    upstream = torch.randn(2, 12, length, dtype=torch.float64)
+    plain = torch.nn.functional.conv1d(x, w, b, padding=kernel // 2, groups=groups)
+    want_grads = torch.autograd.grad((plain * upstream).sum(), [x, w, b])
+    for name, g, r in zip("xwb", torch.autograd.grad((got * upstream).sum(), [x, w, b]), want_grads, strict=True):
+        torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10, msg=name)
+
+
+def test_block_fft_conv_in_float32_is_as_close_to_float64_as_its_mix_dtype_allows():
+    """complex64 mixing: float32's rounding; bf16 mixing: within a bf16 convolution's own error."""
+    torch.manual_seed(5)
+    x = torch.randn(2, 64, 700)
+    w = torch.randn(96, 64, 61) / (64 * 61) ** 0.5
+    want = torch.nn.functional.conv1d(x.double(), w.double(), padding=30)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        plain_bf16 = torch.nn.functional.conv1d(x, w, padding=30)
+
+    def error(y):
+        return ((y.double() - want).abs().max() / want.abs().max()).item()
+
+    assert error(conv1d_same_fft_blocks(x, w, None, 1, "complex64")) < 1e-5
+    assert error(conv1d_same_fft_blocks(x, w, None, 1, "bf16")) < error(plain_bf16)
+    assert block_fft_size(61) == 256 and block_fft_size(5) == 16 and block_fft_size(1) == 16
+
+
+def test_block_fft_conv_refuses_an_unknown_mix_and_a_block_below_the_kernel():
+    x, w = torch.randn(1, 2, 9), torch.randn(2, 2, 5)
+    with pytest.raises(ValueError) as info:
+        conv1d_same_fft_blocks(x, w, None, 1, "fp8")
+    assert str(info.value) == "mix='fp8': choose one of complex64, bf16"
+    with pytest.raises(ValueError) as info:
+        conv1d_same_fft_blocks(x, w, None, 1, "complex64", n=4)
+    assert str(info.value) == "FFT size 4 is below the kernel's 5 taps"
 
 
 def test_receptive_field_is_k_over_2_per_side():
@@ -434,7 +483,8 @@ def test_a_retired_conv_impl_is_refused_naming_the_valid_ones():
     with pytest.raises(ValueError) as info:
         BoundedConvMixer(4, 4, kernel_size=3, impl="conv2d_bf16")
     assert str(info.value) == (
-        "model.conv_impl='conv2d_bf16': choose one of auto, tf32, bf16, fft, toeplitz, bf16_flip_tf32w, bf16_flip_mmw"
+        "model.conv_impl='conv2d_bf16': choose one of auto, tf32, bf16, fft, toeplitz, bf16_flip_tf32w, bf16_flip_mmw, "
+        "fft_blocks, fft_blocks_bf16"
     )
 
 

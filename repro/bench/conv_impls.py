@@ -102,11 +102,11 @@ def conv_main(argv=None) -> int:
     args.out.write_text(json.dumps(record, indent=2))
     print(f"device {record['device']}, bf16 matmul peak {peak:.0f} TFLOP/s")
     print(
-        f"{'impl':12} {'B':>4} {'K':>3} {'L':>5} {'g':>3} {'fwd ms':>8} {'fwd TF/s':>9} {'f+b ms':>8} {'f+b TF/s':>9}"
+        f"{'impl':15} {'B':>4} {'K':>3} {'L':>5} {'g':>3} {'fwd ms':>8} {'fwd TF/s':>9} {'f+b ms':>8} {'f+b TF/s':>9}"
     )
     for r in rows:
         print(
-            f"{r['impl']:12} {r['batch']:4} {r['kernel']:3} {r['length']:5} {r['groups']:3} {r['fwd_ms']:8.3f} "
+            f"{r['impl']:15} {r['batch']:4} {r['kernel']:3} {r['length']:5} {r['groups']:3} {r['fwd_ms']:8.3f} "
             f"{r['fwd_tflops']:9.1f} {r['fwd_bwd_ms']:8.3f} {r['fwd_bwd_tflops']:9.1f}"
         )
     for shape in shapes:

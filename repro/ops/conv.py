@@ -7,9 +7,11 @@ length 2000): its bf16 *input-gradient* kernel is the trap, while its bf16 forwa
 convolution of the flipped, transposed kernel (217 TFLOP/s for the whole layer;
 ``repro/ops/split_precision.py``). ``toeplitz`` runs the convolution as one batched matrix product
 per group over blocks of positions (``repro/ops/toeplitz.py``), for grouped convolutions, where
-cuDNN's grouped kernels are slow (Pathfinder's groups 32). ``fft`` is the FFT path
-(``repro/ops/fft.py``). ``auto`` (the default) picks per shape the fastest implementation that
-``experiments/check_fast.py conv`` measured (paper/performance.md, "Bounded convolution").
+cuDNN's grouped kernels are slow (Pathfinder's groups 32). ``fft`` is the FFT over the whole row,
+``fft_blocks`` and ``fft_blocks_bf16`` the FFT over short overlapping blocks (overlap-save, the
+channels mixed in complex64 or in bf16; ``repro/ops/fft.py``). ``auto`` (the default) picks per
+shape the fastest implementation that ``experiments/check_fast.py conv`` measured
+(paper/performance.md, "Bounded convolution").
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .fft import conv1d_same_fft
+from .fft import FFT_BLOCK_IMPLS, conv1d_same_fft, conv1d_same_fft_blocks
 from .split_precision import SPLIT_IMPLS, as_precision, conv1d_same_split
 from .toeplitz import conv1d_same_toeplitz
 
 # "tf32" is never auto's choice: it stays as the full-precision baseline check_fast.py conv measures the others against.
-CONV_IMPLS = ("tf32", "bf16", "fft", "toeplitz", *SPLIT_IMPLS)
+CONV_IMPLS = ("tf32", "bf16", "fft", "toeplitz", *SPLIT_IMPLS, *FFT_BLOCK_IMPLS)
 IMPL_CHOICES = ("auto", *CONV_IMPLS)
 
 AUTO_TABLE_ENV = "LRA_CONV_AUTO_TABLE"
@@ -57,6 +59,8 @@ def conv1d_same(
         return conv1d_same_toeplitz(x, weight, bias, groups)
     if impl in SPLIT_IMPLS:
         return conv1d_same_split(x, weight, bias, groups, impl)
+    if impl in FFT_BLOCK_IMPLS:
+        return conv1d_same_fft_blocks(x, weight, bias, groups, FFT_BLOCK_IMPLS[impl])
     raise ValueError(f"conv impl {impl!r}: choose one of {', '.join(CONV_IMPLS)}")
 
 
