@@ -248,6 +248,8 @@ def test_the_record_has_every_requested_row_and_column(record):
     assert float(by["rotary_transformer@listops"]["ratio_to_reference"]) > 0  # a Transformer arm: set against it
     assert by["s4+followup@text"]["ratio_to_reference"] == ""
     assert by["reference@listops"]["data"] == "stand-in" and by["reference@listops"]["techniques"] == "none"
+    # the convolution names what ran (off CUDA, auto's plain convolution in float32); other arms have none
+    assert image["conv_impls"] == "fp32" and by["rotary_transformer@listops"]["conv_impls"] == ""
     assert all(int(r["flops_per_step"]) > 0 for r in rows)
     assert all(r["peak_tflops"] == "" and r["peak_fraction"] == "" for r in rows)  # the CPU has no table entry
 

@@ -65,7 +65,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..followup.techniques import build_train_augment
-from ..models.model import build_model
+from ..models.model import build_model, collect_record_info
 from ..records import write_atomic, write_csv
 from ..run.budget import apply_example_budget
 from ..run.runner import take_subset
@@ -126,6 +126,7 @@ COLUMNS = [
     "precision",
     "compiled",
     "compile_mode",
+    "conv_impls",
     "data",
     "data_note",
     "warmup",
@@ -339,6 +340,7 @@ class Prepared:
     step: TrainStep
     batches: TrainBatches
     settings: TrainSettings
+    model: torch.nn.Module
     total_steps: int
     parameters: int
     seq_len: int
@@ -366,7 +368,7 @@ def prepare(run: dict, task: TaskData, augment, device: torch.device, compile_mo
     step = TrainStep(model, optimizer, controller, settings, device, ctx, augment, autocast)
     batches = train_batches(data, task, s, run["seed"], device, ctx, augment)
     n_params = sum(p.numel() for p in model.parameters())
-    return Prepared(step, batches, settings, data.total_steps, n_params, int(task.max_len))
+    return Prepared(step, batches, settings, model, data.total_steps, n_params, int(task.max_len))
 
 
 def synchronize(device: torch.device) -> None:
@@ -473,6 +475,8 @@ def measure(spec: RowSpec, options: Options, device: torch.device, peak: float |
     first = time_rounds(row, runs, first, options, s.batch_size, device, clock)
     if options.profile_steps:
         profile_staged(row, run_staged, first, options.profile_steps, device)
+    # What ran where the arm chooses per shape (the convolution's conv_impl=auto, or a table the environment names)
+    row["conv_impls"] = ", ".join(collect_record_info(prepared.model).get("conv_impls") or []) or None
     peak_bytes, _ = read_peak(device)
     row["peak_mem_gb"] = peak_bytes / 1e9 if peak_bytes is not None else None
     row["peak_tflops"] = peak
