@@ -255,3 +255,33 @@ def test_on_cuda_scoring_after_cuda_graph_steps_sees_the_weights_the_steps_left(
         prepared.step(prepared.batches.fetch(i), i, i / 3)
         plain, compiled = evaluate(model, split, 4, None), evaluate(model, split, 4, None, forward=forward)
         assert compiled["loss"] == pytest.approx(plain["loss"], rel=1e-3), i
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+def test_the_compiled_rotary_encoder_is_one_graph_at_any_depth(packed):
+    """The GPU's path (the fused rotation, flex attention) compiled: the one graph break a pass (the shared
+    padding mask, or the packed layout, built outside the graph) and the same graphs whatever the depth.
+    A break inside the loop over the layers (the rotation tables' cache once read the frequencies' storage
+    address there) makes dynamo run the loop eagerly and compile each layer apart."""
+    from repro.models.model import SequenceClassifier
+
+    def graphs(depth: int) -> tuple[int, list[str]]:
+        torch.manual_seed(0)
+        cfg = dict(backbone="rotary_transformer", d_model=16, n_heads=2, depth=depth, d_ff=32, pooling="mean",
+                   rotary_layout="full_width", rotary_impl="fused", attention_backend="flex")  # fmt: skip
+        model = SequenceClassifier(cfg, vocab_size=12, max_len=200, num_classes=3, pad_id=0, two_tower=False)
+        lengths = torch.tensor([200, 37, 120, 5])
+        ids = torch.randint(1, 12, (4, 200), generator=torch.Generator().manual_seed(1))
+        ids = ids.masked_fill(~(torch.arange(200)[None, :] < lengths[:, None]), 0)
+        if packed:
+            model.use_packing(0.9)
+            model.expect_lengths(lengths)
+        torch._dynamo.reset()
+        counters.clear()
+        torch.compile(model, backend="aot_eager")(ids).sum().backward()
+        assert model.encoder.pack_counts == {"packed": int(packed), "padded": 0}
+        return counters["stats"]["unique_graphs"], [str(reason).splitlines()[0] for reason in counters["unimplemented"]]
+
+    (shallow, shallow_fallbacks), (deep, deep_fallbacks) = graphs(1), graphs(3)
+    assert shallow_fallbacks == [] and deep_fallbacks == []
+    assert deep == shallow

@@ -173,19 +173,31 @@ class RotarySelfAttention(AttentionMixer):
 
     def rotation_tables(self, length: int, device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """cos and sin ``[L, 1, Dh / 2]`` (full width: ``[L, 2H, Dh / 2]``) of the library's angles (positions
-        0..L-1), in ``dtype``; cached per (length, device, dtype) and rebuilt when the frequencies change."""
+        0..L-1), in ``dtype``; cached per (length, device, dtype) and rebuilt when the frequencies change.
+
+        Inside a compiled graph they are computed in the graph instead (a few fused element-wise kernels a
+        layer): the cache's key reads the frequencies' storage address, which dynamo cannot specialise once a
+        graph break (the shared mask, the packed layout) has passed, so the check broke the graph inside the
+        loop over the layers and dynamo ran that loop eagerly, compiling each layer apart."""
+        if torch.compiler.is_compiling():
+            return self._build_tables(length, device, dtype)
         freqs = self.rotary.freqs
         key = (length, str(device), dtype, freqs.dtype, freqs._version, freqs.data_ptr())
         if key not in self._tables:
             with torch.no_grad():
-                positions = self.rotary.get_seq_pos(length, device=device, dtype=freqs.dtype)
-                angles = self.rotary(positions, seq_len=length)[:, 0::2]  # one angle per channel pair
-                if self.layout == "full_width":  # [L, 2H, Dh / 2]: each head its band, for q's heads and k's
-                    angles = angles.unflatten(-1, (self.n_heads, -1)).repeat(1, 2, 1)
-                else:
-                    angles = angles[:, None]
-                self._tables = {key: (angles.cos().to(dtype), angles.sin().to(dtype))}
+                self._tables = {key: self._build_tables(length, device, dtype)}
         return self._tables[key]
+
+    def _build_tables(self, length: int, device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        freqs = self.rotary.freqs.detach()
+        positions = self.rotary.get_seq_pos(length, device=device, dtype=freqs.dtype)
+        # one angle per channel pair: the library's forward is this outer product, each entry then repeated twice
+        angles = positions[:, None] * freqs
+        if self.layout == "full_width":  # [L, 2H, Dh / 2]: each head its band, for q's heads and k's
+            angles = angles.unflatten(-1, (self.n_heads, -1)).repeat(1, 2, 1)
+        else:
+            angles = angles[:, None]
+        return angles.cos().to(dtype), angles.sin().to(dtype)
 
     def fused(self, t: Tensor) -> bool:
         return self.impl == "fused" or (self.impl == "auto" and t.device.type == "cuda")
