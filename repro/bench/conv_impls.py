@@ -79,6 +79,7 @@ def conv_main(argv=None) -> int:
     if not torch.cuda.is_available():
         sys.exit("check_fast.py conv needs a CUDA GPU")
     torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = True  # as training sets both (repro/training/loop.py)
     torch.backends.cudnn.allow_tf32 = True
     peak = matmul_peak_tflops()
     rows = []

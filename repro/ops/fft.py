@@ -51,13 +51,13 @@ def conv1d_same_fft(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     return y
 
 
-# impl name -> the dtype of the channel mixing on CUDA (float64 inputs always mix in float64).
+# impl name -> the dtype of the channel mixing (float64 inputs always mix in float64).
 FFT_BLOCK_IMPLS = {"fft_blocks": "complex64", "fft_blocks_bf16": "bf16"}
 
 
 def block_fft_size(kernel_size: int) -> int:
     """The FFT size of ``conv1d_same_fft_blocks``: the power of two >= 4 (K - 1), at least 16, so that
-    each block's N - K + 1 outputs are over three quarters of its N inputs (256 at K = 61)."""
+    each block's N - K + 1 outputs are at least three quarters of its N inputs (256 at K = 61)."""
     return max(16, 1 << max(0, 4 * (kernel_size - 1) - 1).bit_length())
 
 
@@ -76,12 +76,15 @@ def conv1d_same_fft_blocks(
     apart; a block's circular cross-correlation with the kernel, ``irfft(rfft(block) * conj(rfft(w, n)))``,
     holds its ``h`` outputs without wrap-around in its first ``h`` entries. ``conv1d_same_fft`` transforms the
     whole row instead, so its kernel spectrum has a row's length of frequencies per channel pair
-    ([C_out, C_in, L / 2], 35 times the kernel at K = 61, L = 2,000) and its products are small ones per
-    frequency (the batch's rows). Here the spectrum has ``n / 2 + 1`` frequencies and each frequency's
-    product is [B * blocks, C_in] by [C_in, C_out]. ``mix``: ``complex64`` multiplies complex numbers in
-    float32; ``bf16`` multiplies their real and imaginary parts as one real product of twice the width in
-    bf16 (tensor cores; the spectrum rounded as a bf16 convolution rounds its operands). Float64 inputs
-    compute in float64 throughout (the exact tests).
+    ([C_out, C_in / groups, L / 2] complex, 35 times the kernel's bytes at K = 61, L = 2,000) and its
+    products are small ones per frequency (the batch's rows). Here the spectrum has ``n / 2 + 1``
+    frequencies and each frequency's product is, per group, [B * blocks, C_in / groups] by
+    [C_in / groups, C_out / groups]. ``mix``: ``complex64`` multiplies complex numbers of float32 parts
+    (training allows TF32 in float32 products; whether cuBLAS takes it for complex ones is not measured);
+    ``bf16`` multiplies their real and imaginary parts as one real product of twice the width in bf16
+    (tensor cores), its operands and its result rounded to bf16, as a bf16 convolution rounds its own.
+    The result is float32 (float64 for float64 inputs, which compute in float64 throughout: the exact
+    tests), laid out positions-major: [B, C_out, L] as a transposed view of [B, L, C_out].
     """
     if mix not in FFT_BLOCK_IMPLS.values():
         raise ValueError(f"mix={mix!r}: choose one of {', '.join(FFT_BLOCK_IMPLS.values())}")
@@ -101,9 +104,9 @@ def conv1d_same_fft_blocks(
         x_f = torch.fft.rfft(rows.unfold(1, n, hop), dim=-1)  # [B, blocks, C_in, F]
         freqs = x_f.shape[-1]
         x_f = x_f.unflatten(2, (groups, c_per_group)).permute(4, 2, 0, 1, 3)  # [F, G, B, blocks, c]
-        x_f = x_f.reshape(freqs, groups, batch * blocks, c_per_group)
+        x_f = x_f.reshape(freqs, groups, batch * blocks, c_per_group)  # contiguous: one copy, the product's layout
         w_f = torch.fft.rfft(weight.to(dtype), n=n, dim=-1).conj()  # [C_out, c, F]
-        w_f = w_f.unflatten(0, (groups, outs)).permute(3, 0, 2, 1)  # [F, G, c, o]
+        w_f = w_f.unflatten(0, (groups, outs)).permute(3, 0, 2, 1).contiguous()  # [F, G, c, o]
         if mix == "complex64":
             y_f = torch.matmul(x_f, w_f)  # [F, G, B * blocks, o]
         else:
