@@ -131,7 +131,12 @@ def test_rows_are_written_as_measured_and_a_resumed_run_measures_only_the_missin
 
 @pytest.mark.parametrize(
     "key, theirs, ours",
-    [("device", "NVIDIA H100 80GB HBM3", "cpu"), ("git_commit", "a" * 40, "b" * 40), ("rounds", 3, 5)],
+    [
+        ("device", "NVIDIA H100 80GB HBM3", "cpu"),
+        ("git_commit", "a" * 40, "b" * 40),
+        ("rounds", 3, 5),
+        ("conv_auto_table", {"path": "bench_conv.json", "sha256": "0" * 64}, None),  # another convolution chosen
+    ],
 )
 def test_a_record_is_resumed_only_with_the_device_software_and_settings_it_began_with(
     tmp_path, monkeypatch, key, theirs, ours
@@ -153,7 +158,8 @@ def test_a_record_is_resumed_only_with_the_device_software_and_settings_it_began
         now[key] = ours
     with hydra_context(), pytest.raises(ValueError) as refused:
         followup.run_followup([spec], options, followup.torch.device("cpu"), tmp_path, now)
-    name = "followup.rounds" if key == "rounds" else key  # a setting is named as its command-line key
+    # a setting is named as its command-line key, the table as the environment variable that names it
+    name = {"rounds": "followup.rounds", "conv_auto_table": "LRA_CONV_AUTO_TABLE"}.get(key, key)
     assert str(refused.value) == (
         f"followup.resume={folder}: its rows were measured with {name}={theirs!r}, this run has {name}={ours!r}; "
         "resume with the same GPU kind, software, commit and settings, or leave followup.resume out to start "
@@ -257,6 +263,7 @@ def test_the_record_has_every_requested_row_and_column(record):
 def test_the_record_names_its_environment_and_command(record):
     meta = json.loads((record / "bench.json").read_text())
     assert meta["complete"] is True and meta["rows_planned"] == 4 and meta["device"] == "cpu"
+    assert meta["conv_auto_table"] is None  # LRA_CONV_AUTO_TABLE unset: auto follows its built-in rule
     assert {"torch", "cuda", "git_commit", "tree_changes", "command"} <= set(meta)
     assert "mode=followup" in meta["command"]
     table = (record / "table.md").read_text()

@@ -407,6 +407,24 @@ def test_auto_table_picks_the_fastest_measured_impl_for_the_device_and_shape():
     assert table_choice(None, "GPU X", 61, 2000, 1) is None
 
 
+def test_a_record_names_the_measured_table_auto_follows_by_path_and_hash(tmp_path, monkeypatch):
+    import hashlib
+
+    from repro.ops.conv import AUTO_TABLE_ENV, auto_table_identity
+
+    monkeypatch.delenv(AUTO_TABLE_ENV, raising=False)
+    assert auto_table_identity() is None
+    table = tmp_path / "bench_conv.json"
+    table.write_text('{"device": "GPU X", "rows": []}')
+    monkeypatch.setenv(AUTO_TABLE_ENV, str(table))
+    assert auto_table_identity() == {"path": str(table), "sha256": hashlib.sha256(table.read_bytes()).hexdigest()}
+    monkeypatch.setenv(AUTO_TABLE_ENV, str(tmp_path / "gone.json"))
+    with pytest.raises(RuntimeError) as info:
+        auto_table_identity()
+    assert str(info.value).startswith(f"LRA_CONV_AUTO_TABLE={tmp_path / 'gone.json'}: cannot be read (")
+    assert str(info.value).endswith("); unset it or point it at a file")
+
+
 def test_builtin_auto_rule_follows_the_measured_shapes():
     from repro.ops.conv import builtin_choice
 

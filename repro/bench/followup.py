@@ -66,6 +66,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ..followup.techniques import build_train_augment
 from ..models.model import build_model, collect_record_info
+from ..ops.conv import AUTO_TABLE_ENV, auto_table_identity
 from ..records import write_atomic, write_csv
 from ..run.budget import apply_example_budget
 from ..run.runner import take_subset
@@ -675,7 +676,9 @@ def _jsonable(value):
 # the machine and software, the commit and its tree, and every setting that changes a row's numbers.
 RUN_KEYS = ("mode", "device", "torch", "cuda", "cudnn", "git_commit", "tree_changes")
 RESUME_MUST_MATCH = (
-    *RUN_KEYS,  # then the settings, named followup.<key> on the command line
+    *RUN_KEYS,
+    "conv_auto_table",  # the environment's LRA_CONV_AUTO_TABLE: which convolution auto picks
+    # then the settings, named followup.<key> on the command line
     "profile",
     "warmup",
     "steps",
@@ -688,6 +691,7 @@ RESUME_MUST_MATCH = (
     "planned_rows",
 )
 # Keys that records written before they were recorded held at one value: a round was one timing, uncapped.
+KEY_NAMES = {"planned_rows": "followup.rows", "conv_auto_table": AUTO_TABLE_ENV}  # how a key is spelled to the user
 RESUME_LEGACY = {"rounds": 1, "max_round_seconds": None}
 NOT_RECORDED = "<not recorded>"
 
@@ -726,7 +730,7 @@ def resume_problem(earlier: dict, meta: dict, folder: Path) -> str | None:
         named = []
         for key in differ:
             value = recorded(record, key)
-            name = key if key in RUN_KEYS else "followup.rows" if key == "planned_rows" else f"followup.{key}"
+            name = KEY_NAMES.get(key, key if key in RUN_KEYS else f"followup.{key}")
             named.append(f"{name}={value}" if value == NOT_RECORDED else f"{name}={value!r}")
         return ", ".join(named)
 
@@ -921,6 +925,7 @@ def main(cfg) -> None:
         "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
         "git_commit": git_commit(),
         "tree_changes": tree_changes(),  # what +dirty stands for
+        "conv_auto_table": auto_table_identity(),  # the table conv_impl=auto follows, None: the built-in rule
         "command": " ".join([invoked_as("lra-bench"), *sys.argv[1:]]),
     }
     print(f"{len(specs)} rows ({sum(s.kind == 'reference' for s in specs)} references) at profile={options.profile}")

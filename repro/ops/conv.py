@@ -17,6 +17,7 @@ shape the fastest implementation that ``experiments/check_fast.py conv`` measure
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import os
@@ -158,6 +159,19 @@ def table_choice(table: dict | None, device: str, kernel_size: int, length: int,
 
 
 _TABLES: dict[str, dict] = {}
+
+
+def auto_table_identity() -> dict | None:
+    """The measured table ``LRA_CONV_AUTO_TABLE`` names, as a record states it: its path and the sha256 of
+    its bytes (None when the variable is unset, and ``auto`` follows ``builtin_choice``)."""
+    path = os.environ.get(AUTO_TABLE_ENV)
+    if not path:
+        return None
+    try:
+        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError as err:
+        raise RuntimeError(f"{AUTO_TABLE_ENV}={path}: cannot be read ({err}); unset it or point it at a file") from err
+    return {"path": path, "sha256": digest}
 
 
 def _auto_table() -> dict | None:
