@@ -690,8 +690,8 @@ RESUME_MUST_MATCH = (
     "overrides",
     "planned_rows",
 )
-# Keys that records written before they were recorded held at one value: a round was one timing, uncapped.
 KEY_NAMES = {"planned_rows": "followup.rows", "conv_auto_table": AUTO_TABLE_ENV}  # how a key is spelled to the user
+# Keys that records written before they were recorded held at one value: a round was one timing, uncapped.
 RESUME_LEGACY = {"rounds": 1, "max_round_seconds": None}
 NOT_RECORDED = "<not recorded>"
 
